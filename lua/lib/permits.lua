@@ -1,0 +1,99 @@
+-- lua/lib/permits.lua: shared prelude of every permit-*.lua script (prepended when the script is
+-- registered, so each registered script stays one self-contained EVALSHA).
+--
+-- One fair "permit set" backs the mutex (permits = 1), the reentrant mutex and the semaphore.
+-- Every key shares the caller's hash tag, e.g. tollgate:{sem:api%2Fexport}:h (design §2, G8).
+--   KEYS[1] H  ZSET  holder token -> lease expiry (ms, Redis server clock, G9)
+--   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
+--   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes
+--   KEYS[4] M  HASH  f = last fencing token; n = last ticket; t:<tok> = waiter's lease ttl;
+--                    g:<tok> = fencing token of a holder (reentrant or handed-off grants);
+--                    c:<tok> = reentry count (absent = 1)
+-- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
+-- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the set is deleted
+-- when nothing is held or queued, so idle names leave no keys behind.
+local H, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local CHANNEL = ARGV[1]
+
+local clock = redis.call('TIME')
+local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Strictly increasing per name (G7): one more than the last token while the name has keys, and never
+-- below the server's microsecond clock, so a name whose keys were deleted while idle still moves on.
+local function next_fence()
+  local last = tonumber(redis.call('HGET', M, 'f') or '0')
+  local fence = math.max(last + 1, NOW_US)
+  redis.call('HSET', M, 'f', int(fence))
+  return fence
+end
+
+-- Push a key's expiry out to `at` (never pulls it in).
+local function expire_at_least(key, at)
+  if redis.call('PEXPIREAT', key, int(at), 'GT') == 0 then
+    redis.call('PEXPIREAT', key, int(at), 'NX')
+  end
+end
+
+-- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5).
+local function purge()
+  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, 100)
+  if #expired > 0 then
+    redis.call('ZREM', H, unpack(expired))
+    for _, tok in ipairs(expired) do
+      redis.call('HDEL', M, 'g:' .. tok, 'c:' .. tok)
+    end
+  end
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  if #dead > 0 then
+    redis.call('ZREM', Q, unpack(dead))
+    redis.call('ZREM', W, unpack(dead))
+    for _, tok in ipairs(dead) do
+      redis.call('HDEL', M, 't:' .. tok)
+    end
+  end
+end
+
+-- Hand free permits to the head of the queue, in ticket order, and tell their processes.
+-- Returns a table token -> { fence, expiresAt } of what it granted.
+local function admit(permits)
+  local granted = {}
+  local free = permits - redis.call('ZCARD', H)
+  if free <= 0 then return granted end
+  local head = redis.call('ZRANGE', Q, 0, free - 1)
+  if #head == 0 then return granted end
+  local lines = {}
+  for _, tok in ipairs(head) do
+    local ttl = tonumber(redis.call('HGET', M, 't:' .. tok) or '0')
+    local exp = NOW + ttl
+    local fence = next_fence()
+    redis.call('ZADD', H, exp, tok)
+    redis.call('HSET', M, 'g:' .. tok, int(fence))
+    redis.call('HDEL', M, 't:' .. tok)
+    expire_at_least(H, exp)
+    expire_at_least(M, exp)
+    granted[tok] = { fence, exp }
+    lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
+  end
+  redis.call('ZREM', Q, unpack(head))
+  redis.call('ZREM', W, unpack(head))
+  redis.call('PUBLISH', CHANNEL, table.concat(lines, '\n'))
+  return granted
+end
+
+-- Earliest lease expiry among holders (0 when none): the waiters' fallback re-check time.
+local function next_expiry()
+  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
+  return first[2] and tonumber(first[2]) or 0
+end
+
+-- Delete the metadata once nothing is held or queued (H, Q and W delete themselves when empty).
+local function settle()
+  if redis.call('EXISTS', H, Q) == 0 then
+    redis.call('DEL', M, W)
+  end
+end

@@ -1,0 +1,55 @@
+-- lua/permit-acquire.lua: take a permit now, or join the FIFO queue.
+-- KEYS  H Q W M (see lib/permits.lua)
+-- ARGV[1] channel  ARGV[2] token  ARGV[3] lease ttl ms  ARGV[4] permits
+-- ARGV[5] mode: 0 = try (never queue), 1 = queue when no permit is free
+-- ARGV[6] waiter heartbeat ttl ms  ARGV[7] 1 = remember the fencing token for re-entry
+-- Returns {1, fence, expiresAt, now} when the caller holds a permit (re-entry adds one to its count),
+--         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode).
+local token, ttl, permits = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local mode, waiter_ttl, keep_fence = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
+
+purge()
+local held = redis.call('ZSCORE', H, token)
+if held then
+  -- Re-entry by the same owner: one more count, lease pushed out to now + ttl.
+  local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
+  redis.call('HSET', M, 'c:' .. token, count + 1)
+  local exp = math.max(tonumber(held), NOW + ttl)
+  redis.call('ZADD', H, exp, token)
+  expire_at_least(H, exp)
+  expire_at_least(M, exp)
+  return { 1, tonumber(redis.call('HGET', M, 'g:' .. token) or '0'), exp, NOW }
+end
+
+local granted = admit(permits)
+local mine = granted[token]
+if mine then
+  return { 1, mine[1], mine[2], NOW }
+end
+
+local rank = redis.call('ZRANK', Q, token)
+if rank == false and redis.call('ZCARD', H) + redis.call('ZCARD', Q) < permits then
+  local exp = NOW + ttl
+  local fence = next_fence()
+  redis.call('ZADD', H, exp, token)
+  if keep_fence then redis.call('HSET', M, 'g:' .. token, int(fence)) end
+  expire_at_least(H, exp)
+  expire_at_least(M, exp)
+  return { 1, fence, exp, NOW }
+end
+
+if rank == false then
+  if mode ~= '1' then
+    return { 0, -1, next_expiry(), NOW }
+  end
+  local ticket = redis.call('HINCRBY', M, 'n', 1)
+  redis.call('ZADD', Q, ticket, token)
+  rank = redis.call('ZCARD', Q) - 1
+end
+local beat = NOW + waiter_ttl
+redis.call('ZADD', W, beat, token)
+redis.call('HSET', M, 't:' .. token, ttl)
+expire_at_least(Q, beat)
+expire_at_least(W, beat)
+expire_at_least(M, beat)
+return { 0, rank, next_expiry(), NOW }

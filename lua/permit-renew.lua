@@ -1,0 +1,24 @@
+-- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
+-- KEYS  H Q W M (see lib/permits.lua)
+-- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] tokens
+-- Returns {now, expiresAt per token}; 0 for a token that no longer holds a permit (lost: G4).
+local ttl = tonumber(ARGV[2])
+local out = { NOW }
+local exp = NOW + ttl
+local any = false
+for i = 3, #ARGV do
+  local held = redis.call('ZSCORE', H, ARGV[i])
+  if held and tonumber(held) > NOW then
+    local at = math.max(tonumber(held), exp)
+    redis.call('ZADD', H, at, ARGV[i])
+    out[#out + 1] = at
+    any = true
+  else
+    out[#out + 1] = 0
+  end
+end
+if any then
+  expire_at_least(H, exp)
+  expire_at_least(M, exp)
+end
+return out

@@ -1,0 +1,128 @@
+import { debuglog } from 'node:util'
+import { LeaseLostError } from './errors.js'
+import { emit } from './events.js'
+import type { KeySpace } from './keys.js'
+import { renewals } from './renewal.js'
+import type { Store } from './store.js'
+
+const debug = debuglog('tollgate:lease')
+
+/** A held permit. Release it with `release()`, `await using`, or let `withLease` do it. */
+export interface Lease extends AsyncDisposable {
+  /** The primitive's name as given by the user. */
+  readonly name: string
+  /** The hash-tagged key prefix of the primitive in the store. */
+  readonly key: string
+  /** Owner token of this acquisition (opaque). */
+  readonly token: string
+  /** Strictly increasing per name across owners and processes (G7): pass it to downstreams. */
+  readonly fencingToken: number
+  /** Epoch ms on the store's clock when the lease runs out unless renewed. */
+  readonly expiresAt: number
+  /** Aborts with a LeaseLostError when the lease is lost (G4). Never aborts on release(). */
+  readonly signal: AbortSignal
+  /** Extend the lease to now + ttlMs (default: the primitive's ttlMs). Rejects with LeaseLostError
+   * when the lease is already gone. */
+  renew(ttlMs?: number): Promise<void>
+  /** Give the permit back. Idempotent; never frees another owner's permit (G3). */
+  release(): Promise<void>
+}
+
+/** What a lease needs from the primitive that created it. */
+export interface LeaseContext {
+  readonly store: Store
+  readonly space: KeySpace
+  readonly kind: string
+  readonly ttlMs: number
+  readonly autoRenew: boolean
+  permits(): number
+  onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
+}
+
+export class PermitLease implements Lease {
+  readonly name: string
+  readonly key: string
+  expiresAt: number
+  /** Local-clock ms when the lease expires (for scheduling only). */
+  localDeadline: number
+  private readonly controller = new AbortController()
+  private releasing: Promise<void> | undefined
+  private renewing: Promise<void> | undefined
+
+  constructor(
+    readonly context: LeaseContext,
+    readonly token: string,
+    readonly fencingToken: number,
+    expiresAt: number,
+  ) {
+    this.name = context.space.name
+    this.key = context.space.base
+    this.expiresAt = expiresAt
+    this.localDeadline = expiresAt - context.store.clockOffsetMs
+    if (context.autoRenew) renewals.add(this)
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal
+  }
+
+  get active(): boolean {
+    return !this.releasing && !this.controller.signal.aborted
+  }
+
+  renew(ttlMs = this.context.ttlMs): Promise<void> {
+    if (this.controller.signal.aborted) return Promise.reject(this.controller.signal.reason)
+    const run = async () => {
+      const reply = await this.context.store.renew(this.context.space, ttlMs, [this.token])
+      this.applyRenewal(reply.now, reply.expiresAt[0] ?? 0)
+      if (this.controller.signal.aborted) throw this.controller.signal.reason
+    }
+    const pending = (this.renewing ?? Promise.resolve()).then(run, run)
+    this.renewing = pending.catch(() => {})
+    return pending
+  }
+
+  /** Apply a renewal reply: a new expiry, or 0 when the store no longer knows this token. */
+  applyRenewal(now: number, expiresAt: number): void {
+    if (expiresAt === 0) {
+      if (!this.releasing) this.lose('the store no longer holds it for this owner (expired or taken over)')
+      return
+    }
+    this.expiresAt = expiresAt
+    this.localDeadline = Date.now() + (expiresAt - now)
+    emit('renew', { name: this.name, kind: this.context.kind })
+  }
+
+  release(): Promise<void> {
+    if (!this.releasing) {
+      renewals.delete(this)
+      this.releasing = (async () => {
+        await this.renewing
+        // A lost lease has nothing to give back; the release script would find nothing anyway.
+        if (this.controller.signal.aborted) return
+        await this.context.store.release(this.context.space, this.token, this.context.permits())
+        emit('release', { name: this.name, kind: this.context.kind })
+      })()
+    }
+    return this.releasing
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release()
+  }
+
+  /** Declare the lease lost: abort the signal, stop renewing, report. Never throws (G4). */
+  lose(reason: string, cause?: unknown): void {
+    if (this.controller.signal.aborted) return
+    renewals.delete(this)
+    const error = new LeaseLostError(this.name, reason, cause === undefined ? undefined : { cause })
+    debug('lost %s: %s', this.name, reason)
+    this.controller.abort(error)
+    emit('lost', { name: this.name, kind: this.context.kind, error })
+    try {
+      this.context.onLost?.(error, this)
+    } catch (hookError) {
+      debug('onLost threw: %o', hookError)
+    }
+  }
+}

@@ -1,0 +1,246 @@
+import type { KeySpace } from './keys.js'
+import { defined, isPlainObjectOrUndefined, keyPrefix } from './options.js'
+import type {
+  AcquireReply,
+  AcquireRequest,
+  Grant,
+  PermitStats,
+  RecheckReply,
+  ReleaseResult,
+  RenewReply,
+  Store,
+  Unsubscribe,
+  WaiterState,
+} from './store.js'
+
+export interface MemoryStoreOptions {
+  /** @default 'tollgate' */
+  prefix?: string
+}
+
+/**
+ * The embedded store for a single process: the same fair permit set as lua/permit-*.lua, in memory
+ * (G11). Limits are per process: use createRedisStore() to share them across instances.
+ */
+export function createMemoryStore(options?: MemoryStoreOptions): Store {
+  isPlainObjectOrUndefined('options', options)
+  const config = { prefix: 'tollgate', ...defined(options) }
+  return new MemoryStore(keyPrefix('prefix', config.prefix))
+}
+
+interface Holder {
+  expiresAt: number
+  fence: number
+  count: number
+}
+interface Waiter {
+  heartbeat: number
+  ttlMs: number
+}
+/** One name's state: the in-memory twin of the H, Q, W and M keys. */
+interface PermitSet {
+  holders: Map<string, Holder>
+  /** Insertion order is ticket order (FIFO). */
+  queue: Map<string, Waiter>
+  lastFence: number
+}
+
+// Epoch milliseconds from a monotonic source: wall-clock jumps do not move leases.
+const origin = performance.timeOrigin
+const nowMs = () => Math.floor(origin + performance.now())
+const nowUs = () => Math.floor((origin + performance.now()) * 1000)
+
+class MemoryStore implements Store {
+  readonly kind = 'memory'
+  readonly clockOffsetMs = 0
+  readonly notificationsHealthy = true
+  private readonly sets = new Map<string, PermitSet>()
+  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
+  // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
+  private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
+
+  constructor(readonly prefix: string) {}
+
+  async acquire(space: KeySpace, r: AcquireRequest): Promise<AcquireReply> {
+    const now = nowMs()
+    const set = this.open(space, now)
+    const held = set.holders.get(r.token)
+    if (held) {
+      held.count += 1
+      held.expiresAt = Math.max(held.expiresAt, now + r.ttlMs)
+      return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now }
+    }
+    const mine = this.admit(space, set, r.permits, now).get(r.token)
+    if (mine) return { granted: true, fence: mine.fence, expiresAt: mine.expiresAt, now }
+    const queued = set.queue.get(r.token)
+    if (!queued && set.holders.size + set.queue.size < r.permits) {
+      const holder = { expiresAt: now + r.ttlMs, fence: nextFence(set), count: 1 }
+      set.holders.set(r.token, holder)
+      return { granted: true, fence: holder.fence, expiresAt: holder.expiresAt, now }
+    }
+    if (!queued && !r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
+    set.queue.set(r.token, { heartbeat: now + r.waiterTtlMs, ttlMs: r.ttlMs })
+    return { granted: false, position: rank(set, r.token), nextExpiry: nextExpiry(set), now }
+  }
+
+  async release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult> {
+    const now = nowMs()
+    const set = this.open(space, now)
+    let result: ReleaseResult = 'none'
+    const held = set.holders.get(token)
+    if (held) {
+      if (held.count > 1) {
+        held.count -= 1
+        return 'decremented'
+      }
+      set.holders.delete(token)
+      result = 'freed'
+    } else if (set.queue.delete(token)) {
+      result = 'dequeued'
+    }
+    this.admit(space, set, permits, now)
+    this.settle(space, set)
+    return result
+  }
+
+  async renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
+    const now = nowMs()
+    const set = this.sets.get(space.base)
+    const expiresAt = tokens.map((token) => {
+      const held = set?.holders.get(token)
+      if (!held || held.expiresAt <= now) return 0
+      held.expiresAt = Math.max(held.expiresAt, now + ttlMs)
+      return held.expiresAt
+    })
+    return { now, expiresAt }
+  }
+
+  async recheck(
+    space: KeySpace,
+    permits: number,
+    waiterTtlMs: number,
+    tokens: readonly string[],
+  ): Promise<RecheckReply> {
+    const now = nowMs()
+    const set = this.open(space, now)
+    this.admit(space, set, permits, now)
+    const states = tokens.map((token): WaiterState => {
+      const held = set.holders.get(token)
+      if (held) return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
+      const waiter = set.queue.get(token)
+      if (!waiter) return { state: 'gone' }
+      waiter.heartbeat = now + waiterTtlMs
+      return { state: 'queued', position: rank(set, token) }
+    })
+    const reply = { now, nextExpiry: nextExpiry(set), states }
+    this.settle(space, set)
+    return reply
+  }
+
+  async inspect(space: KeySpace): Promise<PermitStats> {
+    const now = nowMs()
+    const set = this.sets.get(space.base)
+    if (!set) return { holders: 0, queued: 0 }
+    let holders = 0
+    let queued = 0
+    for (const h of set.holders.values()) if (h.expiresAt > now) holders++
+    for (const w of set.queue.values()) if (w.heartbeat > now) queued++
+    return { holders, queued }
+  }
+
+  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+    let set = this.listeners.get(space.channel)
+    if (!set) {
+      set = new Set()
+      this.listeners.set(space.channel, set)
+    }
+    set.add(onGrant)
+    return () => {
+      const current = this.listeners.get(space.channel)
+      if (current?.delete(onGrant) && current.size === 0) this.listeners.delete(space.channel)
+    }
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweeper)
+    this.listeners.clear()
+  }
+
+  private sweep(): void {
+    const now = nowMs()
+    for (const [base, set] of this.sets) {
+      purge(set, now)
+      if (set.holders.size === 0 && set.queue.size === 0) this.sets.delete(base)
+    }
+  }
+
+  /** Number of names with state: the memory twin of "keys left in Redis". */
+  get size(): number {
+    return this.sets.size
+  }
+
+  /** The set for a name after dropping expired holders and dead waiters (lua purge()). */
+  private open(space: KeySpace, now: number): PermitSet {
+    let set = this.sets.get(space.base)
+    if (!set) {
+      set = { holders: new Map(), queue: new Map(), lastFence: 0 }
+      this.sets.set(space.base, set)
+      return set
+    }
+    purge(set, now)
+    return set
+  }
+
+  /** lua admit(): hand free permits to the head of the queue and notify asynchronously. */
+  private admit(space: KeySpace, set: PermitSet, permits: number, now: number): Map<string, Grant> {
+    const granted = new Map<string, Grant>()
+    let free = permits - set.holders.size
+    for (const [token, waiter] of set.queue) {
+      if (free <= 0) break
+      set.queue.delete(token)
+      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), count: 1 }
+      set.holders.set(token, holder)
+      granted.set(token, { token, fence: holder.fence, expiresAt: holder.expiresAt })
+      free--
+    }
+    const listeners = this.listeners.get(space.channel)
+    if (granted.size > 0 && listeners) {
+      const grants = [...granted.values()]
+      // Delivered later, like a pub/sub message: never inside the caller's call stack.
+      setImmediate(() => {
+        for (const grant of grants) for (const listener of listeners) listener(grant)
+      })
+    }
+    return granted
+  }
+
+  /** lua settle(): forget a name once nothing is held or queued. */
+  private settle(space: KeySpace, set: PermitSet): void {
+    if (set.holders.size === 0 && set.queue.size === 0) this.sets.delete(space.base)
+  }
+}
+
+function purge(set: PermitSet, now: number): void {
+  for (const [token, h] of set.holders) if (h.expiresAt <= now) set.holders.delete(token)
+  for (const [token, w] of set.queue) if (w.heartbeat <= now) set.queue.delete(token)
+}
+
+function nextFence(set: PermitSet): number {
+  set.lastFence = Math.max(set.lastFence + 1, nowUs())
+  return set.lastFence
+}
+
+function rank(set: PermitSet, token: string): number {
+  let i = 0
+  for (const t of set.queue.keys()) {
+    if (t === token) return i
+    i++
+  }
+  return -1
+}
+
+function nextExpiry(set: PermitSet): number {
+  let min = 0
+  for (const h of set.holders.values()) if (min === 0 || h.expiresAt < min) min = h.expiresAt
+  return min
+}

@@ -1,0 +1,193 @@
+import { randomBytes } from 'node:crypto'
+import { AcquireTimeoutError, type LeaseLostError } from './errors.js'
+import { emit } from './events.js'
+import type { KeySpace } from './keys.js'
+import { type Lease, type LeaseContext, PermitLease } from './lease.js'
+import type { Grant, Store } from './store.js'
+import { type Waiter, waitGroup } from './wait-room.js'
+
+export interface AcquireOptions {
+  /** Abort the wait; the acquire rejects with the signal's reason and leaves the queue. */
+  signal?: AbortSignal
+  /** Give up after this many ms with AcquireTimeoutError (default: the primitive's acquireTimeoutMs;
+   * Infinity waits until a permit is free or the signal aborts). */
+  timeoutMs?: number
+}
+
+export interface PermitSettings {
+  store: Store
+  space: KeySpace
+  kind: string
+  ttlMs: number
+  autoRenew: boolean
+  waiterTtlMs: number
+  acquireTimeoutMs: number
+  onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
+}
+
+/** A random owner token: URL-safe, so it never contains the separators of grant messages. */
+export function newToken(): string {
+  return randomBytes(16).toString('base64url')
+}
+
+/**
+ * The client side of one fair permit set: take a permit at once or wait for it in the global FIFO
+ * queue, with wake-ups by notification (G5, G10). Mutex, reentrant mutex and semaphore are thin
+ * layers over it.
+ */
+export class PermitClient implements LeaseContext {
+  readonly store: Store
+  readonly space: KeySpace
+  readonly kind: string
+  readonly ttlMs: number
+  readonly autoRenew: boolean
+  readonly waiterTtlMs: number
+  readonly acquireTimeoutMs: number
+  readonly onLost: PermitSettings['onLost']
+  private currentPermits: number
+
+  constructor(settings: PermitSettings, permits: number) {
+    this.store = settings.store
+    this.space = settings.space
+    this.kind = settings.kind
+    this.ttlMs = settings.ttlMs
+    this.autoRenew = settings.autoRenew
+    this.waiterTtlMs = settings.waiterTtlMs
+    this.acquireTimeoutMs = settings.acquireTimeoutMs
+    this.onLost = settings.onLost
+    this.currentPermits = permits
+  }
+
+  permits(): number {
+    return this.currentPermits
+  }
+
+  setPermits(permits: number): void {
+    this.currentPermits = permits
+  }
+
+  async tryAcquire(token: string, reentrant: boolean): Promise<Lease | undefined> {
+    const reply = await this.store.acquire(this.space, this.request(token, false, reentrant))
+    if (!reply.granted) {
+      emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'busy' })
+      return undefined
+    }
+    emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
+    return new PermitLease(this, token, reply.fence, reply.expiresAt)
+  }
+
+  async acquire(token: string, reentrant: boolean, options: AcquireOptions = {}): Promise<Lease> {
+    const { signal } = options
+    const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
+    signal?.throwIfAborted()
+    const started = Date.now()
+    const group = waitGroup(this.store, this.space)
+    group.permits = this.currentPermits
+    group.waiterTtlMs = this.waiterTtlMs
+    const subscribedBefore = group.isSubscribed
+    // Registered before the first call, so a grant that overtakes our own reply is not missed.
+    let wake: () => void = () => {}
+    const waiter: Waiter = { token, grant: undefined, gone: false, wake: () => wake() }
+    group.add(waiter)
+    let queued = false
+    let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
+    try {
+      for (;;) {
+        const reply = await this.store.acquire(this.space, this.request(token, true, reentrant))
+        if (reply.granted) {
+          const lease = new PermitLease(this, token, reply.fence, reply.expiresAt)
+          // Aborted while the call was in flight: the caller is gone, so the permit goes straight back.
+          if (signal?.aborted) {
+            lease.release().catch(() => {})
+            throw signal.reason
+          }
+          outcome = 'acquired'
+          return lease
+        }
+        queued = true
+        waiter.gone = false
+        group.hint(reply.nextExpiry, reply.now)
+        if (!subscribedBefore) void group.subscribed.then(() => group.recheckSoon())
+        const grant = await this.waitForChange(waiter, signal, started, timeoutMs, (fn) => {
+          wake = fn
+        })
+        if (grant) {
+          outcome = 'acquired'
+          return new PermitLease(this, token, grant.fence, grant.expiresAt)
+        }
+        // Fell out of the queue (our heartbeat lapsed, e.g. a frozen event loop): queue again.
+      }
+    } catch (error) {
+      outcome = error instanceof AcquireTimeoutError ? 'timeout' : signal?.aborted ? 'aborted' : 'error'
+      throw error
+    } finally {
+      group.remove(token)
+      if (outcome !== 'acquired' && queued) this.leaveQueue(token)
+      emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: Date.now() - started, outcome })
+    }
+  }
+
+  /** Resolves with a grant, or undefined when the waiter fell out of the queue; rejects on
+   * abort or timeout. */
+  private waitForChange(
+    waiter: Waiter,
+    signal: AbortSignal | undefined,
+    started: number,
+    timeoutMs: number,
+    setWake: (fn: () => void) => void,
+  ): Promise<Grant | undefined> {
+    return new Promise<Grant | undefined>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined
+      const done = () => {
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+        setWake(() => {})
+      }
+      const check = () => {
+        if (waiter.grant) {
+          done()
+          resolve(waiter.grant)
+        } else if (waiter.gone) {
+          done()
+          resolve(undefined)
+        }
+      }
+      const onAbort = () => {
+        done()
+        reject(signal?.reason)
+      }
+      setWake(check)
+      if (signal?.aborted) return onAbort()
+      signal?.addEventListener('abort', onAbort, { once: true })
+      if (Number.isFinite(timeoutMs)) {
+        const left = started + timeoutMs - Date.now()
+        timer = setTimeout(
+          () => {
+            done()
+            reject(new AcquireTimeoutError(this.space.name, Date.now() - started))
+          },
+          Math.max(0, left),
+        )
+      }
+      check()
+    })
+  }
+
+  /** Leave the queue after a timeout or abort. If a permit was handed to us meanwhile, this gives it
+   * back (the release script frees it and hands it on). A failure here is harmless: our heartbeat
+   * stops and the entry falls out within waiterTtlMs. */
+  private leaveQueue(token: string): void {
+    this.store.release(this.space, token, this.currentPermits).catch(() => {})
+  }
+
+  private request(token: string, enqueue: boolean, reentrant: boolean) {
+    return {
+      token,
+      ttlMs: this.ttlMs,
+      permits: this.currentPermits,
+      enqueue,
+      waiterTtlMs: this.waiterTtlMs,
+      reentrant,
+    }
+  }
+}

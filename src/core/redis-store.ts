@@ -1,0 +1,255 @@
+import { debuglog } from 'node:util'
+import { Cluster, Redis } from 'ioredis'
+import { ConfigError, StoreUnavailableError } from './errors.js'
+import type { KeySpace } from './keys.js'
+import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt } from './options.js'
+import { registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
+import {
+  type AcquireReply,
+  type AcquireRequest,
+  type Grant,
+  type PermitStats,
+  parseGrants,
+  type RecheckReply,
+  type ReleaseResult,
+  type RenewReply,
+  type Store,
+  type Unsubscribe,
+  type WaiterState,
+} from './store.js'
+
+const debug = debuglog('tollgate:store')
+
+export interface RedisStoreOptions {
+  /** Prefix of every key and channel. Must not contain braces (they would move the hash tag).
+   * @default 'tollgate' */
+  prefix?: string
+  /** A store call that takes longer fails with StoreUnavailableError, so no caller hangs because
+   * Redis hangs. A permit granted by a call that timed out is given back when its reply arrives.
+   * @default 2000 */
+  commandTimeoutMs?: number
+}
+
+const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
+
+const RELEASE_RESULTS: Record<number, ReleaseResult> = {
+  0: 'none',
+  1: 'freed',
+  2: 'decremented',
+  3: 'dequeued',
+}
+
+/**
+ * A store on Redis standalone or Redis Cluster. Pass the ioredis client you already have (it stays
+ * yours: `close()` does not quit it) or a `redis://` URL (then the store owns and closes the client).
+ */
+export function createRedisStore(client: Redis | Cluster | string, options?: RedisStoreOptions): Store {
+  isPlainObjectOrUndefined('options', options)
+  const config = { ...DEFAULTS, ...defined(options) }
+  const prefix = keyPrefix('prefix', config.prefix)
+  const commandTimeoutMs = positiveInt('commandTimeoutMs', config.commandTimeoutMs, 600_000)
+  let redis: Redis | Cluster
+  let owned = false
+  if (typeof client === 'string') {
+    if (!/^rediss?:\/\//.test(client))
+      throw new ConfigError('client', 'an ioredis client or a redis:// URL', client)
+    redis = new Redis(client, { lazyConnect: false })
+    owned = true
+  } else if (client instanceof Redis || client instanceof Cluster) {
+    redis = client
+  } else {
+    throw new ConfigError('client', 'an ioredis Redis or Cluster instance, or a redis:// URL', client)
+  }
+  registerScripts(redis)
+  return new RedisStore(redis, owned, prefix, commandTimeoutMs)
+}
+
+class RedisStore implements Store {
+  readonly kind = 'redis'
+  clockOffsetMs = 0
+  private readonly scripts: ScriptClient
+  private subscriber: Redis | Cluster | undefined
+  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
+  private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
+  private closed = false
+
+  constructor(
+    private readonly redis: Redis | Cluster,
+    private readonly owned: boolean,
+    readonly prefix: string,
+    private readonly commandTimeoutMs: number,
+  ) {
+    this.scripts = redis as unknown as ScriptClient
+  }
+
+  get notificationsHealthy(): boolean {
+    return this.subscriber?.status === 'ready'
+  }
+
+  async acquire(space: KeySpace, r: AcquireRequest): Promise<AcquireReply> {
+    const reply = (await this.call(
+      'tgPermitAcquire',
+      space,
+      [r.token, r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.reentrant ? 1 : 0],
+      // A grant whose reply came too late is handed straight back: nothing is lost.
+      (late) => {
+        if ((late as number[])[0] === 1 || (late as number[])[1] !== -1) {
+          this.release(space, r.token, r.permits).catch((error) => debug('late release failed: %o', error))
+        }
+      },
+    )) as number[]
+    const [granted, a, b, now] = reply as [number, number, number, number]
+    return granted === 1
+      ? { granted: true, fence: a, expiresAt: b, now }
+      : { granted: false, position: a, nextExpiry: b, now }
+  }
+
+  async release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult> {
+    const result = (await this.call('tgPermitRelease', space, [token, permits])) as number
+    return RELEASE_RESULTS[result] ?? 'none'
+  }
+
+  async renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
+    const [now, ...expiresAt] = (await this.call('tgPermitRenew', space, [ttlMs, ...tokens])) as number[]
+    return { now: now as number, expiresAt }
+  }
+
+  async recheck(
+    space: KeySpace,
+    permits: number,
+    waiterTtlMs: number,
+    tokens: readonly string[],
+  ): Promise<RecheckReply> {
+    const [now, nextExpiry, ...rows] = (await this.call('tgPermitRecheck', space, [
+      permits,
+      waiterTtlMs,
+      ...tokens,
+    ])) as [number, number, ...number[][]]
+    const states = rows.map((row): WaiterState => {
+      if (row[0] === 1) return { state: 'granted', fence: row[1] as number, expiresAt: row[2] as number }
+      if (row[0] === 0) return { state: 'queued', position: row[1] as number }
+      return { state: 'gone' }
+    })
+    return { now, nextExpiry, states }
+  }
+
+  async inspect(space: KeySpace): Promise<PermitStats> {
+    const [holders, queued] = (await this.call('tgPermitInspect', space, [])) as number[]
+    return { holders: holders as number, queued: queued as number }
+  }
+
+  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+    const channel = space.channel
+    let set = this.listeners.get(channel)
+    if (!set) {
+      set = new Set()
+      this.listeners.set(channel, set)
+    }
+    set.add(onGrant)
+    const unsubscribe = () => {
+      const current = this.listeners.get(channel)
+      if (!current?.delete(onGrant) || current.size > 0) return
+      this.listeners.delete(channel)
+      this.pendingSubscribe.delete(channel)
+      this.subscriber?.unsubscribe(channel).catch((error) => debug('unsubscribe failed: %o', error))
+    }
+    let pending = this.pendingSubscribe.get(channel)
+    if (!pending) {
+      pending = this.ensureSubscriber().subscribe(channel)
+      this.pendingSubscribe.set(channel, pending)
+    }
+    try {
+      await withTimeout(pending, this.commandTimeoutMs)
+    } catch (error) {
+      // Waiting degrades to backoff re-checks while the subscriber is down; it never fails an acquire.
+      this.pendingSubscribe.delete(channel)
+      debug('subscribe %s failed: %o', channel, error)
+    }
+    return unsubscribe
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    const subscriber = this.subscriber
+    this.subscriber = undefined
+    this.listeners.clear()
+    await Promise.allSettled([
+      subscriber ? quit(subscriber) : undefined,
+      this.owned ? quit(this.redis) : undefined,
+    ])
+  }
+
+  /** One subscriber connection per store, multiplexing every channel. On Cluster, PUBLISH from a
+   * script reaches every node, so one subscribed connection to any node hears all grants. */
+  private ensureSubscriber(): Redis | Cluster {
+    if (this.subscriber) return this.subscriber
+    const subscriber = this.redis.duplicate()
+    subscriber.on('error', (error: Error) => debug('subscriber error: %s', error.message))
+    subscriber.on('message', (channel: string, message: string) => {
+      const set = this.listeners.get(channel)
+      if (!set) return
+      for (const grant of parseGrants(message)) for (const listener of set) listener(grant)
+    })
+    this.subscriber = subscriber
+    return subscriber
+  }
+
+  private async call(
+    script: ScriptName,
+    space: KeySpace,
+    args: (string | number)[],
+    onLateReply?: (reply: unknown) => void,
+  ): Promise<unknown> {
+    if (this.closed) throw new StoreUnavailableError('The store is closed.')
+    const started = Date.now()
+    const pending = this.scripts[script](
+      space.key('h'),
+      space.key('q'),
+      space.key('w'),
+      space.key('m'),
+      space.channel,
+      ...args,
+    )
+    try {
+      const reply = await withTimeout(pending, this.commandTimeoutMs)
+      this.observeClock(script, reply, started)
+      return reply
+    } catch (error) {
+      if (error instanceof TimeoutError && onLateReply) pending.then(onLateReply, () => {})
+      else pending.catch(() => {})
+      throw new StoreUnavailableError(
+        error instanceof TimeoutError
+          ? `Redis did not answer ${script} for "${space.name}" within ${this.commandTimeoutMs} ms (option "commandTimeoutMs").`
+          : `Redis failed ${script} for "${space.name}": ${(error as Error).message}`,
+        { cause: error },
+      )
+    }
+  }
+
+  /** Every script reply carries the server's `now`: first for renew/recheck, last for the others. */
+  private observeClock(script: ScriptName, reply: unknown, started: number): void {
+    if (!Array.isArray(reply)) return
+    const now =
+      script === 'tgPermitRenew' || script === 'tgPermitRecheck' ? reply[0] : reply[reply.length - 1]
+    if (typeof now === 'number') this.clockOffsetMs = now - (started + Date.now()) / 2
+  }
+}
+
+class TimeoutError extends Error {}
+
+function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TimeoutError(`timed out after ${ms} ms`)), ms)
+  })
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer))
+}
+
+async function quit(client: Redis | Cluster): Promise<void> {
+  try {
+    await withTimeout(client.quit(), 1000)
+  } catch {
+    client.disconnect()
+  }
+}

@@ -1,0 +1,135 @@
+import { debuglog } from 'node:util'
+import type { PermitLease } from './lease.js'
+
+const debug = debuglog('tollgate:renewal')
+
+/** Renew at a third of the remaining lease (Redisson's watchdog rhythm). */
+const RENEW_FRACTION = 1 / 3
+/** Leases due within this window of each other go out in the same batch. */
+const BATCH_WINDOW_MS = 25
+const RETRY_MIN_MS = 50
+const RETRY_MAX_MS = 1000
+
+interface Entry {
+  dueAt: number
+  failures: number
+}
+
+/**
+ * One process-wide scheduler for every auto-renewed lease: one unref'd timer, batched calls (one
+ * store call renews all due leases of one name and ttl). A failing renewal is retried until the lease
+ * deadline, then the lease is declared lost. No timer callback ever throws.
+ */
+class RenewalScheduler {
+  private readonly entries = new Map<PermitLease, Entry>()
+  private timer: NodeJS.Timeout | undefined
+  private timerAt = Number.POSITIVE_INFINITY
+
+  add(lease: PermitLease): void {
+    this.entries.set(lease, { dueAt: dueAt(lease), failures: 0 })
+    this.arm()
+  }
+
+  delete(lease: PermitLease): void {
+    this.entries.delete(lease)
+    if (this.entries.size === 0 && this.timer) {
+      clearTimeout(this.timer)
+      this.timer = undefined
+      this.timerAt = Number.POSITIVE_INFINITY
+    }
+  }
+
+  get size(): number {
+    return this.entries.size
+  }
+
+  private arm(): void {
+    let next = Number.POSITIVE_INFINITY
+    for (const entry of this.entries.values()) next = Math.min(next, entry.dueAt)
+    if (next === Number.POSITIVE_INFINITY || next >= this.timerAt) return
+    if (this.timer) clearTimeout(this.timer)
+    this.timerAt = next
+    this.timer = setTimeout(() => this.fire(), Math.max(0, next - Date.now()))
+    this.timer.unref()
+  }
+
+  private fire(): void {
+    this.timer = undefined
+    this.timerAt = Number.POSITIVE_INFINITY
+    const now = Date.now()
+    const batches = new Map<string, PermitLease[]>()
+    for (const [lease, entry] of this.entries) {
+      if (entry.dueAt > now + BATCH_WINDOW_MS) continue
+      if (lease.localDeadline <= now) {
+        this.entries.delete(lease)
+        lease.lose('it expired before it could be renewed')
+        continue
+      }
+      entry.dueAt = Number.POSITIVE_INFINITY // in flight
+      const id = `${storeId(lease)}\n${lease.key}\n${lease.context.ttlMs}`
+      const batch = batches.get(id)
+      if (batch) batch.push(lease)
+      else batches.set(id, [lease])
+    }
+    for (const batch of batches.values()) void this.renewBatch(batch)
+    this.arm()
+  }
+
+  private async renewBatch(batch: PermitLease[]): Promise<void> {
+    const first = batch[0] as PermitLease
+    const { store, space, ttlMs } = first.context
+    try {
+      const reply = await store.renew(
+        space,
+        ttlMs,
+        batch.map((lease) => lease.token),
+      )
+      batch.forEach((lease, i) => {
+        const entry = this.entries.get(lease)
+        if (!entry) return // released meanwhile
+        lease.applyRenewal(reply.now, reply.expiresAt[i] ?? 0)
+        entry.failures = 0
+        if (lease.active) entry.dueAt = dueAt(lease)
+      })
+    } catch (error) {
+      debug('renewal of %s failed: %o', first.name, error)
+      const now = Date.now()
+      for (const lease of batch) {
+        const entry = this.entries.get(lease)
+        if (!entry) continue
+        entry.failures++
+        const retryIn = Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** entry.failures)
+        if (now + retryIn >= lease.localDeadline) {
+          // One last try right before the deadline; after it, the lease is lost.
+          entry.dueAt = Math.max(now, lease.localDeadline - 2 * RETRY_MIN_MS)
+          if (entry.dueAt <= now) {
+            this.entries.delete(lease)
+            lease.lose('renewal kept failing until the lease expired', error)
+          }
+        } else {
+          entry.dueAt = now + retryIn
+        }
+      }
+    }
+    this.arm()
+  }
+}
+
+function dueAt(lease: PermitLease): number {
+  const now = Date.now()
+  return now + Math.max(10, (lease.localDeadline - now) * RENEW_FRACTION)
+}
+
+const storeIds = new WeakMap<object, number>()
+let nextStoreId = 0
+export function storeId(lease: { context: { store: object } }): number {
+  const store = lease.context.store
+  let id = storeIds.get(store)
+  if (id === undefined) {
+    id = nextStoreId++
+    storeIds.set(store, id)
+  }
+  return id
+}
+
+export const renewals = new RenewalScheduler()

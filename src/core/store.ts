@@ -1,0 +1,90 @@
+import type { KeySpace } from './keys.js'
+
+/**
+ * What a primitive asks of a store. Both stores implement the same fair permit set (see
+ * lua/lib/permits.lua): the Redis store with Lua scripts, the memory store in-process (G11).
+ * Times are epoch milliseconds on the store's clock (the Redis server's, G9).
+ */
+export interface Store {
+  readonly kind: 'redis' | 'memory'
+  /** Key prefix (default `tollgate`). */
+  readonly prefix: string
+  /** Store clock minus local clock, ms, as last observed; used only to schedule timers locally. */
+  readonly clockOffsetMs: number
+  /** True while wake-up notifications are being delivered; waiters poll with backoff otherwise. */
+  readonly notificationsHealthy: boolean
+
+  acquire(space: KeySpace, request: AcquireRequest): Promise<AcquireReply>
+  release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult>
+  renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  recheck(
+    space: KeySpace,
+    permits: number,
+    waiterTtlMs: number,
+    tokens: readonly string[],
+  ): Promise<RecheckReply>
+  inspect(space: KeySpace): Promise<PermitStats>
+  /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
+  subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
+  /** Stop background work (subscriber connection). Never closes a client the user passed in. */
+  close(): Promise<void>
+}
+
+export type Unsubscribe = () => void
+
+export interface AcquireRequest {
+  token: string
+  ttlMs: number
+  permits: number
+  /** false = tryAcquire: never join the queue. */
+  enqueue: boolean
+  waiterTtlMs: number
+  /** Remember the fencing token so that re-entry by the same token returns it. */
+  reentrant: boolean
+}
+
+export type AcquireReply =
+  | { granted: true; fence: number; expiresAt: number; now: number }
+  /** position: 0-based place in the queue, -1 when not queued (try mode); nextExpiry: 0 = no holder. */
+  | { granted: false; position: number; nextExpiry: number; now: number }
+
+/** 'freed' the permit, 'decremented' a reentry count, 'dequeued' a waiter, or found 'none'. */
+export type ReleaseResult = 'freed' | 'decremented' | 'dequeued' | 'none'
+
+export interface RenewReply {
+  now: number
+  /** New expiry per token, 0 where the token no longer holds a permit. */
+  expiresAt: number[]
+}
+
+export interface Grant {
+  token: string
+  fence: number
+  expiresAt: number
+}
+
+export type WaiterState =
+  | { state: 'granted'; fence: number; expiresAt: number }
+  | { state: 'queued'; position: number }
+  | { state: 'gone' }
+
+export interface RecheckReply {
+  now: number
+  nextExpiry: number
+  states: WaiterState[]
+}
+
+export interface PermitStats {
+  holders: number
+  queued: number
+}
+
+export function parseGrants(message: string): Grant[] {
+  const grants: Grant[] = []
+  for (const line of message.split('\n')) {
+    const [token, fence, expiresAt] = line.split(' ')
+    if (token && fence && expiresAt)
+      grants.push({ token, fence: Number(fence), expiresAt: Number(expiresAt) })
+  }
+  return grants
+}

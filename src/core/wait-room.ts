@@ -1,0 +1,178 @@
+import { debuglog } from 'node:util'
+import type { KeySpace } from './keys.js'
+import type { Grant, Store, Unsubscribe } from './store.js'
+
+const debug = debuglog('tollgate:wait')
+
+/** While notifications are down, waiters re-check with this backoff instead (G10 fallback). */
+const BACKOFF_MIN_MS = 25
+const BACKOFF_MAX_MS = 1000
+/** An idle group keeps its subscription this long, so bursts of contention do not churn SUBSCRIBE. */
+const LINGER_MS = 5000
+/** A lease that just expired on the server is re-checked this long after its expiry. */
+const EXPIRY_SLACK_MS = 2
+
+/** A local waiter: settled by a grant (message or re-check) or told that it fell out of the queue. */
+export interface Waiter {
+  readonly token: string
+  grant: Grant | undefined
+  gone: boolean
+  /** Called whenever grant or gone changes. */
+  wake: () => void
+}
+
+/**
+ * The waiters of one name in this process. One subscription, one timer and one batched re-check
+ * call per name, whatever the number of local waiters: a blocked waiter costs ~0 commands (G10).
+ * The timer fires at the earliest of: the current holders' lease expiry (a lost wake-up is caught
+ * there), the waiters' heartbeat interval, or a backoff while notifications are down.
+ */
+export class WaitGroup {
+  readonly waiters = new Map<string, Waiter>()
+  /** Resolves once grants published from now on will reach us. */
+  readonly subscribed: Promise<void>
+  isSubscribed = false
+  private unsubscribe: Unsubscribe | undefined
+  private timer: NodeJS.Timeout | undefined
+  private timerAt = Number.POSITIVE_INFINITY
+  private nextExpiryLocal = 0
+  private backoffMs = BACKOFF_MIN_MS
+  private checking = false
+  private linger: NodeJS.Timeout | undefined
+  permits = 1
+  waiterTtlMs = 10_000
+
+  constructor(
+    private readonly store: Store,
+    private readonly space: KeySpace,
+    private readonly dispose: () => void,
+  ) {
+    this.subscribed = store
+      .subscribe(space, (grant) => this.onGrant(grant))
+      .then((unsubscribe) => {
+        this.unsubscribe = unsubscribe
+        this.isSubscribed = true
+        if (this.waiters.size === 0) this.idle()
+      })
+  }
+
+  add(waiter: Waiter): void {
+    clearTimeout(this.linger)
+    this.linger = undefined
+    this.waiters.set(waiter.token, waiter)
+  }
+
+  remove(token: string): void {
+    if (this.waiters.delete(token) && this.waiters.size === 0) this.idle()
+  }
+
+  private idle(): void {
+    if (this.timer) clearTimeout(this.timer)
+    this.timer = undefined
+    this.timerAt = Number.POSITIVE_INFINITY
+    clearTimeout(this.linger)
+    this.linger = setTimeout(() => this.close(), LINGER_MS).unref()
+  }
+
+  /** The store said when the current holders' leases end (store clock, 0 = none). */
+  hint(nextExpiry: number, storeNow: number): void {
+    this.nextExpiryLocal = nextExpiry > 0 ? Date.now() + (nextExpiry - storeNow) + EXPIRY_SLACK_MS : 0
+    this.schedule()
+  }
+
+  /** Re-check as soon as possible (e.g. right after the subscription became active). */
+  recheckSoon(): void {
+    this.arm(Date.now())
+  }
+
+  private onGrant(grant: Grant): void {
+    const waiter = this.waiters.get(grant.token)
+    if (!waiter || waiter.grant) return
+    waiter.grant = grant
+    waiter.wake()
+  }
+
+  private schedule(): void {
+    if (this.waiters.size === 0) return
+    const now = Date.now()
+    let at = now + this.waiterTtlMs / 3
+    if (this.nextExpiryLocal > 0) at = Math.min(at, this.nextExpiryLocal)
+    if (!this.store.notificationsHealthy || !this.isSubscribed) {
+      at = Math.min(at, now + this.backoffMs)
+      this.backoffMs = Math.min(BACKOFF_MAX_MS, this.backoffMs * 2)
+    } else {
+      this.backoffMs = BACKOFF_MIN_MS
+    }
+    this.arm(at)
+  }
+
+  private arm(at: number): void {
+    if (this.timer && at >= this.timerAt) return
+    if (this.timer) clearTimeout(this.timer)
+    this.timerAt = at
+    this.timer = setTimeout(() => void this.recheck(), Math.max(0, at - Date.now()))
+  }
+
+  private async recheck(): Promise<void> {
+    this.timer = undefined
+    this.timerAt = Number.POSITIVE_INFINITY
+    if (this.checking || this.waiters.size === 0) return
+    this.checking = true
+    const batch = [...this.waiters.values()].filter((w) => !w.grant && !w.gone)
+    try {
+      if (batch.length > 0) {
+        const tokens = batch.map((w) => w.token)
+        const reply = await this.store.recheck(this.space, this.permits, this.waiterTtlMs, tokens)
+        reply.states.forEach((state, i) => {
+          const waiter = batch[i] as Waiter
+          if (waiter.grant || waiter.gone) return
+          if (state.state === 'granted') {
+            waiter.grant = { token: waiter.token, fence: state.fence, expiresAt: state.expiresAt }
+            waiter.wake()
+          } else if (state.state === 'gone') {
+            waiter.gone = true
+            waiter.wake()
+          }
+        })
+        this.nextExpiryLocal =
+          reply.nextExpiry > 0 ? Date.now() + (reply.nextExpiry - reply.now) + EXPIRY_SLACK_MS : 0
+      }
+    } catch (error) {
+      // The store is down: keep waiting (the caller's timeout still applies) and try again later.
+      debug('re-check of %s failed: %o', this.space.name, error)
+      this.nextExpiryLocal = 0
+      this.backoffMs = Math.min(BACKOFF_MAX_MS, this.backoffMs * 2)
+      this.arm(Date.now() + this.backoffMs)
+    } finally {
+      this.checking = false
+    }
+    this.schedule()
+  }
+
+  private close(): void {
+    if (this.waiters.size > 0 || !this.isSubscribed) return
+    this.unsubscribe?.()
+    this.unsubscribe = undefined
+    this.dispose()
+  }
+}
+
+const rooms = new WeakMap<Store, Map<string, WaitGroup>>()
+
+/** The wait group of a name in this process, created (and subscribed) on first use. */
+export function waitGroup(store: Store, space: KeySpace): WaitGroup {
+  let room = rooms.get(store)
+  if (!room) {
+    room = new Map()
+    rooms.set(store, room)
+  }
+  let group = room.get(space.channel)
+  if (!group) {
+    const created: WaitGroup = new WaitGroup(store, space, () => {
+      if (room?.get(space.channel) === created) room.delete(space.channel)
+    })
+    group = created
+    room.set(space.channel, group)
+  }
+  return group
+}

@@ -1,0 +1,104 @@
+import { AsyncLocalStorage } from 'node:async_hooks'
+import { createHash } from 'node:crypto'
+import { debuglog } from 'node:util'
+import type { Lease } from '../core/lease.js'
+import { nonEmptyString } from '../core/options.js'
+import { type AcquireOptions, newToken, PermitClient } from '../core/permits.js'
+import { storeId } from '../core/renewal.js'
+import type { Store } from '../core/store.js'
+import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
+
+const debug = debuglog('tollgate:mutex')
+
+export type { AcquireOptions } from '../core/permits.js'
+export type MutexOptions = LockOptions
+
+export interface Mutex {
+  readonly name: string
+  /** Wait for the lock (FIFO across processes). Rejects with AcquireTimeoutError after `timeoutMs`
+   * or with the signal's reason; either way nothing is left in the queue. */
+  acquire(options?: AcquireOptions): Promise<Lease>
+  /** Take the lock only if it is free and nobody queues for it; contention is not an error. */
+  tryAcquire(): Promise<Lease | undefined>
+  /** Run `fn` holding the lock and always release it; `fn`'s own error is never masked. */
+  withLease<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+}
+
+/**
+ * A distributed mutex: one holder at a time (G1), a dead holder's lease expires on the store's clock
+ * (G2), waiters are served in FIFO order across processes (G5).
+ */
+export function createMutex(store: Store, name: string, options?: MutexOptions): Mutex {
+  const client = new PermitClient(lockSettings('mutex', store, name, options), 1)
+  return {
+    name,
+    acquire: (opts) => {
+      checkAcquireOptions(opts)
+      return client.acquire(newToken(), false, opts)
+    },
+    tryAcquire: () => client.tryAcquire(newToken(), false),
+    withLease: async (fn, opts) => {
+      checkAcquireOptions(opts)
+      return runHolding(await client.acquire(newToken(), false, opts), fn)
+    },
+  }
+}
+
+export interface ReentrantMutexOptions extends LockOptions {
+  /** A fixed owner identity (e.g. a job id): every acquire with the same owner re-enters. Without it,
+   * the owner is the async call chain of `withLease`: nested calls re-enter, unrelated concurrent
+   * calls in the same process exclude each other. */
+  owner?: string
+}
+
+// owner scope of the current async call chain: lock identity -> owner token.
+const scopes = new AsyncLocalStorage<ReadonlyMap<string, string>>()
+
+/**
+ * A reentrant mutex (seed 002's owner -> count hash, kept in the permit set): the same owner may
+ * acquire again and must release as often. Acquire N times, release N times frees it.
+ */
+export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
+  const { owner, ...lockOptions } = options ?? {}
+  const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1)
+  const fixedToken = owner === undefined ? undefined : ownerToken(nonEmptyString('owner', owner, 1024))
+  const identity = `${storeId({ context: { store } })}\n${client.space.base}`
+  const tokenInScope = () => fixedToken ?? scopes.getStore()?.get(identity) ?? newToken()
+
+  return {
+    name,
+    acquire: (opts) => {
+      checkAcquireOptions(opts)
+      return client.acquire(tokenInScope(), true, opts)
+    },
+    tryAcquire: () => client.tryAcquire(tokenInScope(), true),
+    withLease: async (fn, opts) => {
+      checkAcquireOptions(opts)
+      const lease = await client.acquire(tokenInScope(), true, opts)
+      const outer = scopes.getStore()
+      if (outer?.get(identity) === lease.token) return runHolding(lease, fn)
+      const scope = new Map(outer)
+      scope.set(identity, lease.token)
+      return scopes.run(scope, () => runHolding(lease, fn))
+    },
+  }
+}
+
+/** Owner names go into tokens, which must stay free of spaces and newlines (grant message format). */
+function ownerToken(owner: string): string {
+  return `o.${createHash('sha256').update(owner, 'utf8').digest('base64url')}`
+}
+
+/** Run fn with the lease and release it afterwards. A release failure after fn succeeded is reported
+ * through the lease's events only: the work is done and the lease expires on its own. */
+export async function runHolding<T>(lease: Lease, fn: (lease: Lease) => T | Promise<T>): Promise<T> {
+  let result: T
+  try {
+    result = await fn(lease)
+  } catch (error) {
+    await lease.release().catch((releaseError) => debug('release after failure failed: %o', releaseError))
+    throw error
+  }
+  await lease.release().catch((releaseError) => debug('release failed: %o', releaseError))
+  return result
+}
