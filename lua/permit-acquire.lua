@@ -1,11 +1,11 @@
 -- lua/permit-acquire.lua: take a permit now, or join the FIFO queue.
--- KEYS  H Q W M (see lib/permits.lua)
+-- KEYS  H Q W M P (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] lease ttl ms  ARGV[4] permits
 -- ARGV[5] mode: 0 = try (never queue), 1 = queue when no permit is free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] 1 = remember the fencing token for re-entry
 -- Returns {1, fence, expiresAt, now} when the caller holds a permit (re-entry adds one to its count),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode).
-local token, ttl, permits = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local token, ttl, permits = ARGV[2], tonumber(ARGV[3]), limit(ARGV[4])
 local mode, waiter_ttl, keep_fence = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
 
 purge()
@@ -48,7 +48,9 @@ if rank == false then
 end
 local beat = NOW + waiter_ttl
 redis.call('ZADD', W, beat, token)
-redis.call('HSET', M, 't:' .. token, ttl)
+-- A permit handed to this waiter later starts with at most its heartbeat ttl: a live waiter renews it
+-- to the full ttl; a waiter that died in the queue gives it back within waiter_ttl, not ttl.
+redis.call('HSET', M, 't:' .. token, math.min(ttl, waiter_ttl))
 expire_at_least(Q, beat)
 expire_at_least(W, beat)
 expire_at_least(M, beat)

@@ -1,10 +1,10 @@
 -- lua/permit-recheck.lua: one process's batched heartbeat for its waiters on one name, and the
 -- fallback for a lost wake-up: purges the dead, hands out free permits, reports each token's state.
--- KEYS  H Q W M (see lib/permits.lua)
+-- KEYS  H Q W M P (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms  ARGV[4..] tokens
 -- Returns {now, nextExpiry, then per token: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted: the caller must queue again)}
-local permits, waiter_ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
 purge()
 admit(permits)
 local beat = NOW + waiter_ttl

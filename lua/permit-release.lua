@@ -1,10 +1,10 @@
 -- lua/permit-release.lua: give a permit back (or leave the queue) and hand freed permits on.
--- KEYS  H Q W M (see lib/permits.lua)
+-- KEYS  H Q W M P (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] permits
 -- Returns 1 when the token's permit was freed, 2 when only a reentry count was dropped,
 --         3 when the token was waiting and left the queue, 0 when the token had nothing (already
 --         released or expired: never another owner's permit, G3).
-local token, permits = ARGV[2], tonumber(ARGV[3])
+local token, permits = ARGV[2], limit(ARGV[3])
 
 purge()
 local result = 0

@@ -1,5 +1,5 @@
 -- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
--- KEYS  H Q W M (see lib/permits.lua)
+-- KEYS  H Q W M P (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] tokens
 -- Returns {now, expiresAt per token}; 0 for a token that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])

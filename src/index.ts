@@ -21,3 +21,4 @@ export {
   type ReentrantMutexOptions,
 } from './primitives/mutex.js'
 export type { LockOptions } from './primitives/options.js'
+export { createSemaphore, type Semaphore, type SemaphoreOptions } from './primitives/semaphore.js'

@@ -9,15 +9,23 @@
 --   KEYS[4] M  HASH  f = last fencing token; n = last ticket; t:<tok> = waiter's lease ttl;
 --                    g:<tok> = fencing token of a holder (reentrant or handed-off grants);
 --                    c:<tok> = reentry count (absent = 1)
+--   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
+--                    permits. The one key that persists while idle: it is configuration, not state.
 -- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the set is deleted
 -- when nothing is held or queued, so idle names leave no keys behind.
-local H, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local H, Q, W, M, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local CHANNEL = ARGV[1]
 
 local clock = redis.call('TIME')
 local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+-- The permits in force: the run-time override when one is set, else the caller's.
+local function limit(requested)
+  local stored = redis.call('GET', P)
+  return stored and tonumber(stored) or tonumber(requested)
+end
 
 local function int(n)
   return string.format('%.0f', n)
@@ -91,9 +99,22 @@ local function next_expiry()
   return first[2] and tonumber(first[2]) or 0
 end
 
--- Delete the metadata once nothing is held or queued (H, Q and W delete themselves when empty).
+-- After a release or dequeue: delete the metadata once nothing is held or queued (H, Q and W delete
+-- themselves when empty), else pull every key's expiry in to the last deadline it still guards, so a
+-- name whose remaining leases simply run out leaves no key behind a moment later.
 local function settle()
   if redis.call('EXISTS', H, Q) == 0 then
     redis.call('DEL', M, W)
+    return
   end
+  local last_h = redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]
+  local last_w = redis.call('ZRANGE', W, -1, -1, 'WITHSCORES')[2]
+  local h_at = last_h and tonumber(last_h) or 0
+  local w_at = last_w and tonumber(last_w) or 0
+  if h_at > 0 then redis.call('PEXPIREAT', H, int(h_at)) end
+  if w_at > 0 then
+    redis.call('PEXPIREAT', Q, int(w_at))
+    redis.call('PEXPIREAT', W, int(w_at))
+  end
+  redis.call('PEXPIREAT', M, int(math.max(h_at, w_at)))
 end

@@ -41,8 +41,8 @@ export class LeaseLostError extends TollgateError {
 export class ConfigError extends TollgateError {
   readonly option: string
 
-  constructor(option: string, expected: string, received?: unknown) {
-    const got = arguments.length > 2 ? ` (received ${describe(received)})` : ''
+  constructor(option: string, expected: string, ...received: [unknown?]) {
+    const got = received.length > 0 ? ` (received ${describe(received[0])})` : ''
     super('ERR_TOLLGATE_CONFIG', `Invalid option "${option}": expected ${expected}${got}.`)
     this.option = option
   }

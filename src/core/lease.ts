@@ -48,6 +48,8 @@ export class PermitLease implements Lease {
   private readonly controller = new AbortController()
   private releasing: Promise<void> | undefined
   private renewing: Promise<void> | undefined
+  /** Without auto-renewal, the signal still aborts when the lease runs out. */
+  private expiryTimer: NodeJS.Timeout | undefined
 
   constructor(
     readonly context: LeaseContext,
@@ -60,6 +62,15 @@ export class PermitLease implements Lease {
     this.expiresAt = expiresAt
     this.localDeadline = expiresAt - context.store.clockOffsetMs
     if (context.autoRenew) renewals.add(this)
+    else this.armExpiry()
+  }
+
+  private armExpiry(): void {
+    clearTimeout(this.expiryTimer)
+    this.expiryTimer = setTimeout(
+      () => this.lose('it expired without renewal'),
+      Math.max(0, this.localDeadline - Date.now()),
+    ).unref()
   }
 
   get signal(): AbortSignal {
@@ -90,16 +101,18 @@ export class PermitLease implements Lease {
     }
     this.expiresAt = expiresAt
     this.localDeadline = Date.now() + (expiresAt - now)
+    if (!this.context.autoRenew) this.armExpiry()
     emit('renew', { name: this.name, kind: this.context.kind })
   }
 
   release(): Promise<void> {
     if (!this.releasing) {
       renewals.delete(this)
+      clearTimeout(this.expiryTimer)
       this.releasing = (async () => {
         await this.renewing
-        // A lost lease has nothing to give back; the release script would find nothing anyway.
-        if (this.controller.signal.aborted) return
+        // Also for a lease we consider lost: the script frees it only if this token still holds it
+        // (G3), which gives a permit back early when only our renewals, not the lease, had failed.
         await this.context.store.release(this.context.space, this.token, this.context.permits())
         emit('release', { name: this.name, kind: this.context.kind })
       })()
@@ -115,6 +128,7 @@ export class PermitLease implements Lease {
   lose(reason: string, cause?: unknown): void {
     if (this.controller.signal.aborted) return
     renewals.delete(this)
+    clearTimeout(this.expiryTimer)
     const error = new LeaseLostError(this.name, reason, cause === undefined ? undefined : { cause })
     debug('lost %s: %s', this.name, reason)
     this.controller.abort(error)

@@ -55,6 +55,8 @@ class MemoryStore implements Store {
   readonly clockOffsetMs = 0
   readonly notificationsHealthy = true
   private readonly sets = new Map<string, PermitSet>()
+  /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
+  private readonly limits = new Map<string, number>()
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
   // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
   private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
@@ -70,16 +72,18 @@ class MemoryStore implements Store {
       held.expiresAt = Math.max(held.expiresAt, now + r.ttlMs)
       return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now }
     }
-    const mine = this.admit(space, set, r.permits, now).get(r.token)
+    const permits = this.limit(space, r.permits)
+    const mine = this.admit(space, set, permits, now).get(r.token)
     if (mine) return { granted: true, fence: mine.fence, expiresAt: mine.expiresAt, now }
     const queued = set.queue.get(r.token)
-    if (!queued && set.holders.size + set.queue.size < r.permits) {
+    if (!queued && set.holders.size + set.queue.size < permits) {
       const holder = { expiresAt: now + r.ttlMs, fence: nextFence(set), count: 1 }
       set.holders.set(r.token, holder)
       return { granted: true, fence: holder.fence, expiresAt: holder.expiresAt, now }
     }
     if (!queued && !r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
-    set.queue.set(r.token, { heartbeat: now + r.waiterTtlMs, ttlMs: r.ttlMs })
+    // As in Lua: a permit handed over later starts with at most the heartbeat ttl, renewed from there.
+    set.queue.set(r.token, { heartbeat: now + r.waiterTtlMs, ttlMs: Math.min(r.ttlMs, r.waiterTtlMs) })
     return { granted: false, position: rank(set, r.token), nextExpiry: nextExpiry(set), now }
   }
 
@@ -98,7 +102,7 @@ class MemoryStore implements Store {
     } else if (set.queue.delete(token)) {
       result = 'dequeued'
     }
-    this.admit(space, set, permits, now)
+    this.admit(space, set, this.limit(space, permits), now)
     this.settle(space, set)
     return result
   }
@@ -123,7 +127,7 @@ class MemoryStore implements Store {
   ): Promise<RecheckReply> {
     const now = nowMs()
     const set = this.open(space, now)
-    this.admit(space, set, permits, now)
+    this.admit(space, set, this.limit(space, permits), now)
     const states = tokens.map((token): WaiterState => {
       const held = set.holders.get(token)
       if (held) return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
@@ -140,12 +144,29 @@ class MemoryStore implements Store {
   async inspect(space: KeySpace): Promise<PermitStats> {
     const now = nowMs()
     const set = this.sets.get(space.base)
-    if (!set) return { holders: 0, queued: 0 }
+    const limit = this.limits.get(space.base)
+    if (!set) return { holders: 0, queued: 0, limit }
     let holders = 0
     let queued = 0
     for (const h of set.holders.values()) if (h.expiresAt > now) holders++
     for (const w of set.queue.values()) if (w.heartbeat > now) queued++
-    return { holders, queued }
+    return { holders, queued, limit }
+  }
+
+  async setLimit(space: KeySpace, permits: number | undefined): Promise<void> {
+    if (permits === undefined) {
+      this.limits.delete(space.base)
+      return
+    }
+    this.limits.set(space.base, permits)
+    const now = nowMs()
+    const set = this.open(space, now)
+    this.admit(space, set, permits, now)
+    this.settle(space, set)
+  }
+
+  private limit(space: KeySpace, requested: number): number {
+    return this.limits.get(space.base) ?? requested
   }
 
   async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {

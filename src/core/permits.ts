@@ -112,8 +112,12 @@ export class PermitClient implements LeaseContext {
           wake = fn
         })
         if (grant) {
+          const lease = new PermitLease(this, token, grant.fence, grant.expiresAt)
+          // A handed-over permit starts with at most waiterTtlMs; auto-renewal stretches it on its own
+          // schedule, otherwise stretch it to the full ttlMs now.
+          if (!this.autoRenew) await lease.renew()
           outcome = 'acquired'
-          return new PermitLease(this, token, grant.fence, grant.expiresAt)
+          return lease
         }
         // Fell out of the queue (our heartbeat lapsed, e.g. a frozen event loop): queue again.
       }

@@ -134,8 +134,12 @@ class RedisStore implements Store {
   }
 
   async inspect(space: KeySpace): Promise<PermitStats> {
-    const [holders, queued] = (await this.call('tgPermitInspect', space, [])) as number[]
-    return { holders: holders as number, queued: queued as number }
+    const [holders, queued, limit] = (await this.call('tgPermitInspect', space, [])) as number[]
+    return { holders: holders as number, queued: queued as number, limit: limit || undefined }
+  }
+
+  async setLimit(space: KeySpace, permits: number | undefined): Promise<void> {
+    await this.call('tgPermitSetLimit', space, [permits ?? 0])
   }
 
   async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
@@ -208,6 +212,7 @@ class RedisStore implements Store {
       space.key('q'),
       space.key('w'),
       space.key('m'),
+      space.key('p'),
       space.channel,
       ...args,
     )

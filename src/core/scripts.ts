@@ -6,11 +6,12 @@ const LUA_DIR = new URL('../../lua/', import.meta.url)
 /** Every script we register: command name -> file. Files under lua/ that start with `permit-` get the
  * shared prelude lua/lib/permits.lua (it declares their KEYS and helpers). */
 export const SCRIPTS = {
-  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 4 },
-  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 4 },
-  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 4 },
-  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 4 },
-  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 4 },
+  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 5 },
+  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 5 },
+  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 5 },
+  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 5 },
+  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 5 },
+  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 5 },
 } as const
 
 export type ScriptName = keyof typeof SCRIPTS

@@ -24,6 +24,9 @@ export interface Store {
     tokens: readonly string[],
   ): Promise<RecheckReply>
   inspect(space: KeySpace): Promise<PermitStats>
+  /** Set (or with undefined, drop) the run-time permits of a name for every process. Raising admits
+   * waiters at once; lowering never evicts a holder. */
+  setLimit(space: KeySpace, permits: number | undefined): Promise<void>
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
   subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
   /** Stop background work (subscriber connection). Never closes a client the user passed in. */
@@ -75,8 +78,12 @@ export interface RecheckReply {
 }
 
 export interface PermitStats {
+  /** Live leases. */
   holders: number
+  /** Live waiters in the queue (across all processes). */
   queued: number
+  /** The run-time permits set with setPermits(), if any. */
+  limit: number | undefined
 }
 
 export function parseGrants(message: string): Grant[] {

@@ -1,0 +1,16 @@
+-- lua/permit-set-limit.lua: change the permits of a name at run time, for every process.
+-- KEYS  H Q W M P (see lib/permits.lua)
+-- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
+-- Raising the limit admits queued waiters at once; lowering it never evicts a holder, it only stops
+-- admissions until the holders drain below the new limit.
+-- Returns {holders, now}
+local permits = tonumber(ARGV[2])
+if permits > 0 then
+  redis.call('SET', P, permits)
+else
+  redis.call('DEL', P)
+end
+purge()
+if permits > 0 then admit(permits) end
+settle()
+return { redis.call('ZCARD', H), NOW }

@@ -1,0 +1,69 @@
+import { ConfigError } from '../core/errors.js'
+import type { Lease } from '../core/lease.js'
+import { positiveInt } from '../core/options.js'
+import { type AcquireOptions, newToken, PermitClient } from '../core/permits.js'
+import type { PermitStats, Store } from '../core/store.js'
+import { runHolding } from './mutex.js'
+import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
+
+/** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
+const MAX_PERMITS = 1_000_000
+
+export interface SemaphoreOptions extends LockOptions {
+  /** How many leases may be held at once across every process (G1). */
+  permits: number
+}
+
+export interface Semaphore {
+  readonly name: string
+  /** The permits this instance asks for (a run-time override set by setPermits() wins in the store). */
+  readonly permits: number
+  /** Wait for a permit in the fair FIFO queue (G5). Rejects with AcquireTimeoutError after
+   * `timeoutMs` or with the signal's reason; either way nothing is left in the queue. */
+  acquire(options?: AcquireOptions): Promise<Lease>
+  /** Take a permit only if one is free and nobody queues ahead; contention is not an error. */
+  tryAcquire(): Promise<Lease | undefined>
+  /** Run `fn` holding a permit and always release it; `fn`'s own error is never masked. */
+  withLease<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+  /** Change the permits of this name for every process sharing the store. Raising admits waiters at
+   * once; lowering never evicts a holder, it stops admissions until holders drain below it. */
+  setPermits(permits: number): Promise<void>
+  /** Live holders and queue length of this name (one store call, no scan), and the override if set. */
+  stats(): Promise<PermitStats>
+}
+
+/**
+ * A fair distributed counting semaphore: at most `permits` live leases across every process (G1),
+ * dead holders expire on the store's clock (G2), waiters are admitted in global FIFO order and a dead
+ * waiter falls out by its own heartbeat (G5). An uncontended acquire is one script call and a release
+ * is one; a release hands its permit straight to the next waiter and notifies it (G10).
+ */
+export function createSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigError('permits', 'an options object with "permits"', options)
+  }
+  const { permits, ...lockOptions } = options
+  positiveInt('permits', permits, MAX_PERMITS)
+  const client = new PermitClient(lockSettings('sem', store, name, lockOptions), permits)
+  return {
+    name,
+    get permits() {
+      return client.permits()
+    },
+    acquire: (opts) => {
+      checkAcquireOptions(opts)
+      return client.acquire(newToken(), false, opts)
+    },
+    tryAcquire: () => client.tryAcquire(newToken(), false),
+    withLease: async (fn, opts) => {
+      checkAcquireOptions(opts)
+      return runHolding(await client.acquire(newToken(), false, opts), fn)
+    },
+    setPermits: async (next) => {
+      positiveInt('permits', next, MAX_PERMITS)
+      client.setPermits(next)
+      await store.setLimit(client.space, next)
+    },
+    stats: () => store.inspect(client.space),
+  }
+}

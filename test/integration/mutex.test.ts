@@ -1,0 +1,345 @@
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
+import { describe, expect, it } from 'vitest'
+import { keySpace } from '../../src/core/keys.js'
+import {
+  AcquireTimeoutError,
+  ConfigError,
+  createMutex,
+  createReentrantMutex,
+  type LeaseEvent,
+  LeaseLostError,
+} from '../../src/index.js'
+import { contend, memoryChecker, redisChecker } from '../fixtures/contend.js'
+import { type ChildHandle, spawnChild } from '../helpers/child.js'
+import { describeStores, eventually, keysUnder, REDIS_KINDS, sleep } from '../helpers/contract.js'
+import { connectStandalone } from '../helpers/redis.js'
+
+const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
+
+async function startWorker(): Promise<ChildHandle> {
+  const child = spawnChild(WORKER)
+  await child.waitFor('ready', 15_000)
+  return child
+}
+
+describeStores('mutex', (fx, kind) => {
+  it('admits one holder at a time across 50 contenders, several connections and processes', async () => {
+    const { store, prefix } = fx()
+    const name = 'exclusive'
+    const durationMs = 3000
+    if (kind === 'memory') {
+      const checker = memoryChecker()
+      const result = await contend([createMutex(store, name)], checker, {
+        contenders: 50,
+        durationMs,
+        maxHoldMs: 2,
+      })
+      expect(result.violations).toBe(0)
+      expect(result.maxInside).toBe(1)
+      expect(Math.min(...result.perContender)).toBeGreaterThan(0)
+      expect(checker.fences).toEqual([...checker.fences].sort((a, b) => a - b))
+      expect(new Set(checker.fences).size).toBe(checker.fences.length)
+      return
+    }
+    const checkerKey = `${prefix}:checker`
+    const workers = await Promise.all([startWorker(), startWorker()])
+    const request = {
+      type: 'contend',
+      kind,
+      prefix,
+      name,
+      connections: 2,
+      contenders: 20,
+      durationMs,
+      maxHoldMs: 2,
+      checkerKey,
+    }
+    for (const w of workers) w.send(request)
+    // This process: 10 contenders over 1 connection (2 + 2 + 1 = 5 connections, 3 processes, 50 contenders).
+    const local = contend(
+      [createMutex(store, name, { acquireTimeoutMs: Number.POSITIVE_INFINITY })],
+      redisChecker(connectStandalone(), checkerKey),
+      {
+        contenders: 10,
+        durationMs,
+        maxHoldMs: 2,
+      },
+    )
+    const results = [
+      await local,
+      ...(await Promise.all(workers.map((w) => w.waitFor('contended', 60_000)))),
+    ] as unknown as {
+      violations: number
+      maxInside: number
+      perContender: number[]
+    }[]
+    expect(results.map((r) => r.violations)).toEqual([0, 0, 0])
+    expect(Math.max(...results.map((r) => r.maxInside))).toBe(1)
+    expect(Math.min(...results.flatMap((r) => r.perContender))).toBeGreaterThan(0)
+    // Fencing tokens, logged in the order holders entered, strictly increase across processes (G7).
+    const fences = (await connectStandalone().lrange(`${checkerKey}:fences`, 0, -1)).map(Number)
+    expect(fences.length).toBe(results.reduce((n, r) => n + r.perContender.reduce((a, b) => a + b, 0), 0))
+    for (let i = 1; i < fences.length; i++) expect(fences[i]).toBeGreaterThan(fences[i - 1] as number)
+  }, 60_000)
+
+  it('lets another process take over within TTL + tolerance after the holder is SIGKILLed', async () => {
+    if (kind === 'memory') return // no second process shares a memory store
+    const { store, prefix } = fx()
+    const child = await startWorker()
+    child.send({ type: 'acquire', kind, prefix, name: 'crash', ttlMs: 1000, id: 'victim' })
+    await child.waitFor('acquired')
+    const mutex = createMutex(store, 'crash', { ttlMs: 1000 })
+    expect(await mutex.tryAcquire()).toBeUndefined()
+    child.kill('SIGKILL')
+    await child.exited
+    const killedAt = Date.now()
+    const lease = await mutex.acquire({ timeoutMs: 5000 })
+    const waited = Date.now() - killedAt
+    expect(waited).toBeLessThan(1000 + 400)
+    await lease.release()
+  })
+
+  it("never lets an expired owner release or renew the next owner's lease, and aborts its signal", async () => {
+    const { store } = fx()
+    const mutex = createMutex(store, 'expired', { ttlMs: 200, autoRenew: false })
+    const first = await mutex.acquire()
+    await sleep(300)
+    const second = await mutex.acquire({ timeoutMs: 1000 })
+    expect(second.fencingToken).toBeGreaterThan(first.fencingToken)
+    await expect(first.renew()).rejects.toBeInstanceOf(LeaseLostError)
+    expect(first.signal.aborted).toBe(true)
+    expect(first.signal.reason).toBeInstanceOf(LeaseLostError)
+    expect((first.signal.reason as LeaseLostError).code).toBe('ERR_TOLLGATE_LEASE_LOST')
+    await first.release()
+    expect(await mutex.tryAcquire()).toBeUndefined() // still held by second
+    expect(second.signal.aborted).toBe(false)
+    await second.renew()
+    await second.release()
+    const third = await mutex.tryAcquire()
+    expect(third).toBeDefined()
+    await third?.release()
+  })
+
+  it('keeps a lease alive past 3 x TTL by auto-renewal', async () => {
+    const { store } = fx()
+    const mutex = createMutex(store, 'renewed', { ttlMs: 300 })
+    const lease = await mutex.acquire()
+    const firstExpiry = lease.expiresAt
+    await sleep(1000)
+    expect(lease.signal.aborted).toBe(false)
+    expect(await createMutex(fx().another(), 'renewed').tryAcquire()).toBeUndefined()
+    expect(lease.expiresAt).toBeGreaterThan(firstExpiry + 500)
+    await lease.release()
+  })
+
+  it('aborts the signal, emits tollgate:lost and calls onLost when renewal finds another owner', async () => {
+    const { store, client } = fx()
+    const lostEvents: LeaseEvent[] = []
+    const onEvent = (event: unknown) => lostEvents.push(event as LeaseEvent)
+    subscribe('tollgate:lost', onEvent)
+    try {
+      const onLostCalls: LeaseLostError[] = []
+      const mutex = createMutex(store, 'stolen', { ttlMs: 300, onLost: (error) => onLostCalls.push(error) })
+      const lease = await mutex.acquire()
+      // Simulate the lease running out behind our back (e.g. a Redis failover lost it) and a new owner.
+      if (client) {
+        const space = keySpace(fx().prefix, 'mutex', 'stolen')
+        await client.del(space.key('h'))
+      } else {
+        await (store as unknown as { sets: Map<string, unknown> }).sets.clear()
+      }
+      const thief = await createMutex(fx().another(), 'stolen', { ttlMs: 5000 }).acquire({ timeoutMs: 1000 })
+      await eventually(() => lease.signal.aborted, 2000)
+      expect(lease.signal.reason).toBeInstanceOf(LeaseLostError)
+      expect(onLostCalls).toHaveLength(1)
+      expect(lostEvents.some((e) => e.name === 'stolen' && e.kind === 'mutex')).toBe(true)
+      await lease.release() // must not free the thief's lease
+      expect(await mutex.tryAcquire()).toBeUndefined()
+      await thief.release()
+    } finally {
+      unsubscribe('tollgate:lost', onEvent)
+    }
+  })
+
+  it('serves waiters in FIFO order', async () => {
+    const { store, prefix } = fx()
+    const holder = await createMutex(store, 'fifo').acquire()
+    const order: string[] = []
+    const waits: Promise<void>[] = []
+    const stats = () => store.inspect(keySpace(prefix, 'mutex', 'fifo'))
+    for (let i = 0; i < 6; i++) {
+      const id = `w${i}`
+      const mutex = createMutex(i % 2 ? fx().another() : store, 'fifo')
+      waits.push(
+        mutex.acquire({ timeoutMs: 10_000 }).then(async (lease) => {
+          order.push(id)
+          await sleep(5)
+          await lease.release()
+        }),
+      )
+      await eventually(async () => (await stats()).queued === i + 1)
+    }
+    await holder.release()
+    await Promise.all(waits)
+    expect(order).toEqual(['w0', 'w1', 'w2', 'w3', 'w4', 'w5'])
+  })
+
+  it('leaves nothing in the queue when a waiter aborts or times out', async () => {
+    const { store, prefix, client } = fx()
+    const space = keySpace(prefix, 'mutex', 'abort')
+    const mutex = createMutex(store, 'abort')
+    const holder = await mutex.acquire()
+    const controller = new AbortController()
+    const aborted = mutex.acquire({ signal: controller.signal })
+    const timedOut = mutex.acquire({ timeoutMs: 150 })
+    await eventually(async () => (await store.inspect(space)).queued === 2)
+    controller.abort(new Error('client went away'))
+    await expect(aborted).rejects.toThrow('client went away')
+    await expect(timedOut).rejects.toBeInstanceOf(AcquireTimeoutError)
+    await eventually(async () => (await store.inspect(space)).queued === 0, 2000)
+    await holder.release()
+    if (client) await eventually(async () => (await keysUnder(client, prefix)).length === 0, 2000)
+  })
+
+  it('works with hostile names (braces, 10 kB, unicode, CRLF) and keeps each name in one slot', async () => {
+    const { store, prefix, client } = fx()
+    const names = ['{a}', 'x}{y', '}', '{', `${'n'.repeat(10_240)}`, 'tenant-ü-🚦', 'a\r\nb', '%7B', ' ']
+    for (const name of names) {
+      const mutex = createMutex(store, name)
+      const lease = await mutex.acquire({ timeoutMs: 2000 })
+      expect(lease.name).toBe(name)
+      expect(await mutex.tryAcquire()).toBeUndefined()
+      if (client) {
+        const keys = await keysUnder(client, prefix)
+        expect(keys.length).toBeGreaterThan(0)
+        expect(Math.max(...keys.map((k) => k.length))).toBeLessThan(400)
+      }
+      await lease.release()
+    }
+    // '{' and '%7B' are different names: they must not share a lock.
+    const a = await createMutex(store, '{').acquire()
+    const b = await createMutex(store, '%7B').tryAcquire()
+    expect(b).toBeDefined()
+    await Promise.all([a.release(), b?.release()])
+  })
+})
+
+describeStores('reentrant mutex', (fx) => {
+  it('re-enters in one async chain (3 deep) and frees only after the third release', async () => {
+    const { store } = fx()
+    const mutex = createReentrantMutex(store, 're')
+    // An explicit owner is a different owner whatever async scope the probe runs in.
+    const probe = () => createReentrantMutex(fx().another(), 're', { owner: 'probe' }).tryAcquire()
+    await mutex.withLease(async (outer) => {
+      await mutex.withLease(async (middle) => {
+        await mutex.withLease(async (inner) => {
+          expect(new Set([outer.token, middle.token, inner.token]).size).toBe(1)
+          expect(inner.fencingToken).toBe(outer.fencingToken)
+        })
+        expect(await probe()).toBeUndefined() // count 2 left
+      })
+      expect(await probe()).toBeUndefined() // count 1 left
+    })
+    const after = await probe()
+    expect(after).toBeDefined()
+    await after?.release()
+  })
+
+  it('excludes two concurrent chains in one process', async () => {
+    const { store } = fx()
+    const mutex = createReentrantMutex(store, 'chains')
+    const checker = memoryChecker()
+    let violations = 0
+    await Promise.all(
+      Array.from({ length: 8 }, () =>
+        (async () => {
+          for (let i = 0; i < 10; i++) {
+            await mutex.withLease(async (lease) => {
+              if ((await checker.enter(lease.fencingToken)) > 1) violations++
+              await sleep(1)
+              await mutex.withLease(async () => {}) // nested re-entry inside the chain
+              await checker.leave()
+            })
+          }
+        })(),
+      ),
+    )
+    expect(violations).toBe(0)
+  })
+
+  it('re-enters for an explicit owner across separate calls', async () => {
+    const { store } = fx()
+    const a = createReentrantMutex(store, 'owned', { owner: 'job-7' })
+    const first = await a.acquire()
+    const second = await a.acquire({ timeoutMs: 100 })
+    expect(second.fencingToken).toBe(first.fencingToken)
+    expect(await createReentrantMutex(store, 'owned', { owner: 'job-8' }).tryAcquire()).toBeUndefined()
+    await second.release()
+    expect(await createReentrantMutex(store, 'owned', { owner: 'job-8' }).tryAcquire()).toBeUndefined()
+    await first.release()
+    const free = await createReentrantMutex(store, 'owned', { owner: 'job-8' }).tryAcquire()
+    expect(free).toBeDefined()
+    await free?.release()
+  })
+})
+
+describeStores(
+  'mutex across processes',
+  (fx, kind) => {
+    it('admits waiters from several processes in the order they queued', async () => {
+      const { store, prefix } = fx()
+      const space = keySpace(prefix, 'mutex', 'xfifo')
+      const orderKey = `${prefix}:order`
+      const holder = await createMutex(store, 'xfifo').acquire()
+      const workers = await Promise.all([startWorker(), startWorker()])
+      const ids = ['p0', 'p1', 'p2', 'p3']
+      for (let i = 0; i < ids.length; i++) {
+        ;(workers[i % 2] as ChildHandle).send({
+          type: 'acquire',
+          kind,
+          prefix,
+          name: 'xfifo',
+          id: ids[i],
+          orderKey,
+        })
+        await eventually(async () => (await store.inspect(space)).queued === i + 1)
+      }
+      await holder.release()
+      for (let i = 0; i < ids.length; i++) {
+        const worker = workers[i % 2] as ChildHandle
+        await worker.waitFor('acquired')
+        worker.send({ type: 'release', id: ids[i] })
+        await worker.waitFor('released')
+      }
+      expect(await connectStandalone().lrange(orderKey, 0, -1)).toEqual(ids)
+    })
+  },
+  REDIS_KINDS,
+)
+
+describe('mutex options', () => {
+  it.each([
+    [{ ttlMs: 0 }, 'ttlMs'],
+    [{ ttlMs: -5 }, 'ttlMs'],
+    [{ ttlMs: Number.NaN }, 'ttlMs'],
+    [{ ttlMs: 1.5 }, 'ttlMs'],
+    [{ waiterTtlMs: 10 }, 'waiterTtlMs'],
+    [{ acquireTimeoutMs: -1 }, 'acquireTimeoutMs'],
+    [{ autoRenew: 'yes' }, 'autoRenew'],
+  ])('rejects %o with a ConfigError naming %s', async (options, option) => {
+    const { createMemoryStore } = await import('../../src/index.js')
+    const store = createMemoryStore()
+    expect(() => createMutex(store, 'x', options as never)).toThrow(ConfigError)
+    expect(() => createMutex(store, 'x', options as never)).toThrow(`"${option}"`)
+    await store.close()
+  })
+
+  it('rejects an empty name and a missing store', async () => {
+    const { createMemoryStore } = await import('../../src/index.js')
+    const store = createMemoryStore()
+    expect(() => createMutex(store, '')).toThrow('"name"')
+    expect(() => createMutex(undefined as never, 'x')).toThrow('"store"')
+    expect(() => createReentrantMutex(store, 'x', { owner: '' })).toThrow('"owner"')
+    await store.close()
+  })
+})

@@ -1,0 +1,57 @@
+// G10: a blocked waiter costs ~0 Redis commands per second. Counted with INFO commandstats on private
+// servers (the shared ones see other test files' traffic), so the count is exact.
+import { Cluster, Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { keySpace } from '../../src/core/keys.js'
+import { createMutex, createRedisStore, type Lease } from '../../src/index.js'
+import { eventually, sleep } from '../helpers/contract.js'
+import { commandCount } from '../helpers/redis.js'
+import {
+  type RedisClusterHandle,
+  type RedisServerHandle,
+  startCluster,
+  startRedisServer,
+} from '../helpers/redis-server.js'
+
+const WAITERS = 20
+const WAIT_MS = 2000
+
+let server: RedisServerHandle
+let cluster: RedisClusterHandle
+const clients: (Redis | Cluster)[] = []
+
+beforeAll(async () => {
+  ;[server, cluster] = await Promise.all([startRedisServer(), startCluster(3)])
+})
+afterAll(async () => {
+  for (const c of clients) c.disconnect()
+  await Promise.all([server?.stop(), cluster?.stop()])
+})
+
+describe.each(['standalone', 'cluster'] as const)('waiting cost [%s]', (kind) => {
+  it(`${WAITERS} waiters blocked for ${WAIT_MS} ms add fewer than ${WAITERS} commands`, async () => {
+    const connect = () => {
+      const client = kind === 'standalone' ? new Redis(server.port, server.host) : new Cluster(cluster.nodes)
+      clients.push(client)
+      return client
+    }
+    const counter = connect() // INFO only; commandCount excludes INFO itself
+    const store = createRedisStore(connect(), { prefix: 'cost' })
+    const holderStore = createRedisStore(connect(), { prefix: 'cost' })
+    const holder: Lease = await createMutex(holderStore, kind).acquire()
+    const waits = Array.from({ length: WAITERS }, () =>
+      createMutex(store, kind)
+        .acquire({ timeoutMs: 30_000 })
+        .then((lease) => lease.release()),
+    )
+    await eventually(async () => (await store.inspect(keySpace('cost', 'mutex', kind))).queued === WAITERS)
+    await sleep(50) // let the subscription's race-closing re-check finish before counting
+    const before = await commandCount(counter)
+    await sleep(WAIT_MS)
+    const during = (await commandCount(counter)) - before
+    expect(during).toBeLessThan(WAITERS)
+    await holder.release()
+    await Promise.all(waits)
+    await Promise.all([store.close(), holderStore.close()])
+  })
+})
