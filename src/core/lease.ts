@@ -3,7 +3,7 @@ import { LeaseLostError } from './errors.js'
 import { emit } from './events.js'
 import type { KeySpace } from './keys.js'
 import { renewals } from './renewal.js'
-import type { Store } from './store.js'
+import type { RenewReply, Store } from './store.js'
 
 const debug = debuglog('tollgate:lease')
 
@@ -28,15 +28,18 @@ export interface Lease extends AsyncDisposable {
   release(): Promise<void>
 }
 
-/** What a lease needs from the primitive that created it. */
+/** What a lease needs from the primitive that created it: how to renew and release its token. */
 export interface LeaseContext {
   readonly store: Store
   readonly space: KeySpace
   readonly kind: string
   readonly ttlMs: number
   readonly autoRenew: boolean
-  permits(): number
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
+  /** Renew tokens of this primitive in one store call (the scheduler batches per context and ttl). */
+  renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  /** Give a token's hold back; must be a no-op for a token that no longer holds (G3). */
+  releaseToken(token: string): Promise<unknown>
 }
 
 export class PermitLease implements Lease {
@@ -84,7 +87,7 @@ export class PermitLease implements Lease {
   renew(ttlMs = this.context.ttlMs): Promise<void> {
     if (this.controller.signal.aborted) return Promise.reject(this.controller.signal.reason)
     const run = async () => {
-      const reply = await this.context.store.renew(this.context.space, ttlMs, [this.token])
+      const reply = await this.context.renewTokens(ttlMs, [this.token])
       this.applyRenewal(reply.now, reply.expiresAt[0] ?? 0)
       if (this.controller.signal.aborted) throw this.controller.signal.reason
     }
@@ -113,7 +116,7 @@ export class PermitLease implements Lease {
         await this.renewing
         // Also for a lease we consider lost: the script frees it only if this token still holds it
         // (G3), which gives a permit back early when only our renewals, not the lease, had failed.
-        await this.context.store.release(this.context.space, this.token, this.context.permits())
+        await this.context.releaseToken(this.token)
         emit('release', { name: this.name, kind: this.context.kind })
       })()
     }

@@ -62,6 +62,14 @@ export class PermitClient implements LeaseContext {
     return this.currentPermits
   }
 
+  renewTokens(ttlMs: number, tokens: readonly string[]) {
+    return this.store.renew(this.space, ttlMs, tokens)
+  }
+
+  releaseToken(token: string) {
+    return this.store.release(this.space, token, this.currentPermits)
+  }
+
   setPermits(permits: number): void {
     this.currentPermits = permits
   }

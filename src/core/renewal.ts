@@ -1,5 +1,5 @@
 import { debuglog } from 'node:util'
-import type { PermitLease } from './lease.js'
+import type { LeaseContext, PermitLease } from './lease.js'
 
 const debug = debuglog('tollgate:renewal')
 
@@ -57,7 +57,7 @@ class RenewalScheduler {
     this.timer = undefined
     this.timerAt = Number.POSITIVE_INFINITY
     const now = Date.now()
-    const batches = new Map<string, PermitLease[]>()
+    const batches = new Map<LeaseContext, Map<number, PermitLease[]>>()
     for (const [lease, entry] of this.entries) {
       if (entry.dueAt > now + BATCH_WINDOW_MS) continue
       if (lease.localDeadline <= now) {
@@ -66,22 +66,24 @@ class RenewalScheduler {
         continue
       }
       entry.dueAt = Number.POSITIVE_INFINITY // in flight
-      const id = `${storeId(lease)}\n${lease.key}\n${lease.context.ttlMs}`
-      const batch = batches.get(id)
+      let byTtl = batches.get(lease.context)
+      if (!byTtl) {
+        byTtl = new Map()
+        batches.set(lease.context, byTtl)
+      }
+      const batch = byTtl.get(lease.context.ttlMs)
       if (batch) batch.push(lease)
-      else batches.set(id, [lease])
+      else byTtl.set(lease.context.ttlMs, [lease])
     }
-    for (const batch of batches.values()) void this.renewBatch(batch)
+    for (const byTtl of batches.values()) for (const batch of byTtl.values()) void this.renewBatch(batch)
     this.arm()
   }
 
   private async renewBatch(batch: PermitLease[]): Promise<void> {
     const first = batch[0] as PermitLease
-    const { store, space, ttlMs } = first.context
     try {
-      const reply = await store.renew(
-        space,
-        ttlMs,
+      const reply = await first.context.renewTokens(
+        first.context.ttlMs,
         batch.map((lease) => lease.token),
       )
       batch.forEach((lease, i) => {
@@ -118,18 +120,6 @@ class RenewalScheduler {
 function dueAt(lease: PermitLease): number {
   const now = Date.now()
   return now + Math.max(10, (lease.localDeadline - now) * RENEW_FRACTION)
-}
-
-const storeIds = new WeakMap<object, number>()
-let nextStoreId = 0
-export function storeId(lease: { context: { store: object } }): number {
-  const store = lease.context.store
-  let id = storeIds.get(store)
-  if (id === undefined) {
-    id = nextStoreId++
-    storeIds.set(store, id)
-  }
-  return id
 }
 
 export const renewals = new RenewalScheduler()

@@ -4,7 +4,6 @@ import { debuglog } from 'node:util'
 import type { Lease } from '../core/lease.js'
 import { nonEmptyString } from '../core/options.js'
 import { type AcquireOptions, newToken, PermitClient } from '../core/permits.js'
-import { storeId } from '../core/renewal.js'
 import type { Store } from '../core/store.js'
 import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
 
@@ -62,7 +61,7 @@ export function createReentrantMutex(store: Store, name: string, options?: Reent
   const { owner, ...lockOptions } = options ?? {}
   const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1)
   const fixedToken = owner === undefined ? undefined : ownerToken(nonEmptyString('owner', owner, 1024))
-  const identity = `${storeId({ context: { store } })}\n${client.space.base}`
+  const identity = `${storeId(store)}\n${client.space.base}`
   const tokenInScope = () => fixedToken ?? scopes.getStore()?.get(identity) ?? newToken()
 
   return {
@@ -82,6 +81,18 @@ export function createReentrantMutex(store: Store, name: string, options?: Reent
       return scopes.run(scope, () => runHolding(lease, fn))
     },
   }
+}
+
+const storeIds = new WeakMap<Store, number>()
+let nextStoreId = 0
+/** Reentrancy scopes are per lock identity: the same name on two stores is two locks. */
+function storeId(store: Store): number {
+  let id = storeIds.get(store)
+  if (id === undefined) {
+    id = nextStoreId++
+    storeIds.set(store, id)
+  }
+  return id
 }
 
 /** Owner names go into tokens, which must stay free of spaces and newlines (grant message format). */
