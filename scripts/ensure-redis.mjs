@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Makes sure redis-server (>= 7) and redis-cli are on PATH before tests or benchmarks run.
 // On CI (root with apt-get) it installs them; elsewhere it fails with one clear line. It never skips.
+/* global process */
 import { execFileSync, spawnSync } from 'node:child_process'
 import { accessSync, constants } from 'node:fs'
 import path from 'node:path'
@@ -14,7 +15,9 @@ function onPath(name) {
     try {
       accessSync(path.join(dir, name), constants.X_OK)
       return true
-    } catch {}
+    } catch {
+      // not in this directory
+    }
   }
   return false
 }

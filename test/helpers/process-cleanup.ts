@@ -10,7 +10,9 @@ function runAll(): void {
     tasks.delete(task)
     try {
       task()
-    } catch {}
+    } catch {
+      // best effort: one failing task must not stop the others
+    }
   }
 }
 
