@@ -3,7 +3,7 @@ import { AcquireTimeoutError, type LeaseLostError } from './errors.js'
 import { emit } from './events.js'
 import type { KeySpace } from './keys.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
-import type { Grant, Store } from './store.js'
+import type { AcquireReply, Grant, RecheckReply, ReleaseResult, RenewReply, Store } from './store.js'
 import { type Waiter, waitGroup } from './wait-room.js'
 
 export interface AcquireOptions {
@@ -31,11 +31,10 @@ export function newToken(): string {
 }
 
 /**
- * The client side of one fair permit set: take a permit at once or wait for it in the global FIFO
- * queue, with wake-ups by notification (G5, G10). Mutex, reentrant mutex and semaphore are thin
- * layers over it.
+ * The client side of a fair queue in the store: take a hold at once or wait for it in the global FIFO
+ * queue, with wake-ups by notification (G5, G10). Subclasses say which scripts do the work.
  */
-export class PermitClient implements LeaseContext {
+export abstract class LockClient implements LeaseContext {
   readonly store: Store
   readonly space: KeySpace
   readonly kind: string
@@ -44,9 +43,8 @@ export class PermitClient implements LeaseContext {
   readonly waiterTtlMs: number
   readonly acquireTimeoutMs: number
   readonly onLost: PermitSettings['onLost']
-  private currentPermits: number
 
-  constructor(settings: PermitSettings, permits: number) {
+  constructor(settings: PermitSettings) {
     this.store = settings.store
     this.space = settings.space
     this.kind = settings.kind
@@ -55,27 +53,18 @@ export class PermitClient implements LeaseContext {
     this.waiterTtlMs = settings.waiterTtlMs
     this.acquireTimeoutMs = settings.acquireTimeoutMs
     this.onLost = settings.onLost
-    this.currentPermits = permits
   }
 
-  permits(): number {
-    return this.currentPermits
-  }
-
-  renewTokens(ttlMs: number, tokens: readonly string[]) {
-    return this.store.renew(this.space, ttlMs, tokens)
-  }
-
-  releaseToken(token: string) {
-    return this.store.release(this.space, token, this.currentPermits)
-  }
-
-  setPermits(permits: number): void {
-    this.currentPermits = permits
-  }
+  /** Take a hold for `token` now, or (enqueue) join the queue. */
+  protected abstract attempt(token: string, enqueue: boolean, reentrant: boolean): Promise<AcquireReply>
+  /** Batched heartbeat + state of this process's waiting tokens. */
+  protected abstract recheckTokens(tokens: readonly string[]): Promise<RecheckReply>
+  abstract renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  /** Release a hold or leave the queue; a no-op for a token that has neither (G3). */
+  abstract releaseToken(token: string): Promise<unknown>
 
   async tryAcquire(token: string, reentrant: boolean): Promise<Lease | undefined> {
-    const reply = await this.store.acquire(this.space, this.request(token, false, reentrant))
+    const reply = await this.attempt(token, false, reentrant)
     if (!reply.granted) {
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'busy' })
       return undefined
@@ -90,7 +79,7 @@ export class PermitClient implements LeaseContext {
     signal?.throwIfAborted()
     const started = Date.now()
     const group = waitGroup(this.store, this.space)
-    group.permits = this.currentPermits
+    group.recheckTokens = (tokens) => this.recheckTokens(tokens)
     group.waiterTtlMs = this.waiterTtlMs
     const subscribedBefore = group.isSubscribed
     // Registered before the first call, so a grant that overtakes our own reply is not missed.
@@ -101,7 +90,7 @@ export class PermitClient implements LeaseContext {
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
     try {
       for (;;) {
-        const reply = await this.store.acquire(this.space, this.request(token, true, reentrant))
+        const reply = await this.attempt(token, true, reentrant)
         if (reply.granted) {
           const lease = new PermitLease(this, token, reply.fence, reply.expiresAt)
           // Aborted while the call was in flight: the caller is gone, so the permit goes straight back.
@@ -189,7 +178,41 @@ export class PermitClient implements LeaseContext {
    * back (the release script frees it and hands it on). A failure here is harmless: our heartbeat
    * stops and the entry falls out within waiterTtlMs. */
   private leaveQueue(token: string): void {
-    this.store.release(this.space, token, this.currentPermits).catch(() => {})
+    this.releaseToken(token).catch(() => {})
+  }
+}
+
+/** The fair permit set (lua/permit-*.lua): mutex, reentrant mutex and semaphore. */
+export class PermitClient extends LockClient {
+  private currentPermits: number
+
+  constructor(settings: PermitSettings, permits: number) {
+    super(settings)
+    this.currentPermits = permits
+  }
+
+  permits(): number {
+    return this.currentPermits
+  }
+
+  setPermits(permits: number): void {
+    this.currentPermits = permits
+  }
+
+  protected attempt(token: string, enqueue: boolean, reentrant: boolean): Promise<AcquireReply> {
+    return this.store.acquire(this.space, this.request(token, enqueue, reentrant))
+  }
+
+  protected recheckTokens(tokens: readonly string[]): Promise<RecheckReply> {
+    return this.store.recheck(this.space, this.currentPermits, this.waiterTtlMs, tokens)
+  }
+
+  renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
+    return this.store.renew(this.space, ttlMs, tokens)
+  }
+
+  releaseToken(token: string): Promise<ReleaseResult> {
+    return this.store.release(this.space, token, this.currentPermits)
   }
 
   private request(token: string, enqueue: boolean, reentrant: boolean) {

@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
 import type { KeySpace } from './keys.js'
-import type { Grant, Store, Unsubscribe } from './store.js'
+import type { Grant, RecheckReply, Store, Unsubscribe } from './store.js'
 
 const debug = debuglog('tollgate:wait')
 
@@ -39,8 +39,11 @@ export class WaitGroup {
   private backoffMs = BACKOFF_MIN_MS
   private checking = false
   private linger: NodeJS.Timeout | undefined
-  permits = 1
   waiterTtlMs = 10_000
+  /** One batched call that heart-beats these tokens and reports their state (set by the primitive). */
+  recheckTokens: (tokens: readonly string[]) => Promise<RecheckReply> = async () => {
+    throw new Error('no re-check set for this wait group')
+  }
 
   constructor(
     private readonly store: Store,
@@ -122,7 +125,7 @@ export class WaitGroup {
     try {
       if (batch.length > 0) {
         const tokens = batch.map((w) => w.token)
-        const reply = await this.store.recheck(this.space, this.permits, this.waiterTtlMs, tokens)
+        const reply = await this.recheckTokens(tokens)
         reply.states.forEach((state, i) => {
           const waiter = batch[i] as Waiter
           if (waiter.grant || waiter.gone) return
