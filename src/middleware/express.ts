@@ -1,5 +1,123 @@
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import {
+  type Admission,
+  normalizeKey,
+  type SemaphoreMiddlewareOptions,
+  semaphoreAdmission,
+  type TollgateInfo,
+} from './shared.js'
+
+export type {
+  AdmissionCounters,
+  CommonOptions,
+  Logger,
+  OnLost,
+  Rejection,
+  RejectReason,
+  SemaphoreMiddlewareOptions,
+  TollgateInfo,
+} from './shared.js'
+export { DEFAULT_BUCKET, normalizeKey } from './shared.js'
+
+/** The parts of an Express request Tollgate reads (Express 4 and 5 both fit). */
+export interface ExpressLikeRequest extends IncomingMessage {
+  ip?: string | undefined
+  path?: string
+  baseUrl?: string
+  route?: { path?: unknown } | undefined
+  get?(name: string): string | undefined
+  tollgate?: TollgateInfo
+}
+type Next = (error?: unknown) => void
+export type ExpressMiddleware = ((req: ExpressLikeRequest, res: ServerResponse, next: Next) => void) & {
+  /** Live counters of this middleware (admitted, rejected by reason, in flight, queued, ...). */
+  readonly counters: Admission<ExpressLikeRequest>['counters']
+}
+
+declare module 'node:http' {
+  interface IncomingMessage {
+    /** Set by Tollgate's middleware on admitted (or passed) requests. */
+    tollgate?: TollgateInfo
+  }
+}
+
 /**
- * Placeholder: the express middleware arrives with its own issue. Importing `tollgate/express` works today
- * so the exports map can be relied on; it exports nothing yet.
+ * Cap the requests in flight: `app.use(semaphore(10))`, or per bucket with `key`. A request takes a
+ * permit at once or waits up to `maxWaitMs`; the permit covers the whole response and is released
+ * exactly once when the response closes (finish, client abort, error, timeout).
  */
-export {}
+export function semaphore(
+  options: number | SemaphoreMiddlewareOptions<ExpressLikeRequest>,
+): ExpressMiddleware {
+  return expressAdapter(semaphoreAdmission(options))
+}
+
+/** The adapter shared by semaphore() and rwlock(): all admission logic lives in shared.ts. */
+export function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddleware {
+  const middleware = (req: ExpressLikeRequest, res: ServerResponse, next: Next): void => {
+    // Attached before any await: a client that leaves while queued aborts the wait, and a response that
+    // closes releases its permit exactly once.
+    const gone = new AbortController()
+    let held: TollgateInfo | undefined
+    res.once('close', () => {
+      gone.abort(new Error('response closed'))
+      if (held) admission.release(held)
+      held = undefined
+    })
+    admission.admit(req, gone.signal).then(
+      (result) => {
+        if (result.outcome === 'rejected') {
+          if (res.headersSent || gone.signal.aborted) return
+          admission.config.onRejected?.(req, result.rejection)
+          if (res.headersSent || res.writableEnded) return
+          const { status, headers, body } = admission.rejectionResponse(result.rejection)
+          res.writeHead(status, headers)
+          res.end(body)
+          return
+        }
+        const { info, left } = result
+        if (gone.signal.aborted) {
+          admission.release(info)
+          return
+        }
+        held = info
+        const lease = info.lease
+        if (lease) {
+          lease.signal.addEventListener('abort', () => {
+            if (admission.lost(info, lease.signal.reason as Error) && !res.writableFinished) res.destroy()
+          })
+        }
+        req.tollgate = info
+        for (const [name, value] of Object.entries(admission.policyHeaders(info.name, info.permits, left))) {
+          if (!res.headersSent) res.setHeader(name, value)
+        }
+        next()
+      },
+      () => {
+        // Only a client that left gets here (admit answers everything else): nothing to send.
+      },
+    )
+  }
+  return Object.assign(middleware, { counters: admission.counters })
+}
+
+/** Bucket by the matched route pattern (`/docs/:id`, not the raw URL): mount the middleware on the
+ * route (`app.get('/docs/:id', semaphore({ permits: 5, key: byRoute() }), handler)`). Requests without
+ * a matched route share the bucket 'unmatched'. */
+export function byRoute(): (req: ExpressLikeRequest) => string {
+  return (req) => {
+    const pattern = req.route?.path
+    return typeof pattern === 'string' ? `${req.method} ${req.baseUrl ?? ''}${pattern}` : 'unmatched'
+  }
+}
+
+/** Bucket by a request header, e.g. `byHeader('x-tenant-id')`; missing or empty -> the '-' bucket. */
+export function byHeader(name: string): (req: ExpressLikeRequest) => string {
+  const header = name.toLowerCase()
+  return (req) => normalizeKey(req.headers[header])
+}
+
+/** Bucket by client IP; honours Express's `trust proxy` setting through `req.ip`. */
+export function byIp(): (req: ExpressLikeRequest) => string {
+  return (req) => normalizeKey(req.ip ?? req.socket.remoteAddress)
+}
