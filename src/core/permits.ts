@@ -122,7 +122,7 @@ export abstract class LockClient implements LeaseContext {
       outcome = error instanceof AcquireTimeoutError ? 'timeout' : signal?.aborted ? 'aborted' : 'error'
       throw error
     } finally {
-      group.remove(token)
+      group.remove(waiter)
       if (outcome !== 'acquired' && queued) this.leaveQueue(token)
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: Date.now() - started, outcome })
     }

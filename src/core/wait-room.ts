@@ -59,14 +59,19 @@ export class WaitGroup {
       })
   }
 
+  /** Register a waiter. The first waiter of a token keeps its slot: a concurrent acquire by the same
+   * owner (an immediate re-entry, or a second wait the store refuses) never takes it over. */
   add(waiter: Waiter): void {
     clearTimeout(this.linger)
     this.linger = undefined
-    this.waiters.set(waiter.token, waiter)
+    if (!this.waiters.has(waiter.token)) this.waiters.set(waiter.token, waiter)
   }
 
-  remove(token: string): void {
-    if (this.waiters.delete(token) && this.waiters.size === 0) this.idle()
+  /** Unregister a waiter; a no-op for a waiter that never got its token's slot. */
+  remove(waiter: Waiter): void {
+    if (this.waiters.get(waiter.token) !== waiter) return
+    this.waiters.delete(waiter.token)
+    if (this.waiters.size === 0) this.idle()
   }
 
   private idle(): void {

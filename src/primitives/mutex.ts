@@ -1,11 +1,9 @@
-import { AsyncLocalStorage } from 'node:async_hooks'
-import { createHash } from 'node:crypto'
 import { debuglog } from 'node:util'
 import type { Lease } from '../core/lease.js'
-import { nonEmptyString } from '../core/options.js'
 import { type AcquireOptions, newToken, PermitClient } from '../core/permits.js'
 import type { Store } from '../core/store.js'
 import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
+import { ownerScope } from './owner-scope.js'
 
 const debug = debuglog('tollgate:mutex')
 
@@ -50,9 +48,6 @@ export interface ReentrantMutexOptions extends LockOptions {
   owner?: string
 }
 
-// owner scope of the current async call chain: lock identity -> owner token.
-const scopes = new AsyncLocalStorage<ReadonlyMap<string, string>>()
-
 /**
  * A reentrant mutex (seed 002's owner -> count hash, kept in the permit set): the same owner may
  * acquire again and must release as often. Acquire N times, release N times frees it.
@@ -60,44 +55,21 @@ const scopes = new AsyncLocalStorage<ReadonlyMap<string, string>>()
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
   const { owner, ...lockOptions } = options ?? {}
   const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1)
-  const fixedToken = owner === undefined ? undefined : ownerToken(nonEmptyString('owner', owner, 1024))
-  const identity = `${storeId(store)}\n${client.space.base}`
-  const tokenInScope = () => fixedToken ?? scopes.getStore()?.get(identity) ?? newToken()
+  const scope = ownerScope(store, client.space, owner)
 
   return {
     name,
     acquire: (opts) => {
       checkAcquireOptions(opts)
-      return client.acquire(tokenInScope(), true, opts)
+      return client.acquire(scope.token(), true, opts)
     },
-    tryAcquire: () => client.tryAcquire(tokenInScope(), true),
+    tryAcquire: () => client.tryAcquire(scope.token(), true),
     withLease: async (fn, opts) => {
       checkAcquireOptions(opts)
-      const lease = await client.acquire(tokenInScope(), true, opts)
-      const outer = scopes.getStore()
-      if (outer?.get(identity) === lease.token) return runHolding(lease, fn)
-      const scope = new Map(outer)
-      scope.set(identity, lease.token)
-      return scopes.run(scope, () => runHolding(lease, fn))
+      const lease = await client.acquire(scope.token(), true, opts)
+      return scope.run(lease.token, () => runHolding(lease, fn))
     },
   }
-}
-
-const storeIds = new WeakMap<Store, number>()
-let nextStoreId = 0
-/** Reentrancy scopes are per lock identity: the same name on two stores is two locks. */
-function storeId(store: Store): number {
-  let id = storeIds.get(store)
-  if (id === undefined) {
-    id = nextStoreId++
-    storeIds.set(store, id)
-  }
-  return id
-}
-
-/** Owner names go into tokens, which must stay free of spaces and newlines (grant message format). */
-function ownerToken(owner: string): string {
-  return `o.${createHash('sha256').update(owner, 'utf8').digest('base64url')}`
 }
 
 /** Run fn with the lease and release it afterwards. A release failure after fn succeeded is reported
