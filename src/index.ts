@@ -2,6 +2,8 @@ export {
   AcquireTimeoutError,
   ConfigError,
   LeaseLostError,
+  type QuorumTally,
+  RedlockQuorumError,
   StoreUnavailableError,
   TollgateError,
   type TollgateErrorCode,
@@ -21,4 +23,5 @@ export {
   type ReentrantMutexOptions,
 } from './primitives/mutex.js'
 export type { LockOptions } from './primitives/options.js'
+export { createRedlock, type Redlock, type RedlockOptions } from './primitives/redlock.js'
 export { createSemaphore, type Semaphore, type SemaphoreOptions } from './primitives/semaphore.js'

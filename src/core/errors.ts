@@ -55,6 +55,61 @@ export class StoreUnavailableError extends TollgateError {
   }
 }
 
+/** How one RedLock attempt ended, node by node (see RedlockQuorumError). */
+export interface QuorumTally {
+  /** Nodes that granted the lock within the per-node timeout. */
+  granted: number
+  /** Nodes that answered that another owner holds it. */
+  busy: number
+  /** Nodes that failed or did not answer within `perNodeTimeoutMs`. */
+  failed: number
+  /** Nodes asked. */
+  nodes: number
+  /** Grants needed: floor(nodes / 2) + 1. */
+  quorum: number
+  /** A majority granted, but only after the validity window (ttl − drift) had run out. */
+  validityExpired: boolean
+}
+
+/** A RedLock could not be taken on a majority of its nodes within the validity window: after the
+ * last retry for `acquire()`, or at once from `tryAcquire()` when nodes failed rather than refused. */
+export class RedlockQuorumError extends TollgateError implements QuorumTally {
+  readonly key: string
+  readonly granted: number
+  readonly busy: number
+  readonly failed: number
+  readonly nodes: number
+  readonly quorum: number
+  readonly validityExpired: boolean
+  readonly attempts: number
+  readonly waitedMs: number
+
+  constructor(key: string, tally: QuorumTally, attempts: number, waitedMs: number, options?: ErrorOptions) {
+    const why = tally.validityExpired
+      ? `${tally.granted} of ${tally.nodes} nodes granted it, but only after its validity (ttlMs minus drift) had run out`
+      : `only ${tally.granted} of ${tally.nodes} nodes granted it (quorum ${tally.quorum}; ${tally.busy} held by another owner, ${tally.failed} failed or timed out)`
+    const hint = tally.validityExpired
+      ? 'Raise "ttlMs" or lower "perNodeTimeoutMs".'
+      : tally.failed > tally.nodes - tally.quorum
+        ? 'Too many nodes are down or slow (option "perNodeTimeoutMs").'
+        : 'Raise "acquireTimeoutMs" / "retryCount", or use tryAcquire().'
+    super(
+      'ERR_TOLLGATE_QUORUM',
+      `Could not acquire RedLock "${key}" after ${attempts} attempt${attempts === 1 ? '' : 's'} in ${waitedMs} ms: ${why}. ${hint}`,
+      options,
+    )
+    this.key = key
+    this.granted = tally.granted
+    this.busy = tally.busy
+    this.failed = tally.failed
+    this.nodes = tally.nodes
+    this.quorum = tally.quorum
+    this.validityExpired = tally.validityExpired
+    this.attempts = attempts
+    this.waitedMs = waitedMs
+  }
+}
+
 function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}…` : value)
   if (typeof value === 'number' || typeof value === 'boolean' || value == null) return String(value)

@@ -35,6 +35,9 @@ export interface LeaseContext {
   readonly kind: string
   readonly ttlMs: number
   readonly autoRenew: boolean
+  /** Clock of `expiresAt` minus the local clock, ms (default: `store.clockOffsetMs`). A lease whose
+   * expiry is a client-side estimate, like a RedLock's, says 0. */
+  readonly clockOffsetMs?: number
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
   /** Renew tokens of this primitive in one store call (the scheduler batches per context and ttl). */
   renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
@@ -63,7 +66,7 @@ export class PermitLease implements Lease {
     this.name = context.space.name
     this.key = context.space.base
     this.expiresAt = expiresAt
-    this.localDeadline = expiresAt - context.store.clockOffsetMs
+    this.localDeadline = expiresAt - (context.clockOffsetMs ?? context.store.clockOffsetMs)
     if (context.autoRenew) renewals.add(this)
     else this.armExpiry()
   }
