@@ -1,5 +1,5 @@
--- lua/lib/permits.lua: shared prelude of every permit-*.lua script (prepended when the script is
--- registered, so each registered script stays one self-contained EVALSHA).
+-- lua/lib/permits.lua: shared prelude of every permit-*.lua script, after lib/common.lua (both are
+-- prepended when the script is registered, so each registered script stays one self-contained EVALSHA).
 --
 -- One fair "permit set" backs the mutex (permits = 1), the reentrant mutex and the semaphore.
 -- Every key shares the caller's hash tag, e.g. tollgate:{sem:api%2Fexport}:h (design §2, G8).
@@ -17,34 +17,14 @@
 local H, Q, W, M, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local CHANNEL = ARGV[1]
 
-local clock = redis.call('TIME')
-local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-
 -- The permits in force: the run-time override when one is set, else the caller's.
 local function limit(requested)
   local stored = redis.call('GET', P)
   return stored and tonumber(stored) or tonumber(requested)
 end
 
-local function int(n)
-  return string.format('%.0f', n)
-end
-
--- Strictly increasing per name (G7): one more than the last token while the name has keys, and never
--- below the server's microsecond clock, so a name whose keys were deleted while idle still moves on.
 local function next_fence()
-  local last = tonumber(redis.call('HGET', M, 'f') or '0')
-  local fence = math.max(last + 1, NOW_US)
-  redis.call('HSET', M, 'f', int(fence))
-  return fence
-end
-
--- Push a key's expiry out to `at` (never pulls it in).
-local function expire_at_least(key, at)
-  if redis.call('PEXPIREAT', key, int(at), 'GT') == 0 then
-    redis.call('PEXPIREAT', key, int(at), 'NX')
-  end
+  return bump_fence(M)
 end
 
 -- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5).

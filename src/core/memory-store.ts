@@ -1,4 +1,5 @@
 import type { KeySpace } from './keys.js'
+import { MemoryRwLocks } from './memory-rwlock.js'
 import { defined, isPlainObjectOrUndefined, keyPrefix } from './options.js'
 import type {
   AcquireReply,
@@ -8,6 +9,10 @@ import type {
   RecheckReply,
   ReleaseResult,
   RenewReply,
+  RwAcquireReply,
+  RwAcquireRequest,
+  RwMode,
+  RwStats,
   Store,
   Unsubscribe,
   WaiterState,
@@ -19,8 +24,9 @@ export interface MemoryStoreOptions {
 }
 
 /**
- * The embedded store for a single process: the same fair permit set as lua/permit-*.lua, in memory
- * (G11). Limits are per process: use createRedisStore() to share them across instances.
+ * The embedded store for a single process: the same fair permit set as lua/permit-*.lua and the same
+ * read/write lock as lua/rwlock-*.lua, in memory (G11). Limits are per process: use
+ * createRedisStore() to share them across instances.
  */
 export function createMemoryStore(options?: MemoryStoreOptions): Store {
   isPlainObjectOrUndefined('options', options)
@@ -58,6 +64,7 @@ class MemoryStore implements Store {
   /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
   private readonly limits = new Map<string, number>()
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
+  private readonly rw = new MemoryRwLocks({ nowMs, nowUs }, (space, grants) => this.publish(space, grants))
   // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
   private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
 
@@ -165,6 +172,31 @@ class MemoryStore implements Store {
     this.settle(space, set)
   }
 
+  async rwAcquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply> {
+    return this.rw.acquire(space, request)
+  }
+
+  async rwRelease(space: KeySpace, token: string, mode: RwMode): Promise<ReleaseResult> {
+    return this.rw.release(space, token, mode)
+  }
+
+  async rwRenew(
+    space: KeySpace,
+    mode: RwMode,
+    ttlMs: number,
+    tokens: readonly string[],
+  ): Promise<RenewReply> {
+    return this.rw.renew(space, mode, ttlMs, tokens)
+  }
+
+  async rwRecheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): Promise<RecheckReply> {
+    return this.rw.recheck(space, waiterTtlMs, tokens)
+  }
+
+  async rwInspect(space: KeySpace): Promise<RwStats> {
+    return this.rw.inspect(space)
+  }
+
   private limit(space: KeySpace, requested: number): number {
     return this.limits.get(space.base) ?? requested
   }
@@ -193,11 +225,13 @@ class MemoryStore implements Store {
       purge(set, now)
       if (set.holders.size === 0 && set.queue.size === 0) this.sets.delete(base)
     }
+    this.rw.sweep(now)
   }
 
-  /** Number of names with state: the memory twin of "keys left in Redis". */
+  /** Number of names with state (permit sets and read/write locks): the memory twin of "keys left in
+   * Redis". */
   get size(): number {
-    return this.sets.size
+    return this.sets.size + this.rw.size
   }
 
   /** The set for a name after dropping expired holders and dead waiters (lua purge()). */
@@ -224,15 +258,18 @@ class MemoryStore implements Store {
       granted.set(token, { token, fence: holder.fence, expiresAt: holder.expiresAt })
       free--
     }
-    const listeners = this.listeners.get(space.channel)
-    if (granted.size > 0 && listeners) {
-      const grants = [...granted.values()]
-      // Delivered later, like a pub/sub message: never inside the caller's call stack.
-      setImmediate(() => {
-        for (const grant of grants) for (const listener of listeners) listener(grant)
-      })
-    }
+    if (granted.size > 0) this.publish(space, [...granted.values()])
     return granted
+  }
+
+  /** Tell the space's subscribers about grants. */
+  private publish(space: KeySpace, grants: Grant[]): void {
+    const listeners = this.listeners.get(space.channel)
+    if (!listeners) return
+    // Delivered later, like a pub/sub message: never inside the caller's call stack.
+    setImmediate(() => {
+      for (const grant of grants) for (const listener of listeners) listener(grant)
+    })
   }
 
   /** lua settle(): forget a name once nothing is held or queued. */

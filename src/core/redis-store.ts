@@ -3,7 +3,7 @@ import { Cluster, Redis } from 'ioredis'
 import { ConfigError, StoreUnavailableError } from './errors.js'
 import type { KeySpace } from './keys.js'
 import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt } from './options.js'
-import { registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
+import { nowIndex, registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
 import {
   type AcquireReply,
   type AcquireRequest,
@@ -13,6 +13,10 @@ import {
   type RecheckReply,
   type ReleaseResult,
   type RenewReply,
+  type RwAcquireReply,
+  type RwAcquireRequest,
+  type RwMode,
+  type RwStats,
   type Store,
   type Unsubscribe,
   type WaiterState,
@@ -31,6 +35,11 @@ export interface RedisStoreOptions {
 }
 
 const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
+
+/** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
+const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p'] as const
+const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
+const RW_MODES: Record<RwMode, string> = { read: 'r', write: 'w' }
 
 const RELEASE_RESULTS: Record<number, ReleaseResult> = {
   0: 'none',
@@ -125,12 +134,7 @@ class RedisStore implements Store {
       waiterTtlMs,
       ...tokens,
     ])) as [number, number, ...number[][]]
-    const states = rows.map((row): WaiterState => {
-      if (row[0] === 1) return { state: 'granted', fence: row[1] as number, expiresAt: row[2] as number }
-      if (row[0] === 0) return { state: 'queued', position: row[1] as number }
-      return { state: 'gone' }
-    })
-    return { now, nextExpiry, states }
+    return { now, nextExpiry, states: rows.map(waiterState) }
   }
 
   async inspect(space: KeySpace): Promise<PermitStats> {
@@ -140,6 +144,58 @@ class RedisStore implements Store {
 
   async setLimit(space: KeySpace, permits: number | undefined): Promise<void> {
     await this.call('tgPermitSetLimit', space, [permits ?? 0])
+  }
+
+  async rwAcquire(space: KeySpace, r: RwAcquireRequest): Promise<RwAcquireReply> {
+    const reply = (await this.call(
+      'tgRwAcquire',
+      space,
+      [r.token, RW_MODES[r.mode], r.ttlMs, r.enqueue ? 1 : 0, r.waiterTtlMs],
+      // A grant (or queue entry) whose reply came too late is handed straight back: nothing is lost.
+      (late) => {
+        const [code, position] = late as number[]
+        if (code === 1 || (code === 0 && position !== -1)) {
+          this.rwRelease(space, r.token, r.mode).catch((error) => debug('late release failed: %o', error))
+        }
+      },
+    )) as number[]
+    const [code, a, b, now] = reply as [number, number, number, number]
+    if (code === 1) return { granted: true, fence: a, expiresAt: b, now }
+    if (code === 0) return { granted: false, position: a, nextExpiry: b, now }
+    return { granted: false, refused: code === -1 ? 'upgrade' : 'waiting', now }
+  }
+
+  async rwRelease(space: KeySpace, token: string, mode: RwMode): Promise<ReleaseResult> {
+    const result = (await this.call('tgRwRelease', space, [token, RW_MODES[mode]])) as number
+    return RELEASE_RESULTS[result] ?? 'none'
+  }
+
+  async rwRenew(
+    space: KeySpace,
+    mode: RwMode,
+    ttlMs: number,
+    tokens: readonly string[],
+  ): Promise<RenewReply> {
+    const [now, ...expiresAt] = (await this.call('tgRwRenew', space, [
+      RW_MODES[mode],
+      ttlMs,
+      ...tokens,
+    ])) as number[]
+    return { now: now as number, expiresAt }
+  }
+
+  async rwRecheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): Promise<RecheckReply> {
+    const [now, nextExpiry, ...rows] = (await this.call('tgRwRecheck', space, [waiterTtlMs, ...tokens])) as [
+      number,
+      number,
+      ...number[][],
+    ]
+    return { now, nextExpiry, states: rows.map(waiterState) }
+  }
+
+  async rwInspect(space: KeySpace): Promise<RwStats> {
+    const [readers, writers, queued] = (await this.call('tgRwInspect', space, [])) as number[]
+    return { readers: readers as number, writer: (writers as number) > 0, queued: queued as number }
   }
 
   async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
@@ -207,15 +263,8 @@ class RedisStore implements Store {
   ): Promise<unknown> {
     if (this.closed) throw new StoreUnavailableError('The store is closed.')
     const started = Date.now()
-    const pending = this.scripts[script](
-      space.key('h'),
-      space.key('q'),
-      space.key('w'),
-      space.key('m'),
-      space.key('p'),
-      space.channel,
-      ...args,
-    )
+    const parts = script.startsWith('tgRw') ? RW_PARTS : PERMIT_PARTS
+    const pending = this.scripts[script](...parts.map((part) => space.key(part)), space.channel, ...args)
     try {
       const reply = await withTimeout(pending, this.commandTimeoutMs)
       this.observeClock(script, reply, started)
@@ -232,13 +281,19 @@ class RedisStore implements Store {
     }
   }
 
-  /** Every script reply carries the server's `now`: first for renew/recheck, last for the others. */
+  /** Array replies carry the server's `now`: first for renew/recheck, last for the others. */
   private observeClock(script: ScriptName, reply: unknown, started: number): void {
-    if (!Array.isArray(reply)) return
-    const now =
-      script === 'tgPermitRenew' || script === 'tgPermitRecheck' ? reply[0] : reply[reply.length - 1]
+    const at = nowIndex(script)
+    if (!at || !Array.isArray(reply)) return
+    const now = at === 'first' ? reply[0] : reply[reply.length - 1]
     if (typeof now === 'number') this.clockOffsetMs = now - (started + Date.now()) / 2
   }
+}
+
+function waiterState(row: number[]): WaiterState {
+  if (row[0] === 1) return { state: 'granted', fence: row[1] as number, expiresAt: row[2] as number }
+  if (row[0] === 0) return { state: 'queued', position: row[1] as number }
+  return { state: 'gone' }
 }
 
 class TimeoutError extends Error {}

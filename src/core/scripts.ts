@@ -3,32 +3,53 @@ import type { Cluster, Redis } from 'ioredis'
 
 const LUA_DIR = new URL('../../lua/', import.meta.url)
 
-/** Every script we register: command name -> file. Files under lua/ that start with `permit-` get the
- * shared prelude lua/lib/permits.lua (it declares their KEYS and helpers). */
-export const SCRIPTS = {
-  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 5 },
-  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 5 },
-  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 5 },
-  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 5 },
-  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 5 },
-  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 5 },
+/** Preludes of each family of scripts, prepended in this order (they declare KEYS and helpers). */
+const PRELUDES = {
+  permits: ['lib/common.lua', 'lib/permits.lua'],
+  rwlock: ['lib/common.lua', 'lib/rwlock.lua'],
 } as const
+
+/** Every script we register: command name -> file, prelude family, and where its reply carries the
+ * server's `now` (first or last element; undefined = a plain number reply). */
+export const SCRIPTS = {
+  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 5, lib: 'permits', now: 'last' },
+  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 5, lib: 'permits', now: undefined },
+  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 5, lib: 'permits', now: 'first' },
+  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 5, lib: 'permits', now: 'first' },
+  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 5, lib: 'permits', now: 'last' },
+  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 5, lib: 'permits', now: 'last' },
+  tgRwAcquire: { file: 'rwlock-acquire.lua', numberOfKeys: 5, lib: 'rwlock', now: 'last' },
+  tgRwRelease: { file: 'rwlock-release.lua', numberOfKeys: 5, lib: 'rwlock', now: undefined },
+  tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 5, lib: 'rwlock', now: 'first' },
+  tgRwRecheck: { file: 'rwlock-recheck.lua', numberOfKeys: 5, lib: 'rwlock', now: 'first' },
+  tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 5, lib: 'rwlock', now: 'last' },
+} as const satisfies Record<
+  string,
+  { file: string; numberOfKeys: number; lib: keyof typeof PRELUDES; now: 'first' | 'last' | undefined }
+>
 
 export type ScriptName = keyof typeof SCRIPTS
 
 let sources: Map<ScriptName, string> | undefined
 
-/** Read lua/ once per process (shipped in package.json#files). */
+/** Read lua/ once per process (shipped in package.json#files): each script with its preludes. */
 export function scriptSource(name: ScriptName): string {
   if (!sources) {
-    const prelude = readFileSync(new URL('lib/permits.lua', LUA_DIR), 'utf8')
+    const read = (file: string) => readFileSync(new URL(file, LUA_DIR), 'utf8')
     sources = new Map()
-    for (const [script, { file }] of Object.entries(SCRIPTS) as [ScriptName, { file: string }][]) {
-      const body = readFileSync(new URL(file, LUA_DIR), 'utf8')
-      sources.set(script, file.startsWith('permit-') ? `${prelude}\n${body}` : body)
+    for (const [script, { file, lib }] of Object.entries(SCRIPTS) as [
+      ScriptName,
+      (typeof SCRIPTS)[ScriptName],
+    ][]) {
+      sources.set(script, [...PRELUDES[lib].map(read), read(file)].join('\n'))
     }
   }
   return sources.get(name) as string
+}
+
+/** Where a script's reply carries the server clock (see SCRIPTS). */
+export function nowIndex(name: ScriptName): 'first' | 'last' | undefined {
+  return SCRIPTS[name].now
 }
 
 /** Register our scripts on a client once; a shared client keeps the first registration. ioredis then

@@ -2,7 +2,8 @@ import type { KeySpace } from './keys.js'
 
 /**
  * What a primitive asks of a store. Both stores implement the same fair permit set (see
- * lua/lib/permits.lua): the Redis store with Lua scripts, the memory store in-process (G11).
+ * lua/lib/permits.lua) and the same read/write lock (lua/lib/rwlock.lua): the Redis store with Lua
+ * scripts, the memory store in-process (G11).
  * Times are epoch milliseconds on the store's clock (the Redis server's, G9).
  */
 export interface Store {
@@ -27,6 +28,15 @@ export interface Store {
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Raising admits
    * waiters at once; lowering never evicts a holder. */
   setLimit(space: KeySpace, permits: number | undefined): Promise<void>
+  /** Read/write lock: take `mode` now, re-enter it, downgrade (read while holding write), or (enqueue)
+   * join the lock's FIFO queue. An upgrade (write while holding only read) is refused, not queued. */
+  rwAcquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply>
+  /** Give back one count of a token's hold of `mode`, or take the token out of the queue. */
+  rwRelease(space: KeySpace, token: string, mode: RwMode): Promise<ReleaseResult>
+  rwRenew(space: KeySpace, mode: RwMode, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  /** Heartbeat + state of waiting tokens of either mode (the store knows each waiter's mode). */
+  rwRecheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): Promise<RecheckReply>
+  rwInspect(space: KeySpace): Promise<RwStats>
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
   subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
   /** Stop background work (subscriber connection). Never closes a client the user passed in. */
@@ -44,6 +54,32 @@ export interface AcquireRequest {
   waiterTtlMs: number
   /** Remember the fencing token so that re-entry by the same token returns it. */
   reentrant: boolean
+}
+
+export type RwMode = 'read' | 'write'
+
+export interface RwAcquireRequest {
+  token: string
+  mode: RwMode
+  ttlMs: number
+  /** false = tryAcquire: never join the queue. */
+  enqueue: boolean
+  waiterTtlMs: number
+}
+
+export type RwAcquireReply =
+  | AcquireReply
+  /** 'upgrade': the token holds only a read lock and asked for write (it would wait for itself);
+   * 'waiting': the token already waits for this lock (an owner waits at most once per lock). */
+  | { granted: false; refused: 'upgrade' | 'waiting'; now: number }
+
+export interface RwStats {
+  /** Live read leases (a writer that downgraded counts here too). */
+  readers: number
+  /** Whether a live write lease exists. */
+  writer: boolean
+  /** Live waiters of either mode (across all processes). */
+  queued: number
 }
 
 export type AcquireReply =

@@ -5,6 +5,7 @@ import {
   createMemoryStore,
   createRedisStore,
   LeaseLostError,
+  LockUpgradeError,
   StoreUnavailableError,
   TollgateError,
 } from '../../src/index.js'
@@ -15,6 +16,7 @@ describe('errors', () => {
       [new AcquireTimeoutError('k', 50), 'ERR_TOLLGATE_ACQUIRE_TIMEOUT', 'AcquireTimeoutError'],
       [new LeaseLostError('k', 'gone'), 'ERR_TOLLGATE_LEASE_LOST', 'LeaseLostError'],
       [new ConfigError('ttlMs', 'a number', -1), 'ERR_TOLLGATE_CONFIG', 'ConfigError'],
+      [new LockUpgradeError('k', 'upgrade'), 'ERR_TOLLGATE_LOCK_UPGRADE', 'LockUpgradeError'],
       [
         new StoreUnavailableError('down', { cause: new Error('x') }),
         'ERR_TOLLGATE_STORE_UNAVAILABLE',
@@ -31,7 +33,9 @@ describe('errors', () => {
     expect(new ConfigError('ttlMs', 'an integer', -1).message).toBe(
       'Invalid option "ttlMs": expected an integer (received -1).',
     )
-    expect((cases[3]![0].cause as Error).message).toBe('x')
+    expect((cases[4]![0].cause as Error).message).toBe('x')
+    expect(new LockUpgradeError('docs', 'upgrade').message).toMatch(/"docs".*read lock.*deadlock/)
+    expect(new LockUpgradeError('docs', 'waiting').reason).toBe('waiting')
   })
 })
 

@@ -1,0 +1,27 @@
+-- lua/lib/common.lua: first prelude of every script (lib/permits.lua or lib/rwlock.lua follows it).
+-- The server clock (G9) and the key helpers both families of scripts share.
+
+local clock = redis.call('TIME')
+local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+-- Strictly increasing per name (G7): one more than the last token kept in field `f` of `meta` while
+-- the name has keys, and never below the server's microsecond clock, so a name whose keys were
+-- deleted while idle still moves on.
+local function bump_fence(meta)
+  local last = tonumber(redis.call('HGET', meta, 'f') or '0')
+  local fence = math.max(last + 1, NOW_US)
+  redis.call('HSET', meta, 'f', int(fence))
+  return fence
+end
+
+-- Push a key's expiry out to `at` (never pulls it in).
+local function expire_at_least(key, at)
+  if redis.call('PEXPIREAT', key, int(at), 'GT') == 0 then
+    redis.call('PEXPIREAT', key, int(at), 'NX')
+  end
+end

@@ -1,0 +1,173 @@
+-- lua/lib/rwlock.lua: shared prelude of every rwlock-*.lua script, after lib/common.lua.
+--
+-- One writer-preferring read/write lock per name. Every key shares the hash tag of
+-- keySpace(prefix, 'rw', name), e.g. tollgate:{rw:orders%2F42}:r (design §2, G8).
+--   KEYS[1] R  ZSET  reader token -> lease expiry (ms, server clock, G9). One entry per reader, each
+--                    renewed and expiring on its own: one reader's release or death never touches
+--                    another's lease (seed 004 kept all readers in one `read` field).
+--   KEYS[2] X  ZSET  writer token -> lease expiry; never more than one member.
+--   KEYS[3] Q  ZSET  waiter token -> ticket: ONE FIFO queue for both modes (G5).
+--   KEYS[4] W  ZSET  waiter token -> heartbeat deadline; a dead waiter falls out when it passes.
+--   KEYS[5] M  HASH  f = last fencing token (shared by both modes, G7); n = last ticket;
+--                    q:<tok> = waiter's mode and handed-off lease ttl, "r:<ms>" or "w:<ms>";
+--                    gr:<tok> / gw:<tok> = fencing token of a read / write hold;
+--                    cr:<tok> / cw:<tok> = reentry count of a read / write hold (absent = 1).
+-- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
+--
+-- Admission (admit()): nothing while a writer holds. A writer at the head of the queue enters only
+-- when no reader holds either. A run of readers at the head enters together, up to the first queued
+-- writer. A newcomer skips the queue only when the queue is empty, so once a writer waits, new readers
+-- queue behind it (writer preference, G6).
+-- Reentrancy is per token: read in read, write in write, read in write (a downgrade, granted at once
+-- with the write's fencing token); read -> write (an upgrade) is refused, never waited for.
+-- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the lock's keys are
+-- deleted when nothing is held or queued, so idle names leave no keys behind.
+local R, X, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local CHANNEL = ARGV[1]
+
+-- mode letter -> the holders' key
+local HOLDS = { r = R, w = X }
+
+local function next_fence()
+  return bump_fence(M)
+end
+
+-- A token's lease expiry in `key` when it is still live, else nil.
+local function live_score(key, tok)
+  local score = redis.call('ZSCORE', key, tok)
+  if score and tonumber(score) > NOW then return tonumber(score) end
+  return nil
+end
+
+local function live_count(key)
+  return redis.call('ZCOUNT', key, '(' .. NOW, '+inf')
+end
+
+-- Record a fresh hold of `mode` for `tok` until `exp` with fencing token `fence`. Its reentry count
+-- starts at 1: a count left behind by an earlier hold whose key expired before purge() saw it (a fixed
+-- owner's token comes back) must not carry over.
+local function hold(mode, tok, exp, fence)
+  local key = HOLDS[mode]
+  redis.call('ZADD', key, exp, tok)
+  redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
+  redis.call('HDEL', M, 'c' .. mode .. ':' .. tok)
+  expire_at_least(key, exp)
+  expire_at_least(M, exp)
+end
+
+-- A queued token's mode and handed-off ttl. A spec can only be missing if the hash was lost; the
+-- waiter is then treated as a writer (the safe side) with a short lease its renewal stretches.
+local function spec(tok)
+  local s = redis.call('HGET', M, 'q:' .. tok)
+  if not s then return 'w', 1000 end
+  return string.sub(s, 1, 1), tonumber(string.sub(s, 3))
+end
+
+-- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per call.
+local function purge()
+  for mode, key in pairs(HOLDS) do
+    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
+    if #expired > 0 then
+      redis.call('ZREM', key, unpack(expired))
+      for _, tok in ipairs(expired) do
+        redis.call('HDEL', M, 'g' .. mode .. ':' .. tok, 'c' .. mode .. ':' .. tok)
+      end
+    end
+  end
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  if #dead > 0 then
+    redis.call('ZREM', Q, unpack(dead))
+    redis.call('ZREM', W, unpack(dead))
+    for _, tok in ipairs(dead) do
+      redis.call('HDEL', M, 'q:' .. tok)
+    end
+  end
+end
+
+-- Admit the head of the queue if it may enter now (see the header), and tell the waiters' processes.
+-- Returns a table token -> { fence, expiresAt } of what it granted.
+local function admit()
+  local granted = {}
+  if live_count(X) > 0 then return granted end
+  local head = redis.call('ZRANGE', Q, 0, 0)
+  if #head == 0 then return granted end
+  local lines = {}
+  local function give(tok, mode, ttl)
+    local exp = NOW + ttl
+    local fence = next_fence()
+    hold(mode, tok, exp, fence)
+    redis.call('HDEL', M, 'q:' .. tok)
+    granted[tok] = { fence, exp }
+    lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
+  end
+  local mode, ttl = spec(head[1])
+  if mode == 'w' then
+    if live_count(R) > 0 then return granted end
+    give(head[1], 'w', ttl)
+    redis.call('ZREM', Q, head[1])
+    redis.call('ZREM', W, head[1])
+  else
+    -- The whole run of readers at the head, up to the first queued writer, in batches of 100.
+    local stop = false
+    repeat
+      local batch = redis.call('ZRANGE', Q, 0, 99)
+      local taken = {}
+      for _, tok in ipairs(batch) do
+        local m, t = spec(tok)
+        if m ~= 'r' then
+          stop = true
+          break
+        end
+        give(tok, 'r', t)
+        taken[#taken + 1] = tok
+      end
+      if #taken > 0 then
+        redis.call('ZREM', Q, unpack(taken))
+        redis.call('ZREM', W, unpack(taken))
+      end
+    until stop or #batch < 100
+  end
+  redis.call('PUBLISH', CHANNEL, table.concat(lines, '\n'))
+  return granted
+end
+
+-- Earliest lease expiry among holders of either mode (0 when none): the waiters' fallback re-check time.
+local function next_expiry()
+  local at = 0
+  for _, key in pairs(HOLDS) do
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    if first and (at == 0 or tonumber(first) < at) then at = tonumber(first) end
+  end
+  return at
+end
+
+-- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W
+-- delete themselves when empty), else pull every key's expiry in to the last deadline it still guards.
+local function settle()
+  if redis.call('EXISTS', R, X, Q) == 0 then
+    redis.call('DEL', W)
+    -- A run of readers takes fences NOW_US, NOW_US + 1, ... in one call, so the last one may run ahead
+    -- of the clock: keep it until the clock has passed it, so that the clock-based fallback of an idle
+    -- lock never hands out a lower one (G7).
+    local fence = tonumber(redis.call('HGET', M, 'f') or '0')
+    if fence >= NOW_US then
+      redis.call('DEL', M)
+      redis.call('HSET', M, 'f', int(fence))
+      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
+    else
+      redis.call('DEL', M)
+    end
+    return
+  end
+  local last = 0
+  for _, key in ipairs({ R, X, W }) do
+    local score = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
+    if score then
+      local at = tonumber(score)
+      redis.call('PEXPIREAT', key, int(at))
+      if key == W then redis.call('PEXPIREAT', Q, int(at)) end
+      if at > last then last = at end
+    end
+  end
+  if last > 0 then redis.call('PEXPIREAT', M, int(last)) end
+end

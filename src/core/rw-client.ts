@@ -1,0 +1,42 @@
+import { LockUpgradeError } from './errors.js'
+import { LockClient, type PermitSettings } from './permits.js'
+import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode } from './store.js'
+
+/**
+ * One side (read or write) of a read/write lock (lua/rwlock-*.lua): the generic wait loop of
+ * LockClient over the store's rw* operations. Both sides of one lock share a name, so they share
+ * the process's wait group (one subscription, one batched heartbeat for waiters of either mode).
+ * A lease remembers the client that made it, so its renewals and release address its own mode.
+ */
+export class RwClient extends LockClient {
+  constructor(
+    settings: PermitSettings,
+    readonly mode: RwMode,
+  ) {
+    super({ ...settings, kind: `${settings.kind}-${mode}` })
+  }
+
+  protected async attempt(token: string, enqueue: boolean): Promise<AcquireReply> {
+    const reply = await this.store.rwAcquire(this.space, {
+      token,
+      mode: this.mode,
+      ttlMs: this.ttlMs,
+      enqueue,
+      waiterTtlMs: this.waiterTtlMs,
+    })
+    if ('refused' in reply) throw new LockUpgradeError(this.space.name, reply.refused)
+    return reply
+  }
+
+  protected recheckTokens(tokens: readonly string[]): Promise<RecheckReply> {
+    return this.store.rwRecheck(this.space, this.waiterTtlMs, tokens)
+  }
+
+  renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
+    return this.store.rwRenew(this.space, this.mode, ttlMs, tokens)
+  }
+
+  releaseToken(token: string): Promise<ReleaseResult> {
+    return this.store.rwRelease(this.space, token, this.mode)
+  }
+}
