@@ -2,6 +2,7 @@ export {
   AcquireTimeoutError,
   ConfigError,
   LeaseLostError,
+  LockUpgradeError,
   type QuorumTally,
   RedlockQuorumError,
   StoreUnavailableError,
@@ -14,7 +15,7 @@ export type { Lease } from './core/lease.js'
 export { createMemoryStore, type MemoryStoreOptions } from './core/memory-store.js'
 export type { AcquireOptions } from './core/permits.js'
 export { createRedisStore, type RedisStoreOptions } from './core/redis-store.js'
-export type { PermitStats, Store } from './core/store.js'
+export type { PermitStats, RwMode, Store } from './core/store.js'
 export {
   createMutex,
   createReentrantMutex,
@@ -24,4 +25,11 @@ export {
 } from './primitives/mutex.js'
 export type { LockOptions } from './primitives/options.js'
 export { createRedlock, type Redlock, type RedlockOptions } from './primitives/redlock.js'
+export {
+  createReadWriteLock,
+  type ReadWriteLock,
+  type ReadWriteLockOptions,
+  type ReadWriteLockSide,
+  type ReadWriteLockStats,
+} from './primitives/rwlock.js'
 export { createSemaphore, type Semaphore, type SemaphoreOptions } from './primitives/semaphore.js'

@@ -37,6 +37,29 @@ export class LeaseLostError extends TollgateError {
   }
 }
 
+/**
+ * A read/write lock refused a request its owner could only wait for forever. `reason` 'upgrade': an
+ * owner that holds only the read lock asked for the write lock (two readers upgrading together would
+ * each wait for the other to leave); release the read lock and acquire the write lock instead (then
+ * re-check what you read), or take the write lock from the start. 'waiting': the same owner (an
+ * explicit `owner` used concurrently) already waits for this lock; an owner waits at most once.
+ */
+export class LockUpgradeError extends TollgateError {
+  readonly key: string
+  readonly reason: 'upgrade' | 'waiting'
+
+  constructor(key: string, reason: 'upgrade' | 'waiting') {
+    super(
+      'ERR_TOLLGATE_LOCK_UPGRADE',
+      reason === 'upgrade'
+        ? `Cannot take the write lock of "${key}" while this owner holds its read lock: an upgrade would deadlock. Release the read lock first, or take the write lock from the start.`
+        : `This owner already waits for "${key}"; an owner waits for a lock at most once at a time.`,
+    )
+    this.key = key
+    this.reason = reason
+  }
+}
+
 /** An option was missing or invalid. Thrown at construction, never later. */
 export class ConfigError extends TollgateError {
   readonly option: string
