@@ -8,32 +8,50 @@
 local token, ttl, permits = ARGV[2], tonumber(ARGV[3]), limit(ARGV[4])
 local mode, waiter_ttl, keep_fence = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
 
-purge()
-local held = redis.call('ZSCORE', H, token)
-if held then
-  -- Re-entry by the same owner: one more count, lease pushed out to now + ttl.
-  local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
-  redis.call('HSET', M, 'c:' .. token, count + 1)
-  local exp = math.max(tonumber(held), NOW + ttl)
-  redis.call('ZADD', H, exp, token)
-  expire_at_least(H, exp)
-  expire_at_least(M, exp)
-  return { 1, tonumber(redis.call('HGET', M, 'g:' .. token) or '0'), exp, NOW }
+if keep_fence then
+  local held = redis.call('ZSCORE', H, token)
+  if held and tonumber(held) > NOW then
+    -- Re-entry by the same owner: one more count, lease pushed out to now + ttl.
+    local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
+    redis.call('HSET', M, 'c:' .. token, count + 1)
+    local exp = math.max(tonumber(held), NOW + ttl)
+    redis.call('ZADD', H, exp, token)
+    expire_at_least(H, exp)
+    expire_at_least(M, exp)
+    return { 1, tonumber(redis.call('HGET', M, 'g:' .. token) or '0'), exp, NOW }
+  end
 end
 
-local granted = admit(permits)
-local mine = granted[token]
-if mine then
-  return { 1, mine[1], mine[2], NOW }
+local queued = redis.call('EXISTS', Q) == 1
+local count = redis.call('ZCARD', H)
+if queued or count >= permits then
+  -- Slow path only when it can matter: drop the dead, hand free permits to the head of the queue.
+  -- (With nobody queued and room left, expired holders cannot change the answer: they only make
+  -- `count` larger than the live count.)
+  purge()
+  local mine = admit(permits)[token]
+  if mine then
+    return { 1, mine[1], mine[2], NOW }
+  end
+  queued = redis.call('EXISTS', Q) == 1
+  count = redis.call('ZCARD', H)
 end
 
-local rank = redis.call('ZRANK', Q, token)
-if rank == false and redis.call('ZCARD', H) + redis.call('ZCARD', Q) < permits then
+local rank = false
+if queued then rank = redis.call('ZRANK', Q, token) end
+if not queued and count < permits then
   local exp = NOW + ttl
   local fence = next_fence()
   redis.call('ZADD', H, exp, token)
-  if keep_fence then redis.call('HSET', M, 'g:' .. token, int(fence)) end
-  expire_at_least(H, exp)
+  if keep_fence then
+    redis.call('HSET', M, 'g:' .. token, int(fence))
+    redis.call('HDEL', M, 'c:' .. token) -- a count left by an expired lease of this owner
+  end
+  if count == 0 then
+    redis.call('PEXPIREAT', H, int(exp))
+  else
+    expire_at_least(H, exp)
+  end
   expire_at_least(M, exp)
   return { 1, fence, exp, NOW }
 end
@@ -45,6 +63,10 @@ if rank == false then
   local ticket = redis.call('HINCRBY', M, 'n', 1)
   redis.call('ZADD', Q, ticket, token)
   rank = redis.call('ZCARD', Q) - 1
+else
+  -- The same owner asks again while its token waits (a reentrant owner's concurrent acquires): the
+  -- grant will count for both, so each caller's release has a count to give back.
+  redis.call('HINCRBY', M, 'k:' .. token, 1)
 end
 local beat = NOW + waiter_ttl
 redis.call('ZADD', W, beat, token)

@@ -4,11 +4,11 @@
 -- Returns 1 when the token's permit was freed, 2 when only a reentry count was dropped,
 --         3 when the token was waiting and left the queue, 0 when the token had nothing (already
 --         released or expired: never another owner's permit, G3).
-local token, permits = ARGV[2], limit(ARGV[3])
+local token = ARGV[2]
 
-purge()
 local result = 0
-if redis.call('ZSCORE', H, token) then
+local held = redis.call('ZSCORE', H, token)
+if held and tonumber(held) > NOW then
   local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
   if count > 1 then
     redis.call('HSET', M, 'c:' .. token, count - 1)
@@ -17,11 +17,22 @@ if redis.call('ZSCORE', H, token) then
   redis.call('ZREM', H, token)
   redis.call('HDEL', M, 'g:' .. token, 'c:' .. token)
   result = 1
-elseif redis.call('ZREM', Q, token) == 1 then
+elseif redis.call('ZSCORE', Q, token) then
+  local extra = tonumber(redis.call('HGET', M, 'k:' .. token) or '0')
+  if extra > 0 then
+    -- One of several same-owner acquires gives up; the token keeps its place for the others.
+    redis.call('HSET', M, 'k:' .. token, extra - 1)
+    return 3
+  end
+  redis.call('ZREM', Q, token)
   redis.call('ZREM', W, token)
   redis.call('HDEL', M, 't:' .. token)
   result = 3
 end
-admit(permits)
+-- Nobody queued: nothing to hand on, and expired holders expire with their key.
+if redis.call('EXISTS', Q) == 1 then
+  purge()
+  admit(limit(ARGV[3]))
+end
 settle()
 return result

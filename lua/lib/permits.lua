@@ -9,6 +9,8 @@
 --   KEYS[4] M  HASH  f = last fencing token; n = last ticket; t:<tok> = waiter's lease ttl;
 --                    g:<tok> = fencing token of a holder (reentrant or handed-off grants);
 --                    c:<tok> = reentry count (absent = 1)
+--                    k:<tok> = extra acquires by the same (reentrant) owner while its token waits;
+--                    they become reentry counts when the token is admitted
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
 -- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
@@ -41,7 +43,7 @@ local function purge()
     redis.call('ZREM', Q, unpack(dead))
     redis.call('ZREM', W, unpack(dead))
     for _, tok in ipairs(dead) do
-      redis.call('HDEL', M, 't:' .. tok)
+      redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok)
     end
   end
 end
@@ -50,7 +52,8 @@ end
 -- Returns a table token -> { fence, expiresAt } of what it granted.
 local function admit(permits)
   local granted = {}
-  local free = permits - redis.call('ZCARD', H)
+  -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
+  local free = math.min(permits - redis.call('ZCARD', H), 1000)
   if free <= 0 then return granted end
   local head = redis.call('ZRANGE', Q, 0, free - 1)
   if #head == 0 then return granted end
@@ -61,7 +64,9 @@ local function admit(permits)
     local fence = next_fence()
     redis.call('ZADD', H, exp, tok)
     redis.call('HSET', M, 'g:' .. tok, int(fence))
-    redis.call('HDEL', M, 't:' .. tok)
+    local extra = tonumber(redis.call('HGET', M, 'k:' .. tok) or '0')
+    if extra > 0 then redis.call('HSET', M, 'c:' .. tok, 1 + extra) end
+    redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok)
     expire_at_least(H, exp)
     expire_at_least(M, exp)
     granted[tok] = { fence, exp }
@@ -84,7 +89,15 @@ end
 -- name whose remaining leases simply run out leaves no key behind a moment later.
 local function settle()
   if redis.call('EXISTS', H, Q) == 0 then
-    redis.call('DEL', M, W)
+    -- (W is empty whenever Q is.) Fences handed out in one burst may run a few µs ahead of the clock: keep the last one until the
+    -- clock has passed it, so the time-based fallback of an idle name can never go below it (G7).
+    local fence = tonumber(redis.call('HGET', M, 'f') or '0')
+    if fence >= NOW_US then
+      redis.call('HDEL', M, 'n')
+      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
+    else
+      redis.call('DEL', M)
+    end
     return
   end
   local last_h = redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]

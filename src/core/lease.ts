@@ -101,6 +101,7 @@ export class PermitLease implements Lease {
 
   /** Apply a renewal reply: a new expiry, or 0 when the store no longer knows this token. */
   applyRenewal(now: number, expiresAt: number): void {
+    if (this.releasing) return // released meanwhile: nothing to extend or to lose
     if (expiresAt === 0) {
       if (!this.releasing) this.lose('the store no longer holds it for this owner (expired or taken over)')
       return
@@ -122,6 +123,10 @@ export class PermitLease implements Lease {
         await this.context.releaseToken(this.token)
         emit('release', { name: this.name, kind: this.context.kind })
       })()
+      // A release that failed (store down) may be retried; the lease expires on its own meanwhile.
+      this.releasing.catch(() => {
+        this.releasing = undefined
+      })
     }
     return this.releasing
   }
@@ -132,7 +137,7 @@ export class PermitLease implements Lease {
 
   /** Declare the lease lost: abort the signal, stop renewing, report. Never throws (G4). */
   lose(reason: string, cause?: unknown): void {
-    if (this.controller.signal.aborted) return
+    if (this.controller.signal.aborted || this.releasing) return
     renewals.delete(this)
     clearTimeout(this.expiryTimer)
     const error = new LeaseLostError(this.name, reason, cause === undefined ? undefined : { cause })

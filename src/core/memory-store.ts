@@ -42,6 +42,8 @@ interface Holder {
 interface Waiter {
   heartbeat: number
   ttlMs: number
+  /** Extra acquires by the same owner while this token waits (lua k:<tok>). */
+  extra: number
 }
 /** One name's state: the in-memory twin of the H, Q, W and M keys. */
 interface PermitSet {
@@ -58,7 +60,10 @@ const nowUs = () => Math.floor((origin + performance.now()) * 1000)
 
 class MemoryStore implements Store {
   readonly kind = 'memory'
-  readonly clockOffsetMs = 0
+  /** Our clock is monotonic (performance.now); Date.now() may have been stepped since start. */
+  get clockOffsetMs(): number {
+    return nowMs() - Date.now()
+  }
   readonly notificationsHealthy = true
   private readonly sets = new Map<string, PermitSet>()
   /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
@@ -90,7 +95,16 @@ class MemoryStore implements Store {
     }
     if (!queued && !r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
     // As in Lua: a permit handed over later starts with at most the heartbeat ttl, renewed from there.
-    set.queue.set(r.token, { heartbeat: now + r.waiterTtlMs, ttlMs: Math.min(r.ttlMs, r.waiterTtlMs) })
+    if (queued) {
+      queued.heartbeat = now + r.waiterTtlMs
+      queued.extra++ // the same owner again while its token waits (see lua permit-acquire)
+    } else {
+      set.queue.set(r.token, {
+        heartbeat: now + r.waiterTtlMs,
+        ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
+        extra: 0,
+      })
+    }
     return { granted: false, position: rank(set, r.token), nextExpiry: nextExpiry(set), now }
   }
 
@@ -106,8 +120,13 @@ class MemoryStore implements Store {
       }
       set.holders.delete(token)
       result = 'freed'
-    } else if (set.queue.delete(token)) {
-      result = 'dequeued'
+    } else {
+      const waiter = set.queue.get(token)
+      if (waiter && waiter.extra > 0) {
+        waiter.extra--
+        return 'dequeued'
+      }
+      if (set.queue.delete(token)) result = 'dequeued'
     }
     this.admit(space, set, this.limit(space, permits), now)
     this.settle(space, set)
@@ -223,7 +242,7 @@ class MemoryStore implements Store {
     const now = nowMs()
     for (const [base, set] of this.sets) {
       purge(set, now)
-      if (set.holders.size === 0 && set.queue.size === 0) this.sets.delete(base)
+      if (isIdle(set)) this.sets.delete(base)
     }
     this.rw.sweep(now)
   }
@@ -253,7 +272,7 @@ class MemoryStore implements Store {
     for (const [token, waiter] of set.queue) {
       if (free <= 0) break
       set.queue.delete(token)
-      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), count: 1 }
+      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), count: 1 + waiter.extra }
       set.holders.set(token, holder)
       granted.set(token, { token, fence: holder.fence, expiresAt: holder.expiresAt })
       free--
@@ -274,8 +293,13 @@ class MemoryStore implements Store {
 
   /** lua settle(): forget a name once nothing is held or queued. */
   private settle(space: KeySpace, set: PermitSet): void {
-    if (set.holders.size === 0 && set.queue.size === 0) this.sets.delete(space.base)
+    if (isIdle(set)) this.sets.delete(space.base)
   }
+}
+
+/** Nothing held or queued, and the last fence is behind the clock (lua settle() keeps it otherwise). */
+function isIdle(set: PermitSet): boolean {
+  return set.holders.size === 0 && set.queue.size === 0 && set.lastFence < nowUs()
 }
 
 function purge(set: PermitSet, now: number): void {

@@ -4,7 +4,7 @@ import { emit } from './events.js'
 import type { KeySpace } from './keys.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
 import type { AcquireReply, Grant, RecheckReply, ReleaseResult, RenewReply, Store } from './store.js'
-import { type Waiter, waitGroup } from './wait-room.js'
+import { type WaitGroup, type Waiter, waitGroup } from './wait-room.js'
 
 export interface AcquireOptions {
   /** Abort the wait; the acquire rejects with the signal's reason and leaves the queue. */
@@ -78,14 +78,11 @@ export abstract class LockClient implements LeaseContext {
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
     signal?.throwIfAborted()
     const started = Date.now()
-    const group = waitGroup(this.store, this.space)
-    group.recheckTokens = (tokens) => this.recheckTokens(tokens)
-    group.waiterTtlMs = this.waiterTtlMs
-    const subscribedBefore = group.isSubscribed
-    // Registered before the first call, so a grant that overtakes our own reply is not missed.
+    // The wait group (subscription, timers) is joined only once a call leaves us queued: an
+    // uncontended acquire is one script call and touches nothing else.
+    let group: WaitGroup | undefined
     let wake: () => void = () => {}
     const waiter: Waiter = { token, grant: undefined, gone: false, wake: () => wake() }
-    group.add(waiter)
     let queued = false
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
     try {
@@ -103,16 +100,25 @@ export abstract class LockClient implements LeaseContext {
         }
         queued = true
         waiter.gone = false
+        if (!group) {
+          group = waitGroup(this.store, this.space)
+          group.recheckTokens = (tokens) => this.recheckTokens(tokens)
+          group.waiterTtlMs = this.waiterTtlMs
+          // A grant that reached the group before this registration is kept for us there; one
+          // published before the subscription was active is found by the re-check right after it.
+          group.add(waiter)
+          const joined = group
+          if (!joined.isSubscribed) void joined.subscribed.then(() => joined.recheckSoon())
+        }
         group.hint(reply.nextExpiry, reply.now)
-        if (!subscribedBefore) void group.subscribed.then(() => group.recheckSoon())
         const grant = await this.waitForChange(waiter, signal, started, timeoutMs, (fn) => {
           wake = fn
         })
         if (grant) {
           const lease = new PermitLease(this, token, grant.fence, grant.expiresAt)
           // A handed-over permit starts with at most waiterTtlMs; auto-renewal stretches it on its own
-          // schedule, otherwise stretch it to the full ttlMs now.
-          if (!this.autoRenew) await lease.renew()
+          // schedule, otherwise stretch it to the full ttlMs now (not needed when ttlMs fits).
+          if (!this.autoRenew && this.ttlMs > this.waiterTtlMs) await lease.renew()
           outcome = 'acquired'
           return lease
         }
@@ -122,7 +128,7 @@ export abstract class LockClient implements LeaseContext {
       outcome = error instanceof AcquireTimeoutError ? 'timeout' : signal?.aborted ? 'aborted' : 'error'
       throw error
     } finally {
-      group.remove(waiter)
+      group?.remove(waiter)
       if (outcome !== 'acquired' && queued) this.leaveQueue(token)
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: Date.now() - started, outcome })
     }

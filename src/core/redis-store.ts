@@ -80,7 +80,9 @@ class RedisStore implements Store {
   private subscriber: Redis | Cluster | undefined
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
   private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
-  private closed = false
+  /** True after close(): every call then fails with StoreUnavailableError. */
+  closed = false
+  private readonly deadlines: Deadlines
 
   constructor(
     private readonly redis: Redis | Cluster,
@@ -89,6 +91,7 @@ class RedisStore implements Store {
     private readonly commandTimeoutMs: number,
   ) {
     this.scripts = redis as unknown as ScriptClient
+    this.deadlines = new Deadlines(commandTimeoutMs)
   }
 
   get notificationsHealthy(): boolean {
@@ -199,6 +202,7 @@ class RedisStore implements Store {
   }
 
   async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+    if (this.closed) return () => {} // no new connection after close(); waiters fail on their next call
     const channel = space.channel
     let set = this.listeners.get(channel)
     if (!set) {
@@ -266,7 +270,7 @@ class RedisStore implements Store {
     const parts = script.startsWith('tgRw') ? RW_PARTS : PERMIT_PARTS
     const pending = this.scripts[script](...parts.map((part) => space.key(part)), space.channel, ...args)
     try {
-      const reply = await withTimeout(pending, this.commandTimeoutMs)
+      const reply = await this.deadlines.watch(pending, started + this.commandTimeoutMs)
       this.observeClock(script, reply, started)
       return reply
     } catch (error) {
@@ -297,6 +301,48 @@ function waiterState(row: number[]): WaiterState {
 }
 
 class TimeoutError extends Error {}
+
+/**
+ * Command deadlines without a timer per call (the hot path): pending calls sit in a set that one
+ * unref'd interval sweeps every tenth of the timeout, so a call fails within 1.1 x commandTimeoutMs.
+ */
+class Deadlines {
+  private readonly pending = new Set<{ at: number; fail: (error: Error) => void }>()
+  private sweeper: NodeJS.Timeout | undefined
+
+  constructor(private readonly timeoutMs: number) {}
+
+  watch<T>(promise: Promise<T>, at: number): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const entry = { at, fail: reject }
+      this.pending.add(entry)
+      this.sweeper ??= setInterval(() => this.sweep(), Math.max(5, Math.floor(this.timeoutMs / 10))).unref()
+      promise.then(
+        (value) => {
+          this.pending.delete(entry)
+          resolve(value)
+        },
+        (error: unknown) => {
+          this.pending.delete(entry)
+          reject(error)
+        },
+      )
+    })
+  }
+
+  private sweep(): void {
+    const now = Date.now()
+    for (const entry of this.pending) {
+      if (entry.at > now) continue
+      this.pending.delete(entry)
+      entry.fail(new TimeoutError(`timed out after ${this.timeoutMs} ms`))
+    }
+    if (this.pending.size === 0) {
+      clearInterval(this.sweeper)
+      this.sweeper = undefined
+    }
+  }
+}
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
   let timer: NodeJS.Timeout | undefined

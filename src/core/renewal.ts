@@ -26,8 +26,9 @@ class RenewalScheduler {
   private timerAt = Number.POSITIVE_INFINITY
 
   add(lease: PermitLease): void {
-    this.entries.set(lease, { dueAt: dueAt(lease), failures: 0 })
-    this.arm()
+    const entry = { dueAt: dueAt(lease), failures: 0 }
+    this.entries.set(lease, entry)
+    if (entry.dueAt < this.timerAt) this.armAt(entry.dueAt) // O(1): no scan on the hot path
   }
 
   delete(lease: PermitLease): void {
@@ -47,6 +48,10 @@ class RenewalScheduler {
     let next = Number.POSITIVE_INFINITY
     for (const entry of this.entries.values()) next = Math.min(next, entry.dueAt)
     if (next === Number.POSITIVE_INFINITY || next >= this.timerAt) return
+    this.armAt(next)
+  }
+
+  private armAt(next: number): void {
     if (this.timer) clearTimeout(this.timer)
     this.timerAt = next
     this.timer = setTimeout(() => this.fire(), Math.max(0, next - Date.now()))

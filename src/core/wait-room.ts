@@ -9,6 +9,8 @@ const BACKOFF_MIN_MS = 25
 const BACKOFF_MAX_MS = 1000
 /** An idle group keeps its subscription this long, so bursts of contention do not churn SUBSCRIBE. */
 const LINGER_MS = 5000
+/** Grants kept for waiters that have not registered yet. */
+const MAX_UNCLAIMED = 1024
 /** A lease that just expired on the server is re-checked this long after its expiry. */
 const EXPIRY_SLACK_MS = 2
 
@@ -28,7 +30,8 @@ export interface Waiter {
  * there), the waiters' heartbeat interval, or a backoff while notifications are down.
  */
 export class WaitGroup {
-  readonly waiters = new Map<string, Waiter>()
+  /** Local waiters by token; several when one reentrant owner waits in several calls at once. */
+  readonly waiters = new Map<string, Waiter[]>()
   /** Resolves once grants published from now on will reach us. */
   readonly subscribed: Promise<void>
   isSubscribed = false
@@ -38,6 +41,10 @@ export class WaitGroup {
   private nextExpiryLocal = 0
   private backoffMs = BACKOFF_MIN_MS
   private checking = false
+  /** Grants for tokens nobody here waits for (yet): other processes' waiters, or ours racing ahead. */
+  private readonly unclaimed = new Map<string, Grant>()
+  /** A re-check was asked for while one was running: run again right after it. */
+  private rerun = false
   private linger: NodeJS.Timeout | undefined
   waiterTtlMs = 10_000
   /** One batched call that heart-beats these tokens and reports their state (set by the primitive). */
@@ -57,20 +64,31 @@ export class WaitGroup {
         this.isSubscribed = true
         if (this.waiters.size === 0) this.idle()
       })
+      .catch((error: unknown) => debug('subscription of %s failed: %o', space.name, error))
   }
 
-  /** Register a waiter. The first waiter of a token keeps its slot: a concurrent acquire by the same
-   * owner (an immediate re-entry, or a second wait the store refuses) never takes it over. */
+  /** Register a waiter. Several waiters may share a token (one reentrant owner acquiring in several
+   * calls at once): a grant for the token wakes each of them. */
   add(waiter: Waiter): void {
     clearTimeout(this.linger)
     this.linger = undefined
-    if (!this.waiters.has(waiter.token)) this.waiters.set(waiter.token, waiter)
+    const list = this.waiters.get(waiter.token)
+    if (list) list.push(waiter)
+    else this.waiters.set(waiter.token, [waiter])
+    const early = this.unclaimed.get(waiter.token)
+    if (early && !waiter.grant) {
+      this.unclaimed.delete(waiter.token)
+      waiter.grant = early
+    }
   }
 
-  /** Unregister a waiter; a no-op for a waiter that never got its token's slot. */
+  /** Unregister a waiter; a no-op for one that is not registered. */
   remove(waiter: Waiter): void {
-    if (this.waiters.get(waiter.token) !== waiter) return
-    this.waiters.delete(waiter.token)
+    const list = this.waiters.get(waiter.token)
+    const index = list?.indexOf(waiter) ?? -1
+    if (!list || index < 0) return
+    list.splice(index, 1)
+    if (list.length === 0) this.waiters.delete(waiter.token)
     if (this.waiters.size === 0) this.idle()
   }
 
@@ -94,10 +112,20 @@ export class WaitGroup {
   }
 
   private onGrant(grant: Grant): void {
-    const waiter = this.waiters.get(grant.token)
-    if (!waiter || waiter.grant) return
-    waiter.grant = grant
-    waiter.wake()
+    const list = this.waiters.get(grant.token)
+    if (!list) {
+      // Possibly ours, arriving before the waiter registered (its queued reply came on another
+      // connection): keep a bounded number of such grants for add() to find.
+      this.unclaimed.set(grant.token, grant)
+      if (this.unclaimed.size > MAX_UNCLAIMED)
+        this.unclaimed.delete(this.unclaimed.keys().next().value as string)
+      return
+    }
+    for (const waiter of list) {
+      if (waiter.grant) continue
+      waiter.grant = grant
+      waiter.wake()
+    }
   }
 
   private schedule(): void {
@@ -124,28 +152,44 @@ export class WaitGroup {
   private async recheck(): Promise<void> {
     this.timer = undefined
     this.timerAt = Number.POSITIVE_INFINITY
-    if (this.checking || this.waiters.size === 0) return
+    if (this.waiters.size === 0) return
+    if (this.checking) {
+      this.rerun = true
+      return
+    }
     this.checking = true
-    const batch = [...this.waiters.values()].filter((w) => !w.grant && !w.gone)
+    const tokens = [...this.waiters]
+      .filter(([, list]) => list.some((w) => !w.grant && !w.gone))
+      .map(([t]) => t)
     try {
-      if (batch.length > 0) {
-        const tokens = batch.map((w) => w.token)
+      if (tokens.length > 0) {
         const reply = await this.recheckTokens(tokens)
         reply.states.forEach((state, i) => {
-          const waiter = batch[i] as Waiter
-          if (waiter.grant || waiter.gone) return
-          if (state.state === 'granted') {
-            waiter.grant = { token: waiter.token, fence: state.fence, expiresAt: state.expiresAt }
-            waiter.wake()
-          } else if (state.state === 'gone') {
-            waiter.gone = true
-            waiter.wake()
+          for (const waiter of this.waiters.get(tokens[i] as string) ?? []) {
+            if (waiter.grant || waiter.gone) continue
+            if (state.state === 'granted') {
+              waiter.grant = { token: waiter.token, fence: state.fence, expiresAt: state.expiresAt }
+              waiter.wake()
+            } else if (state.state === 'gone') {
+              waiter.gone = true
+              waiter.wake()
+            }
           }
         })
         this.nextExpiryLocal =
           reply.nextExpiry > 0 ? Date.now() + (reply.nextExpiry - reply.now) + EXPIRY_SLACK_MS : 0
       }
     } catch (error) {
+      if ((this.store as { closed?: boolean }).closed) {
+        // The store was closed: let every waiter try once more, which fails them with the store's error.
+        for (const list of this.waiters.values()) {
+          for (const waiter of list) {
+            waiter.gone = true
+            waiter.wake()
+          }
+        }
+        return
+      }
       // The store is down: keep waiting (the caller's timeout still applies) and try again later.
       debug('re-check of %s failed: %o', this.space.name, error)
       this.nextExpiryLocal = 0
@@ -153,6 +197,10 @@ export class WaitGroup {
       this.arm(Date.now() + this.backoffMs)
     } finally {
       this.checking = false
+    }
+    if (this.rerun) {
+      this.rerun = false
+      this.arm(Date.now())
     }
     this.schedule()
   }

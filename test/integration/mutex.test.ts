@@ -267,6 +267,25 @@ describeStores('reentrant mutex', (fx) => {
     expect(violations).toBe(0)
   })
 
+  it('counts concurrent acquires of one owner that wait together, and frees only after both release', async () => {
+    const { store } = fx()
+    const blocker = await createMutex(store, 'together-unused').acquire() // unrelated name: no effect
+    const other = await createReentrantMutex(store, 'together', { owner: 'other' }).acquire()
+    const mine = createReentrantMutex(fx().another(), 'together', { owner: 'job-1' })
+    const both = Promise.all([mine.acquire({ timeoutMs: 5000 }), mine.acquire({ timeoutMs: 5000 })])
+    await sleep(100) // both calls are queued behind `other` under the same token
+    await other.release()
+    const [a, b] = await both
+    expect(a.token).toBe(b.token)
+    const probe = () => createReentrantMutex(store, 'together', { owner: 'probe' }).tryAcquire()
+    await a.release()
+    expect(await probe()).toBeUndefined() // b still holds its count
+    await b.release()
+    const free = await probe()
+    expect(free).toBeDefined()
+    await Promise.all([free?.release(), blocker.release()])
+  })
+
   it('re-enters for an explicit owner across separate calls', async () => {
     const { store } = fx()
     const a = createReentrantMutex(store, 'owned', { owner: 'job-7' })
@@ -312,6 +331,23 @@ describeStores(
         await worker.waitFor('released')
       }
       expect(await connectStandalone().lrange(orderKey, 0, -1)).toEqual(ids)
+    })
+  },
+  REDIS_KINDS,
+)
+
+describeStores(
+  'closed store',
+  (fx) => {
+    it('fails its waiters instead of leaving them waiting forever', async () => {
+      const holder = await createMutex(fx().another(), 'closing').acquire()
+      const { store } = fx()
+      const waiting = createMutex(store, 'closing').acquire({ timeoutMs: Number.POSITIVE_INFINITY })
+      const space = keySpace(fx().prefix, 'mutex', 'closing')
+      await eventually(async () => (await fx().another().inspect(space)).queued === 1)
+      await store.close()
+      await expect(waiting).rejects.toThrow(/closed/)
+      await holder.release()
     })
   },
   REDIS_KINDS,
