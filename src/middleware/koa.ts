@@ -2,6 +2,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import {
   type Admission,
   normalizeKey,
+  type RwlockMiddlewareOptions,
+  rwlockAdmission,
   type SemaphoreMiddlewareOptions,
   semaphoreAdmission,
   type TollgateInfo,
@@ -14,6 +16,7 @@ export type {
   OnLost,
   Rejection,
   RejectReason,
+  RwlockMiddlewareOptions,
   SemaphoreMiddlewareOptions,
   TollgateInfo,
 } from './shared.js'
@@ -46,6 +49,16 @@ export type KoaMiddleware = ((ctx: KoaLikeContext, next: () => Promise<unknown>)
  */
 export function semaphore(options: number | SemaphoreMiddlewareOptions<KoaLikeContext>): KoaMiddleware {
   return koaAdapter(semaphoreAdmission(options))
+}
+
+/**
+ * Read/write lock per resource: GET, HEAD and OPTIONS share a read lock on the resource (default: the
+ * normalised path), every other method takes its write lock, exclusive of readers and other writers.
+ * Writers do not starve: once one waits, new readers queue behind it. Same queueing, rejection, release
+ * and failure rules as semaphore().
+ */
+export function rwlock(options: RwlockMiddlewareOptions<KoaLikeContext> = {}): KoaMiddleware {
+  return koaAdapter(rwlockAdmission(options, { method: (ctx) => ctx.method, path: (ctx) => ctx.path }))
 }
 
 /** The adapter shared by semaphore() and rwlock(): all admission logic lives in shared.ts. */

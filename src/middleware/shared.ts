@@ -4,6 +4,7 @@ import type { Lease } from '../core/lease.js'
 import { createMemoryStore } from '../core/memory-store.js'
 import { defined, isPlainObjectOrUndefined, nonEmptyString, positiveInt } from '../core/options.js'
 import type { Store } from '../core/store.js'
+import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
 import { createSemaphore, type Semaphore } from '../primitives/semaphore.js'
 
 /** Where log lines go; `console` fits, so do pino and winston. Default: silent. */
@@ -18,8 +19,8 @@ export interface TollgateInfo {
   name: string
   /** The bucket this request was counted in (global: '*'). */
   key: string
-  /** Permits of the bucket. */
-  permits: number
+  /** Permits of the bucket (undefined for a read/write lock). */
+  permits: number | undefined
   /** Fencing token of the held permit (G7); undefined when the request passed without one
    * (failOpen, dryRun). Forward it to downstreams that can reject stale holders. */
   fencingToken: number | undefined
@@ -36,7 +37,7 @@ export interface Rejection {
   status: number
   retryAfterS: number
   key: string
-  permits: number
+  permits: number | undefined
 }
 
 export type OnLost = 'log' | 'abort' | ((info: TollgateInfo, error: Error) => void)
@@ -134,7 +135,8 @@ export type AdmitResult =
 
 /** Something that hands out leases for one bucket: a semaphore, or one side of a read/write lock. */
 export interface Gate {
-  readonly permits: number
+  /** Permits of the bucket; undefined for a read/write lock (no RateLimit headers then). */
+  readonly permits: number | undefined
   acquire(options: { signal: AbortSignal; timeoutMs: number }): Promise<Lease>
   tryAcquire(): Promise<Lease | undefined>
 }
@@ -294,7 +296,7 @@ export class Admission<Req> {
     }
     this.counters.admitted++
     this.counters.inFlight++
-    return { outcome: 'admitted', info: info(lease), left: Math.max(0, gate.permits - 1) }
+    return { outcome: 'admitted', info: info(lease), left: Math.max(0, (gate.permits ?? 1) - 1) }
   }
 
   /** Call once per admitted request when its response is done (finish or abort). Never throws. */
@@ -324,8 +326,8 @@ export class Admission<Req> {
   }
 
   /** Headers for an admitted or passed request. */
-  policyHeaders(name: string, permits: number, left: number): Record<string, string> {
-    if (!this.config.headers) return {}
+  policyHeaders(name: string, permits: number | undefined, left: number): Record<string, string> {
+    if (!this.config.headers || permits === undefined) return {}
     return {
       'RateLimit-Policy': `"${name}";q=${permits};qu="concurrent-requests"`,
       RateLimit: `"${name}";r=${left}`,
@@ -423,5 +425,78 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
       key = DEFAULT_BUCKET
     }
     return { key, gate: gates.get(key), keyed: true }
+  })
+}
+
+export interface RwlockMiddlewareOptions<Req> extends CommonOptions<Req> {
+  /** The resource a request locks. Default: the request path, normalised (dot segments resolved,
+   * duplicate and trailing slashes dropped; the query string is not part of it). */
+  resource?: (req: Req) => string | undefined | null
+  /** Methods that take the read lock; every other method takes the write lock.
+   * @default ['GET', 'HEAD', 'OPTIONS'] */
+  readMethods?: string[]
+}
+
+/** How an adapter reads the method and path of its request type. */
+export interface RequestShape<Req> {
+  method(req: Req): string
+  path(req: Req): string
+}
+
+/** Normalise a request path into a resource name: `/docs//42/../42/` -> `/docs/42`. */
+export function normalizePath(path: string): string {
+  let pathname: string
+  try {
+    // Concatenated, not resolved against a base: '//host/x' must stay a path, not become a host.
+    pathname = new URL(`http://resource.invalid${path.startsWith('/') ? '' : '/'}${path}`).pathname
+  } catch {
+    return normalizeKey(path)
+  }
+  const collapsed = pathname.replace(/\/{2,}/g, '/')
+  return normalizeKey(collapsed.length > 1 ? collapsed.replace(/\/$/, '') : collapsed)
+}
+
+/** Options of rwlock(), validated once: reads share, writes exclude, per resource. */
+export function rwlockAdmission<Req>(
+  options: RwlockMiddlewareOptions<Req>,
+  shape: RequestShape<Req>,
+): Admission<Req> {
+  isPlainObjectOrUndefined('options', options)
+  const opts = options ?? {}
+  const resource = opts.resource
+  if (resource !== undefined && typeof resource !== 'function') {
+    throw new ConfigError('resource', 'a function', resource)
+  }
+  const readMethods = opts.readMethods ?? ['GET', 'HEAD', 'OPTIONS']
+  if (
+    !Array.isArray(readMethods) ||
+    !readMethods.every((m) => typeof m === 'string' && /^[A-Za-z]+$/.test(m))
+  ) {
+    throw new ConfigError('readMethods', 'an array of HTTP method names', readMethods)
+  }
+  const reads = new Set(readMethods.map((m) => m.toUpperCase()))
+  const config = resolveCommon(opts)
+  createReadWriteLock(config.store, config.name, { ttlMs: config.ttlMs }) // validates the lock options
+  const locks = new GateCache<ReadWriteLock>((key) =>
+    createReadWriteLock(config.store, `${config.name}:${key}`, {
+      ttlMs: config.ttlMs,
+      acquireTimeoutMs: Number.POSITIVE_INFINITY,
+    }),
+  )
+  return new Admission(config, (req) => {
+    let key: string
+    try {
+      key = resource ? normalizeKey(resource(req)) : normalizePath(shape.path(req))
+    } catch (error) {
+      config.logger.warn('tollgate: resource() threw; using the default bucket', { error })
+      key = DEFAULT_BUCKET
+    }
+    const lock = locks.get(key)
+    const side = reads.has(shape.method(req).toUpperCase()) ? lock.read : lock.write
+    return {
+      key,
+      gate: { permits: undefined, acquire: side.acquire, tryAcquire: side.tryAcquire },
+      keyed: true,
+    }
   })
 }

@@ -21,6 +21,9 @@ export interface Probe {
   max: number
   entered: number
   fences: number[]
+  /** Writers (non-GET /work and /docs handlers) inside now, and moments a writer was not alone. */
+  writers: number
+  writerOverlaps: number
   /** Set while a handler of /hold waits to be released by the test. */
   holders: (() => void)[]
 }
@@ -56,15 +59,26 @@ export async function startApp(
   options: unknown,
   kind: MiddlewareKind = 'semaphore',
 ): Promise<App> {
-  const probe: Probe = { inside: 0, max: 0, entered: 0, fences: [], holders: [] }
-  const enter = (fence: unknown) => {
+  const probe: Probe = {
+    inside: 0,
+    max: 0,
+    entered: 0,
+    fences: [],
+    holders: [],
+    writers: 0,
+    writerOverlaps: 0,
+  }
+  const enter = (fence: unknown, method = 'GET') => {
     probe.inside++
+    if (method !== 'GET') probe.writers++
+    if (probe.writers > 0 && probe.inside > 1) probe.writerOverlaps++
     probe.entered++
     probe.max = Math.max(probe.max, probe.inside)
     if (typeof fence === 'number') probe.fences.push(fence)
   }
-  const leave = () => {
+  const leave = (method = 'GET') => {
     probe.inside--
+    if (method !== 'GET') probe.writers--
   }
   const wait = (ms: number) => new Promise((r) => setTimeout(r, ms))
   let server: http.Server
@@ -79,9 +93,9 @@ export async function startApp(
     counters = mw.counters
     app.use(mw as unknown as express5.RequestHandler)
     const work = async (req: express5.Request, res: express5.Response) => {
-      enter(req.tollgate?.fencingToken)
+      enter(req.tollgate?.fencingToken, req.method)
       await wait(Number(req.query.ms ?? 20))
-      leave()
+      leave(req.method)
       res.send('ok')
     }
     app.get('/work', work)
@@ -126,9 +140,9 @@ export async function startApp(
     app.use(mw as unknown as Koa3.Middleware)
     const router = new Router()
     const work = async (ctx: Koa3.Context) => {
-      enter((ctx.state.tollgate as tgKoa.TollgateInfo | undefined)?.fencingToken)
+      enter((ctx.state.tollgate as tgKoa.TollgateInfo | undefined)?.fencingToken, ctx.method)
       await wait(Number(ctx.query.ms ?? 20))
-      leave()
+      leave(ctx.method)
       ctx.body = 'ok'
     }
     router.get('/work', work)
