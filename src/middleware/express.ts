@@ -65,7 +65,9 @@ export function rwlock(options: RwlockMiddlewareOptions<ExpressLikeRequest> = {}
   return expressAdapter(
     rwlockAdmission(options, {
       method: (req) => req.method ?? 'GET',
-      path: (req) => req.path ?? (req.url ?? '/').split('?')[0] ?? '/',
+      // The full path, also when mounted under a prefix (app.use('/docs', rwlock())).
+      path: (req) =>
+        req.path === undefined ? ((req.url ?? '/').split('?')[0] ?? '/') : `${req.baseUrl ?? ''}${req.path}`,
     }),
   )
 }
