@@ -65,8 +65,9 @@ local function admit(permits)
     redis.call('ZADD', H, exp, tok)
     redis.call('HSET', M, 'g:' .. tok, int(fence))
     local extra = tonumber(redis.call('HGET', M, 'k:' .. tok) or '0')
+    -- A fresh hold: drop a count an expired hold of this owner may have left behind.
+    redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok, 'c:' .. tok)
     if extra > 0 then redis.call('HSET', M, 'c:' .. tok, 1 + extra) end
-    redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok)
     expire_at_least(H, exp)
     expire_at_least(M, exp)
     granted[tok] = { fence, exp }
