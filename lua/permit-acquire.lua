@@ -3,7 +3,8 @@
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] lease ttl ms  ARGV[4] permits
 -- ARGV[5] mode: 0 = try (never queue), 1 = queue when no permit is free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] 1 = remember the fencing token for re-entry
--- Returns {1, fence, expiresAt, now} when the caller holds a permit (re-entry adds one to its count),
+-- Returns {1, fence, expiresAt, holders, now} when the caller holds a permit (re-entry adds one to its
+--         count; holders = live holders of the name right after, for RateLimit headers and metrics),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode).
 local token, ttl, permits = ARGV[2], tonumber(ARGV[3]), limit(ARGV[4])
 local mode, waiter_ttl, keep_fence = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
@@ -18,7 +19,7 @@ if keep_fence then
     redis.call('ZADD', H, exp, token)
     expire_at_least(H, exp)
     expire_at_least(M, exp)
-    return { 1, tonumber(redis.call('HGET', M, 'g:' .. token) or '0'), exp, NOW }
+    return { 1, tonumber(redis.call('HGET', M, 'g:' .. token) or '0'), exp, redis.call('ZCARD', H), NOW }
   end
 end
 
@@ -31,7 +32,7 @@ if queued or count >= permits then
   purge()
   local mine = admit(permits)[token]
   if mine then
-    return { 1, mine[1], mine[2], NOW }
+    return { 1, mine[1], mine[2], redis.call('ZCARD', H), NOW }
   end
   queued = redis.call('EXISTS', Q) == 1
   count = redis.call('ZCARD', H)
@@ -53,7 +54,7 @@ if not queued and count < permits then
     expire_at_least(H, exp)
   end
   expire_at_least(M, exp)
-  return { 1, fence, exp, NOW }
+  return { 1, fence, exp, count + 1, NOW }
 end
 
 if rank == false then

@@ -21,6 +21,9 @@ export interface Lease extends AsyncDisposable {
   readonly expiresAt: number
   /** Aborts with a LeaseLostError when the lease is lost (G4). Never aborts on release(). */
   readonly signal: AbortSignal
+  /** Live holders of the name right after this grant, when the store reported it (an immediate grant
+   * of a mutex or semaphore; not a permit handed over from the queue). */
+  readonly holders?: number | undefined
   /** Extend the lease to now + ttlMs (default: the primitive's ttlMs). Rejects with LeaseLostError
    * when the lease is already gone. */
   renew(ttlMs?: number): Promise<void>
@@ -62,6 +65,7 @@ export class PermitLease implements Lease {
     readonly token: string,
     readonly fencingToken: number,
     expiresAt: number,
+    readonly holders?: number,
   ) {
     this.name = context.space.name
     this.key = context.space.base

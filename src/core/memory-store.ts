@@ -82,16 +82,23 @@ class MemoryStore implements Store {
     if (held) {
       held.count += 1
       held.expiresAt = Math.max(held.expiresAt, now + r.ttlMs)
-      return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now }
+      return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now, holders: set.holders.size }
     }
     const permits = this.limit(space, r.permits)
     const mine = this.admit(space, set, permits, now).get(r.token)
-    if (mine) return { granted: true, fence: mine.fence, expiresAt: mine.expiresAt, now }
+    if (mine)
+      return { granted: true, fence: mine.fence, expiresAt: mine.expiresAt, now, holders: set.holders.size }
     const queued = set.queue.get(r.token)
     if (!queued && set.holders.size + set.queue.size < permits) {
       const holder = { expiresAt: now + r.ttlMs, fence: nextFence(set), count: 1 }
       set.holders.set(r.token, holder)
-      return { granted: true, fence: holder.fence, expiresAt: holder.expiresAt, now }
+      return {
+        granted: true,
+        fence: holder.fence,
+        expiresAt: holder.expiresAt,
+        now,
+        holders: set.holders.size,
+      }
     }
     if (!queued && !r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
     // As in Lua: a permit handed over later starts with at most the heartbeat ttl, renewed from there.

@@ -70,7 +70,7 @@ export abstract class LockClient implements LeaseContext {
       return undefined
     }
     emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
-    return new PermitLease(this, token, reply.fence, reply.expiresAt)
+    return new PermitLease(this, token, reply.fence, reply.expiresAt, reply.holders)
   }
 
   async acquire(token: string, reentrant: boolean, options: AcquireOptions = {}): Promise<Lease> {
@@ -89,7 +89,7 @@ export abstract class LockClient implements LeaseContext {
       for (;;) {
         const reply = await this.attempt(token, true, reentrant)
         if (reply.granted) {
-          const lease = new PermitLease(this, token, reply.fence, reply.expiresAt)
+          const lease = new PermitLease(this, token, reply.fence, reply.expiresAt, reply.holders)
           // Aborted while the call was in flight: the caller is gone, so the permit goes straight back.
           if (signal?.aborted) {
             lease.release().catch(() => {})

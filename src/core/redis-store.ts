@@ -110,6 +110,10 @@ class RedisStore implements Store {
         }
       },
     )) as number[]
+    if (reply[0] === 1) {
+      const [, fence, expiresAt, holders, now] = reply as [number, number, number, number, number]
+      return { granted: true, fence, expiresAt, holders, now }
+    }
     const [granted, a, b, now] = reply as [number, number, number, number]
     return granted === 1
       ? { granted: true, fence: a, expiresAt: b, now }

@@ -83,7 +83,8 @@ export interface RwStats {
 }
 
 export type AcquireReply =
-  | { granted: true; fence: number; expiresAt: number; now: number }
+  /** holders: live holders of the name right after the grant, when the store reports it. */
+  | { granted: true; fence: number; expiresAt: number; now: number; holders?: number }
   /** position: 0-based place in the queue, -1 when not queued (try mode); nextExpiry: 0 = no holder. */
   | { granted: false; position: number; nextExpiry: number; now: number }
 

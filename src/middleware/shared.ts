@@ -296,7 +296,9 @@ export class Admission<Req> {
     }
     this.counters.admitted++
     this.counters.inFlight++
-    return { outcome: 'admitted', info: info(lease), left: Math.max(0, (gate.permits ?? 1) - 1) }
+    // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
+    const left = gate.permits === undefined ? 0 : gate.permits - (lease.holders ?? gate.permits)
+    return { outcome: 'admitted', info: info(lease), left: Math.max(0, left) }
   }
 
   /** Call once per admitted request when its response is done (finish or abort). Never throws. */

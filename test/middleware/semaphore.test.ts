@@ -75,6 +75,16 @@ for (const framework of CURRENT) {
         expect(ok.headers.get('ratelimit-policy')).toBe('"api";q=1;qu="concurrent-requests"')
       })
 
+      it('reports the permits left after admission in the RateLimit header', async () => {
+        const app = await startApp(framework, { permits: 3, store: freshStore(storeKind), name: 'api' })
+        const holder = get(`${app.url}/hold`)
+        await eventually(() => app.probe.holders.length === 1)
+        const second = await get(`${app.url}/work?ms=1`)
+        expect(second.headers.get('ratelimit')).toBe('"api";r=1') // 3 permits - (holder + itself)
+        app.probe.holders.shift()?.()
+        expect((await holder).headers.get('ratelimit')).toBe('"api";r=2')
+      })
+
       it('rejects at once past maxQueue, with 429 for a keyed cap', async () => {
         const app = await startApp(framework, {
           permits: 1,
