@@ -1,5 +1,23 @@
-/**
- * Placeholder: the gateway (a reverse proxy with distributed in-flight limits) arrives with its own
- * issue. Importing `tollgate/gateway` works today; it exports nothing yet.
- */
-export {}
+// `tollgate/gateway`: run the gateway in-process (tests, embedding) with the same config the bin uses.
+export { startFromArgs } from './cli.js'
+export {
+  type ConcurrencyConfig,
+  type GatewayConfig,
+  GatewayConfigError,
+  type GatewayFile,
+  type GatewayFlags,
+  GATEWAY_DEFAULTS,
+  loadConfig,
+  type LogLevel,
+  parseFlags,
+  type Per,
+  readConfigFile,
+  resolveConfig,
+  type RouteConfig,
+  type RwLockConfig,
+  type StoreConfig,
+  validateConfigFile,
+} from './config.js'
+export type { GatewayMetrics } from './metrics.js'
+export type { UpstreamError, UpstreamErrorKind } from './proxy.js'
+export { createGateway, FENCING_HEADER, type Gateway, type GatewayOptions } from './server.js'

@@ -1,0 +1,117 @@
+// The command line: flags + config file -> a running gateway, the one "listening" line on stdout, a
+// graceful shutdown on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 2 bad flags or config, 1 other.
+import { readFileSync } from 'node:fs'
+import { ConfigError } from '../core/errors.js'
+import { loadConfig, parseFlags, USAGE } from './config.js'
+import { createGateway, type Gateway } from './server.js'
+
+export interface CliIo {
+  stdout: (line: string) => void
+  stderr: (line: string) => void
+}
+
+const PROCESS_IO: CliIo = {
+  stdout: (line) => process.stdout.write(`${line}\n`),
+  stderr: (line) => process.stderr.write(`${line}\n`),
+}
+
+/**
+ * Parse, validate, start. Resolves with the running gateway, or with an exit code when there is
+ * nothing to run (--help, --version: 0; bad flags or config: 2, after printing why to stderr).
+ */
+export async function startFromArgs(
+  argv: readonly string[],
+  io: CliIo = PROCESS_IO,
+): Promise<Gateway | number> {
+  let config
+  try {
+    const flags = parseFlags(argv)
+    if (flags.help) {
+      io.stdout(USAGE.trimEnd())
+      return 0
+    }
+    if (flags.version) {
+      io.stdout(version())
+      return 0
+    }
+    config = await loadConfig(flags)
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    for (const line of error.message.split('\n')) io.stderr(`tollgate: ${line}`)
+    io.stderr('tollgate: see --help and docs/gateway.md')
+    return 2
+  }
+  const gateway = createGateway(config)
+  let urls: { url: string; adminUrl: string | undefined }
+  try {
+    urls = await gateway.listen()
+  } catch (error) {
+    await gateway.close() // e.g. EADDRINUSE: let go of Redis too, or the process would linger
+    throw error
+  }
+  const { url, adminUrl } = urls
+  gateway.logger.info(
+    { url, adminUrl, store: config.store.kind, routes: config.routes.map((route) => route.name) },
+    'tollgate ready',
+  )
+  io.stdout(`tollgate listening on ${url}`)
+  return gateway
+}
+
+/** The bin: start, then shut down gracefully on the first SIGTERM/SIGINT (a second one exits at once). */
+export async function runCli(argv: readonly string[]): Promise<void> {
+  // Listen for signals before anything is printed: a supervisor may signal as soon as it reads the
+  // "listening" line, and a signal without a listener kills the process on the spot.
+  const state: { gateway?: Gateway; signalled?: NodeJS.Signals } = {}
+  const stop = (signal: NodeJS.Signals) => {
+    if (state.signalled) {
+      state.gateway?.logger.warn({ signal }, 'second signal: exiting now')
+      state.gateway?.logger.flush()
+      process.exit(1)
+    }
+    state.signalled = signal
+    if (state.gateway) shutdown(state.gateway, signal)
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
+  let started: Gateway | number
+  try {
+    started = await startFromArgs(argv)
+  } catch (error) {
+    process.stderr.write(`tollgate: could not start: ${(error as Error)?.message ?? String(error)}\n`)
+    started = 1
+  }
+  if (typeof started === 'number') {
+    process.off('SIGTERM', stop)
+    process.off('SIGINT', stop)
+    process.exitCode = started
+    return
+  }
+  state.gateway = started
+  if (state.signalled) shutdown(started, state.signalled)
+}
+
+function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
+  gateway.logger.info({ signal }, 'shutting down: draining in-flight requests')
+  gateway.close().then(
+    () => {
+      gateway.logger.info('shutdown complete')
+      gateway.logger.flush(() => process.exit(0))
+    },
+    (error: unknown) => {
+      gateway.logger.error({ err: error }, 'shutdown failed')
+      gateway.logger.flush(() => process.exit(1))
+    },
+  )
+}
+
+function version(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version: string
+    }
+    return pkg.version
+  } catch {
+    return 'unknown'
+  }
+}

@@ -1,0 +1,256 @@
+// Flags and config file -> GatewayConfig: defaults, precedence, and errors that name the flag or path.
+import { fileURLToPath } from 'node:url'
+import { describe, expect, it } from 'vitest'
+import {
+  GATEWAY_DEFAULTS,
+  GatewayConfigError,
+  loadConfig,
+  parseFlags,
+  readConfigFile,
+  resolveConfig,
+  validateConfigFile,
+} from '../../src/gateway/index.js'
+
+const EXAMPLE = fileURLToPath(new URL('../../examples/gateway.yaml', import.meta.url))
+
+/** The message of the GatewayConfigError `fn` throws. */
+function problem(fn: () => unknown): string {
+  try {
+    fn()
+  } catch (error) {
+    expect(error).toBeInstanceOf(GatewayConfigError)
+    expect((error as GatewayConfigError).code).toBe('ERR_TOLLGATE_CONFIG')
+    return (error as Error).message
+  }
+  throw new Error('expected a GatewayConfigError')
+}
+
+describe('gateway flags', () => {
+  it('builds one catch-all route from flags, with the documented defaults', () => {
+    const config = resolveConfig({}, parseFlags(['--upstream', 'http://127.0.0.1:3000']))
+    expect(config).toMatchObject({
+      host: '127.0.0.1',
+      port: 8080,
+      admin: { host: '127.0.0.1', port: 9090 },
+      store: { kind: 'memory' },
+      ttlMs: 30_000,
+    })
+    expect(config.routes).toHaveLength(1)
+    expect(config.routes[0]).toMatchObject({
+      name: 'default',
+      pathPrefix: '/',
+      upstreamTimeoutMs: GATEWAY_DEFAULTS.upstreamTimeoutMs,
+      concurrency: {
+        permits: 10,
+        per: 'global',
+        tenantHeader: 'x-tenant-id',
+        maxWaitMs: 1000,
+        maxQueue: 100,
+      },
+    })
+    expect(config.routes[0]!.upstream.href).toBe('http://127.0.0.1:3000/')
+  })
+
+  it('reads every flag', () => {
+    const flags = parseFlags([
+      '--upstream=http://u:1',
+      '--port=0',
+      '--host=0.0.0.0',
+      '--permits=3',
+      '--per=tenant',
+      '--tenant-header=X-Org',
+      '--max-wait-ms=0',
+      '--max-queue=7',
+      '--redis-cluster=redis://a:1, redis://b:2',
+      '--prefix=p',
+      '--admin-port=0',
+      '--admin-host=::1',
+      '--ttl-ms=1000',
+      '--timeout-ms=500',
+      '--shutdown-grace-ms=0',
+      '--fail-open',
+      '--trust-proxy',
+      '--log-level=warn',
+    ])
+    const config = resolveConfig({}, flags)
+    expect(config).toMatchObject({
+      host: '0.0.0.0',
+      port: 0,
+      admin: { host: '::1', port: 0 },
+      store: { kind: 'cluster', urls: ['redis://a:1', 'redis://b:2'] },
+      prefix: 'p',
+      ttlMs: 1000,
+      shutdownGraceMs: 0,
+      logLevel: 'warn',
+      trustProxy: true,
+    })
+    expect(config.routes[0]).toMatchObject({
+      upstreamTimeoutMs: 500,
+      concurrency: {
+        permits: 3,
+        per: 'tenant',
+        tenantHeader: 'x-org',
+        maxWaitMs: 0,
+        maxQueue: 7,
+        failOpen: true,
+      },
+    })
+  })
+
+  it.each([
+    [['--permits', '0'], '--permits: expected a positive integer (got "0")'],
+    [['--permits', '2.5'], '--permits: expected a positive integer'],
+    [['--port', '70000'], '--port: expected a port number from 0 to 65535'],
+    [['--per', 'user'], '--per: expected one of global, route, tenant, ip'],
+    [['--upstream', 'localhost:3000'], '--upstream: expected an http:// or https:// URL'],
+    [['--redis', 'http://x'], '--redis: expected a redis:// or rediss:// URL'],
+    [
+      ['--redis', 'redis://a', '--redis-cluster', 'redis://b'],
+      '--redis-cluster: give either --redis or --redis-cluster',
+    ],
+    [['--tenant-header', 'x y'], '--tenant-header: expected an HTTP header name'],
+    [['--max-wait-ms', ''], '--max-wait-ms: expected an integer of milliseconds >= 0'],
+    [['--nope'], '--nope: unknown flag'],
+    [['--port'], '--port: expected a value'],
+    [['serve'], 'serve: unexpected argument'],
+  ])('rejects %j naming the flag', (argv, message) => {
+    expect(problem(() => parseFlags(argv))).toContain(message)
+  })
+
+  it('requires an upstream', () => {
+    expect(problem(() => resolveConfig({}, parseFlags([])))).toMatch(/^--upstream: required/)
+  })
+
+  it('--rwlock locks every route, waiting and failing as the concurrency flags say', () => {
+    const config = resolveConfig(
+      {},
+      parseFlags(['--upstream', 'http://u', '--rwlock', '--max-wait-ms', '50', '--fail-open']),
+    )
+    expect(config.routes[0]!.rwlock).toEqual({
+      resourcePattern: undefined,
+      maxWaitMs: 50,
+      maxQueue: 100,
+      statusCode: undefined,
+      failOpen: true,
+    })
+    expect(config.routes[0]!.concurrency).toMatchObject({ maxWaitMs: 50, failOpen: true })
+  })
+})
+
+describe('gateway config file', () => {
+  it('loads the complete example file', async () => {
+    const config = await loadConfig({ config: EXAMPLE })
+    expect(config.store).toEqual({ kind: 'redis', url: 'redis://127.0.0.1:6379' })
+    expect(config.routes.map((route) => route.name)).toEqual(['export', 'docs', 'health', 'api'])
+    const [exportRoute, docs, health, api] = config.routes
+    expect(exportRoute).toMatchObject({
+      methods: ['GET', 'POST'],
+      host: 'api.example.com',
+      upstreamTimeoutMs: 120_000,
+      concurrency: {
+        permits: 2,
+        per: 'tenant',
+        maxWaitMs: 5000,
+        statusCode: 503,
+        overrides: { 'big-customer': 8 },
+      },
+    })
+    expect(exportRoute!.upstream.port).toBe('3001')
+    expect(docs!.rwlock).toMatchObject({ maxWaitMs: 2000, maxQueue: 100, statusCode: 409, failOpen: false })
+    expect(docs!.rwlock!.resourcePattern!.exec('/docs/42/comments')?.[1]).toBe('42')
+    expect(docs!.concurrency).toMatchObject({ permits: 10, per: 'global' })
+    expect(health!.concurrency).toBeUndefined()
+    expect(health!.rwlock).toBeUndefined()
+    expect(api).toMatchObject({ concurrency: { permits: 50, per: 'route' }, upstreamTimeoutMs: 30_000 })
+    expect(api!.upstream.port).toBe('3000')
+  })
+
+  it('lets flags win over the file', async () => {
+    const config = await loadConfig(
+      parseFlags(['--config', EXAMPLE, '--port', '0', '--permits', '4', '--redis', 'redis://other:1']),
+    )
+    expect(config.port).toBe(0)
+    expect(config.store).toEqual({ kind: 'redis', url: 'redis://other:1' })
+    // Flags set the defaults; a route's own permits still win.
+    expect(config.routes.map((route) => route.concurrency?.permits)).toEqual([2, 4, undefined, 50])
+    const plain = resolveConfig(
+      validateConfigFile({ defaults: { upstream: 'http://u' } }),
+      parseFlags(['--permits', '4']),
+    )
+    expect(plain.routes[0]!.concurrency?.permits).toBe(4)
+  })
+
+  it('names the path of every bad field', () => {
+    const message = problem(() =>
+      validateConfigFile({
+        listen: { port: -1 },
+        admin: 'yes',
+        routes: [
+          { match: { pathPrefix: '/a' }, rwlock: { resourcePattern: '(' } },
+          {
+            match: { pathPrefix: 'b' },
+            concurrency: { permits: 0, per: 'user', maxWaitMs: 'long' },
+            extra: 1,
+          },
+          {
+            match: { pathPrefix: '/c', methods: [] },
+            concurrency: { overrides: { vip: 0 } },
+            timeouts: { upstreamMs: 0 },
+          },
+        ],
+        surprise: true,
+      }),
+    )
+    expect(message.split('\n').sort()).toEqual(
+      [
+        'listen.port: expected a port number from 0 to 65535',
+        'admin: expected an admin object or false',
+        'routes[1].match.pathPrefix: expected a path starting with /',
+        'routes[1].concurrency.permits: expected a positive integer',
+        'routes[1].concurrency.per: expected one of global, route, tenant, ip',
+        'routes[1].concurrency.maxWaitMs: expected an integer of milliseconds >= 0',
+        'routes[1].extra: unknown field',
+        'routes[0].rwlock.resourcePattern: expected a valid regular expression',
+        'routes[2].match.methods: expected a non-empty list',
+        'routes[2].concurrency.overrides.vip: expected a positive integer',
+        'routes[2].timeouts.upstreamMs: expected a positive integer',
+        'surprise: unknown field',
+      ].sort(),
+    )
+  })
+
+  it('checks what only the whole config can tell', () => {
+    const twice = validateConfigFile({
+      defaults: { upstream: 'http://u' },
+      routes: [
+        { name: 'a', match: { pathPrefix: '/x' } },
+        { name: 'a', match: { pathPrefix: '/y' } },
+        { match: { pathPrefix: '/z' }, concurrency: { permits: 3 } },
+        { match: { pathPrefix: '/~' } },
+      ],
+    })
+    expect(problem(() => resolveConfig(twice)).split('\n')).toEqual([
+      'routes[1].name: "a" is also the name of routes[0]',
+      'routes[3].name: required: the path prefix is not a usable name (letters, digits and . _ : / -)',
+      'routes[2].concurrency: per: global routes share one bucket, so their concurrency settings must equal those of routes[0]',
+    ])
+    expect(
+      problem(() => resolveConfig(validateConfigFile({ routes: [{ match: { pathPrefix: '/' } }] }))),
+    ).toBe('routes[0].upstream: required: give --upstream, defaults.upstream or routes[0].upstream')
+    expect(
+      problem(() =>
+        resolveConfig(validateConfigFile({ redis: { url: 'redis://a', cluster: ['redis://b'] } }), {
+          upstream: 'http://u',
+        }),
+      ),
+    ).toBe('redis: give either redis.url or redis.cluster, not both')
+  })
+
+  it('reports unreadable and unparsable files', async () => {
+    await expect(readConfigFile('/nonexistent/tollgate.yaml')).rejects.toThrow(/^--config: cannot read/)
+    await expect(
+      readConfigFile(fileURLToPath(new URL('../../package.json', import.meta.url))),
+    ).rejects.toThrow(/unknown field/)
+    await expect(readConfigFile(fileURLToPath(import.meta.url))).rejects.toThrow(/not valid YAML/)
+  })
+})

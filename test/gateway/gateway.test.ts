@@ -1,0 +1,195 @@
+// createGateway() in-process, on port 0, in front of a counting upstream: headers, routing, buckets,
+// WebSocket upgrades.
+import http from 'node:http'
+import type { Socket } from 'node:net'
+import { pino } from 'pino'
+import { afterEach, describe, expect, it } from 'vitest'
+import {
+  createGateway,
+  FENCING_HEADER,
+  type Gateway,
+  resolveConfig,
+  validateConfigFile,
+} from '../../src/gateway/index.js'
+import { eventually } from '../helpers/contract.js'
+import { connectStandalone, topology, uniquePrefix } from '../helpers/redis.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+const gateways: Gateway[] = []
+afterEach(async () => {
+  await Promise.all(gateways.splice(0).map((gateway) => gateway.close()))
+})
+
+async function start(file: unknown): Promise<{ gateway: Gateway; url: string }> {
+  const config = resolveConfig(validateConfigFile(file))
+  const gateway = createGateway(
+    { ...config, port: 0, admin: undefined },
+    { logger: pino({ level: 'silent' }), processMetrics: false },
+  )
+  gateways.push(gateway)
+  const { url } = await gateway.listen()
+  return { gateway, url }
+}
+
+async function get(url: string, headers: Record<string, string> = {}, method = 'GET') {
+  const response = await fetch(url, { headers, method })
+  return { status: response.status, headers: response.headers, body: await response.text() }
+}
+
+describe('createGateway()', () => {
+  it('forwards the fencing token of the lease and X-Forwarded-*, never the client-sent ones', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({ defaults: { upstream: upstream.url } })
+    const response = await get(`${url}/headers`, {
+      [FENCING_HEADER]: '999999999999999999',
+      'x-forwarded-for': '6.6.6.6',
+    })
+    expect(response.status).toBe(200)
+    const seen = JSON.parse(response.body) as Record<string, string>
+    expect(Number(seen[FENCING_HEADER])).toBeGreaterThan(0)
+    expect(seen[FENCING_HEADER]).not.toBe('999999999999999999')
+    expect(seen['x-forwarded-for']).toBe('127.0.0.1')
+    expect(seen['x-forwarded-proto']).toBe('http')
+    expect(seen['x-forwarded-host']).toBe(new URL(url).host)
+    expect(response.headers.get('ratelimit-policy')).toBe('"global";q=10;qu="concurrent-requests"')
+    // Tokens increase with every admission.
+    await get(`${url}/work?ms=1`)
+    const second = JSON.parse((await get(`${url}/headers`)).body) as Record<string, string>
+    expect(Number(second[FENCING_HEADER])).toBeGreaterThan(Number(seen[FENCING_HEADER]))
+  })
+
+  it('chains X-Forwarded-For behind a trusted proxy', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({ trustProxy: true, defaults: { upstream: upstream.url } })
+    const seen = JSON.parse((await get(`${url}/headers`, { 'x-forwarded-for': '10.1.2.3' })).body)
+    expect(seen['x-forwarded-for']).toBe('10.1.2.3,127.0.0.1')
+  })
+
+  it('routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {
+    const [a, b, c] = await Promise.all([startUpstream(), startUpstream(), startUpstream()])
+    const { url } = await start({
+      routes: [
+        { name: 'writes', match: { pathPrefix: '/api', methods: ['put', 'POST'] }, upstream: a!.url },
+        { name: 'api', match: { pathPrefix: '/api' }, upstream: b!.url, stripPrefix: true },
+        { name: 'admin', match: { pathPrefix: '/', host: 'admin.test' }, upstream: c!.url },
+      ],
+    })
+    expect((await get(`${url}/api/x`, {}, 'PUT')).body).toBe('ok /api/x')
+    expect((await get(`${url}/api/x?ms=1`)).body).toBe('ok /x')
+    expect((await get(`${url}/api?ms=1`)).body).toBe('ok /')
+    expect((await get(`${url}/apix`)).status).toBe(404)
+    const other = await new Promise<string>((resolve, reject) => {
+      http
+        .get(`${url}/anything`, { headers: { host: 'ADMIN.test:8080' } }, (response) => {
+          let body = ''
+          response.on('data', (chunk: Buffer) => (body += chunk.toString()))
+          response.on('end', () => resolve(body))
+        })
+        .on('error', reject)
+    })
+    expect(other).toBe('ok /anything')
+    expect([a!.probe.entered, b!.probe.entered, c!.probe.entered]).toEqual([1, 2, 1])
+  })
+
+  it('isolates tenants, gives an override its own permits and rejects a keyed bucket with 429', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({
+      redis: { url: `redis://127.0.0.1:${topology().standalone.port}`, prefix: uniquePrefix().slice(0, -1) },
+      defaults: {
+        upstream: upstream.url,
+        concurrency: {
+          permits: 1,
+          per: 'tenant',
+          tenantHeader: 'X-Team',
+          maxWaitMs: 0,
+          overrides: { big: 2 },
+        },
+      },
+    })
+    const held = [get(`${url}/hold`, { 'x-team': 'small' }), get(`${url}/hold`, { 'x-team': 'big' })]
+    await eventually(() => upstream.probe.holders.length === 2)
+    const small = await get(`${url}/work?ms=1`, { 'x-team': 'small' })
+    expect(small.status).toBe(429)
+    expect(small.headers.get('retry-after')).toBe('1')
+    expect((await get(`${url}/work?ms=1`, { 'x-team': 'big' })).status).toBe(200)
+    expect((await get(`${url}/work?ms=1`, { 'x-team': 'other' })).status).toBe(200)
+    expect((await get(`${url}/work?ms=1`)).status).toBe(200) // no header: the shared '-' bucket
+    for (const release of upstream.probe.holders.splice(0)) release()
+    expect((await Promise.all(held)).map((r) => r.status)).toEqual([200, 200])
+    // Tenant ids stay out of metrics: only route labels.
+    const metrics = await gateways[0]!.metrics.registry.metrics()
+    expect(metrics).not.toContain('small')
+    expect(metrics).toContain('tollgate_rejected_total{route="default",reason="timeout"} 1')
+    await connectStandalone().ping() // the Redis store was really used
+  })
+
+  it('leaves a route with concurrency: false unlimited', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({
+      defaults: { upstream: upstream.url, concurrency: { permits: 1, maxWaitMs: 0 } },
+      routes: [
+        { name: 'free', match: { pathPrefix: '/free' }, stripPrefix: true, concurrency: false },
+        { name: 'capped', match: { pathPrefix: '/' } },
+      ],
+    })
+    const responses = await Promise.all(Array.from({ length: 5 }, () => get(`${url}/free/work?ms=50`)))
+    expect(responses.map((r) => r.status)).toEqual([200, 200, 200, 200, 200])
+    expect(upstream.probe.max).toBe(5)
+    expect(JSON.parse((await get(`${url}/free/headers`)).body)[FENCING_HEADER]).toBeUndefined()
+  })
+
+  it('with rwlock: reads of a resource share, a write waits for them, other resources are free', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({
+      defaults: {
+        upstream: upstream.url,
+        concurrency: false,
+        rwlock: { resourcePattern: '^/docs/([^/]+)', maxWaitMs: 0 },
+      },
+    })
+    const reads = [get(`${url}/docs/1/hold`), get(`${url}/docs/1/part/hold`)]
+    await eventually(() => upstream.probe.holders.length === 2) // both readers are in
+    const write = await get(`${url}/docs/1/work?ms=1`, {}, 'PUT')
+    expect(write.status).toBe(429)
+    expect(JSON.parse(write.body)).toMatchObject({ reason: 'timeout' })
+    expect((await get(`${url}/docs/2/work?ms=1`, {}, 'PUT')).status).toBe(200)
+    for (const done of upstream.probe.holders.splice(0)) done()
+    expect((await Promise.all(reads)).map((r) => r.status)).toEqual([200, 200])
+    expect((await get(`${url}/docs/1/work?ms=1`, {}, 'PUT')).status).toBe(200)
+    // The lock's fencing tokens reach the upstream and grow.
+    expect(upstream.probe.fences).toHaveLength(4)
+    expect(upstream.probe.fences.at(-1)).toBeGreaterThan(upstream.probe.fences[0]!)
+  })
+
+  it('passes WebSocket upgrades through and holds the permit for the life of the socket', async () => {
+    const upstream = await startUpstream()
+    const { url, gateway } = await start({
+      defaults: { upstream: upstream.url, concurrency: { permits: 1, maxWaitMs: 0 } },
+    })
+    const socket = await upgradeTo(url)
+    socket.write('ping')
+    const [echo] = await Promise.all([
+      new Promise<string>((resolve) => socket.once('data', (d) => resolve(String(d)))),
+    ])
+    expect(echo).toBe('ping')
+    expect(Number(upstream.probe.lastHeaders[FENCING_HEADER])).toBeGreaterThan(0)
+    // The socket holds the only permit: a plain request is rejected meanwhile.
+    expect((await get(`${url}/work?ms=1`)).status).toBe(503)
+    socket.destroy()
+    await eventually(async () => (await gateway.metrics.inFlight.get()).values[0]?.value === 0)
+    expect((await get(`${url}/work?ms=1`)).status).toBe(200)
+  })
+})
+
+function upgradeTo(url: string): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(`${url}/ws`, { headers: { connection: 'Upgrade', upgrade: 'websocket' } })
+    request.on('upgrade', (response, socket) => {
+      expect(response.statusCode).toBe(101)
+      resolve(socket)
+    })
+    request.on('response', (response) => reject(new Error(`no upgrade: ${response.statusCode}`)))
+    request.on('error', reject)
+    request.end()
+  })
+}
