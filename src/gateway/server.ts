@@ -29,6 +29,8 @@ export const FENCING_HEADER = 'x-tollgate-fencing-token'
 const FORWARDED_HEADERS = ['x-forwarded-for', 'x-forwarded-host', 'x-forwarded-port', 'x-forwarded-proto']
 const READY_TIMEOUT_MS = 1000
 const UPGRADE_END_GRACE_MS = 1000
+/** The abort reason of a request whose response closed (one object: no stack captured per request). */
+const RESPONSE_CLOSED = new Error('response closed')
 const REDIS_ERROR_LOG_WINDOW_MS = 10_000
 
 export interface GatewayOptions {
@@ -71,6 +73,8 @@ interface Exchange {
   held: { admission: Admission<http.IncomingMessage>; info: TollgateInfo }[]
   /** Counted in tollgate_requests_in_flight. */
   inFlight: boolean
+  /** Waiting in admitChain(): a close must abort the wait. */
+  admitting: boolean
   upstreamError: UpstreamError | undefined
 }
 
@@ -115,6 +119,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       waitMs: 0,
       held: [],
       inFlight: false,
+      admitting: false,
       upstreamError: undefined,
     }
   }
@@ -125,9 +130,9 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     const exchange = newExchange(route)
     // Attached before any await: a client that leaves while queued aborts its wait, and the permits
     // of an admitted request are released exactly once, whatever ends the response.
-    const gone = new AbortController()
+    const gone = route && route.admissions.length > 0 ? new AbortController() : undefined
     res.once('close', () => {
-      gone.abort(new Error('response closed'))
+      if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
       release(exchange)
       finished(req, res, exchange)
     })
@@ -137,7 +142,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       return
     }
     sanitize(req)
-    if (route.admissions.length === 0) {
+    if (!gone) {
       forward(req, res, exchange)
       return
     }
@@ -170,6 +175,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     let headers: Record<string, string> = {}
     let fencingToken: number | undefined
     metrics.queued.inc({ route: name })
+    exchange.admitting = true
     try {
       for (const admission of exchange.route!.admissions) {
         let result: AdmitResult
@@ -209,6 +215,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
         }
       }
     } finally {
+      exchange.admitting = false
       metrics.queued.dec({ route: name })
     }
     if (exchange.held.length > 0) {
@@ -253,7 +260,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     socket.once('end', () => setTimeout(() => socket.destroy(), UPGRADE_END_GRACE_MS).unref())
     socket.once('close', () => {
       upgraded.delete(socket)
-      gone.abort(new Error('socket closed'))
+      gone.abort(RESPONSE_CLOSED)
       release(exchange)
     })
     const target = route.config.upstream
@@ -294,20 +301,22 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     const status = res.headersSent ? res.statusCode : 499
     const route = exchange.route?.config.name ?? 'unmatched'
     if (exchange.route) metrics.responses.inc({ route, class: statusClass(status) })
-    logger.info(
-      {
-        route,
-        method: req.method,
-        url: req.url,
-        status,
-        waitMs: round(exchange.waitMs),
-        holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
-        durationMs: round(now - exchange.started),
-        ...(exchange.upstreamError ? { upstreamError: exchange.upstreamError.kind } : {}),
-        ...(res.writableFinished ? {} : { aborted: true }),
-      },
-      'request',
-    )
+    if (logger.isLevelEnabled('info')) {
+      logger.info(
+        {
+          route,
+          method: req.method,
+          url: req.url,
+          status,
+          waitMs: round(exchange.waitMs),
+          holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
+          durationMs: round(now - exchange.started),
+          ...(exchange.upstreamError ? { upstreamError: exchange.upstreamError.kind } : {}),
+          ...(res.writableFinished ? {} : { aborted: true }),
+        },
+        'request',
+      )
+    }
     active--
     if (draining) {
       server.closeIdleConnections()
@@ -317,15 +326,19 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
 
   function sanitize(req: http.IncomingMessage): void {
     // Only the gateway speaks for the lease: a client-sent token must never reach the upstream.
-    delete req.headers[FENCING_HEADER]
+    // (`delete` only what is there: deleting turns the headers object into a slow dictionary.)
+    const headers = req.headers
+    if (headers[FENCING_HEADER] !== undefined) delete headers[FENCING_HEADER]
     // At the edge, X-Forwarded-* from clients are not to be believed; behind a trusted proxy they chain.
-    if (!config.trustProxy) for (const header of FORWARDED_HEADERS) delete req.headers[header]
+    if (!config.trustProxy) {
+      for (const header of FORWARDED_HEADERS) if (headers[header] !== undefined) delete headers[header]
+    }
   }
 
   async function ready(): Promise<boolean> {
     if (draining) return false
     if (!redis) return true
-    if (redis.status !== 'ready') return false
+    // While (re)connecting, ioredis queues the PING: it answers once connected, or the timeout says no.
     let timer: NodeJS.Timeout | undefined
     try {
       const answer = await Promise.race([
@@ -511,9 +524,11 @@ function openStore(
   const storeConfig = config.store
   if (storeConfig.kind === 'memory')
     return { store: createMemoryStore({ prefix: config.prefix }), redis: undefined }
+  // Auto-pipelining: the acquires and releases of concurrent requests issued in one tick go out in one
+  // write, which saves a syscall per command on both sides under load.
   let redis: Redis | Cluster
   if (storeConfig.kind === 'redis') {
-    redis = new Redis(storeConfig.url)
+    redis = new Redis(storeConfig.url, { enableAutoPipelining: true })
   } else {
     const [first] = storeConfig.urls.map((url) => new URL(url))
     redis = new Cluster(
@@ -522,6 +537,7 @@ function openStore(
         return { host: hostname, port: Number(port || 6379) }
       }),
       {
+        enableAutoPipelining: true,
         redisOptions: {
           username: first?.username ? decodeURIComponent(first.username) : undefined,
           password: first?.password ? decodeURIComponent(first.password) : undefined,

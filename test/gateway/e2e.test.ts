@@ -250,7 +250,7 @@ routes:
       const upstream = await startUpstream()
       const gateway = await spawnGateway([...base(upstream.url, 'ready'), '--redis', redis.url])
       const readyz = async () => (await fetch(`${gateway.adminUrl}/readyz`)).status
-      expect(await readyz()).toBe(200)
+      await eventually(async () => (await readyz()) === 200, 5000, 50) // connected
       expect((await fetch(`${gateway.adminUrl}/healthz`)).status).toBe(200)
       await redis.stop()
       await eventually(async () => (await readyz()) === 503, 5000, 50)
