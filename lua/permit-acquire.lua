@@ -5,7 +5,9 @@
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] 1 = remember the fencing token for re-entry
 -- Returns {1, fence, expiresAt, holders, now} when the caller holds a permit (re-entry adds one to its
 --         count; holders = live holders of the name right after, for RateLimit headers and metrics),
---         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode).
+--         {0, position, nextExpiry, lastFence, now} when queued (position is 0-based; lastFence: every
+--         grant to this waiter will carry a larger fence, so older grant messages are told apart),
+--         {0, -1, nextExpiry, now} when not queued (try mode).
 local token, ttl, permits = ARGV[2], tonumber(ARGV[3]), limit(ARGV[4])
 local mode, waiter_ttl, keep_fence = ARGV[5], tonumber(ARGV[6]), ARGV[7] == '1'
 
@@ -77,4 +79,4 @@ redis.call('HSET', M, 't:' .. token, math.min(ttl, waiter_ttl))
 expire_at_least(Q, beat)
 expire_at_least(W, beat)
 expire_at_least(M, beat)
-return { 0, rank, next_expiry(), NOW }
+return { 0, rank, next_expiry(), tonumber(redis.call('HGET', M, 'f') or '0'), NOW }

@@ -1,9 +1,11 @@
 -- lua/permit-release.lua: give a permit back (or leave the queue) and hand freed permits on.
 -- KEYS  H Q W M P (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] permits
--- Returns 1 when the token's permit was freed, 2 when only a reentry count was dropped,
---         3 when the token was waiting and left the queue, 0 when the token had nothing (already
---         released or expired: never another owner's permit, G3).
+-- Returns {code, grants}: code 1 when the token's permit was freed, 2 when only a reentry count was
+--         dropped, 3 when the token was waiting and left the queue, 0 when the token had nothing
+--         (already released or expired: never another owner's permit, G3); grants = the message
+--         published for the permits handed on ('' for none), so the releasing process can wake its own
+--         waiters without waiting for the pub/sub round trip.
 local token = ARGV[2]
 
 local result = 0
@@ -12,7 +14,7 @@ if held and tonumber(held) > NOW then
   local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
   if count > 1 then
     redis.call('HSET', M, 'c:' .. token, count - 1)
-    return 2
+    return { 2, '' }
   end
   redis.call('ZREM', H, token)
   redis.call('HDEL', M, 'g:' .. token, 'c:' .. token)
@@ -22,7 +24,7 @@ elseif redis.call('ZSCORE', Q, token) then
   if extra > 0 then
     -- One of several same-owner acquires gives up; the token keeps its place for the others.
     redis.call('HSET', M, 'k:' .. token, extra - 1)
-    return 3
+    return { 3, '' }
   end
   redis.call('ZREM', Q, token)
   redis.call('ZREM', W, token)
@@ -30,9 +32,12 @@ elseif redis.call('ZSCORE', Q, token) then
   result = 3
 end
 -- Nobody queued: nothing to hand on, and expired holders expire with their key.
+local message = ''
 if redis.call('EXISTS', Q) == 1 then
   purge()
-  admit(limit(ARGV[3]))
+  local _, published = admit(limit(ARGV[3]))
+  message = published or ''
 end
-settle()
-return result
+-- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
+if redis.call('EXISTS', Q) == 0 then settle() end
+return { result, message }

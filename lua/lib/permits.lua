@@ -49,7 +49,7 @@ local function purge()
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes.
--- Returns a table token -> { fence, expiresAt } of what it granted.
+-- Returns a table token -> { fence, expiresAt } of what it granted, and the published message.
 local function admit(permits)
   local granted = {}
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
@@ -58,6 +58,7 @@ local function admit(permits)
   local head = redis.call('ZRANGE', Q, 0, free - 1)
   if #head == 0 then return granted end
   local lines = {}
+  local last_exp = 0
   for _, tok in ipairs(head) do
     local ttl = tonumber(redis.call('HGET', M, 't:' .. tok) or '0')
     local exp = NOW + ttl
@@ -68,15 +69,17 @@ local function admit(permits)
     -- A fresh hold: drop a count an expired hold of this owner may have left behind.
     redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok, 'c:' .. tok)
     if extra > 0 then redis.call('HSET', M, 'c:' .. tok, 1 + extra) end
-    expire_at_least(H, exp)
-    expire_at_least(M, exp)
+    last_exp = math.max(last_exp, exp)
     granted[tok] = { fence, exp }
     lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
   end
+  expire_at_least(H, last_exp)
+  expire_at_least(M, last_exp)
   redis.call('ZREM', Q, unpack(head))
   redis.call('ZREM', W, unpack(head))
-  redis.call('PUBLISH', CHANNEL, table.concat(lines, '\n'))
-  return granted
+  local message = table.concat(lines, '\n')
+  redis.call('PUBLISH', CHANNEL, message)
+  return granted, message
 end
 
 -- Earliest lease expiry among holders (0 when none): the waiters' fallback re-check time.

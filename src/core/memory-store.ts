@@ -112,7 +112,13 @@ class MemoryStore implements Store {
         extra: 0,
       })
     }
-    return { granted: false, position: rank(set, r.token), nextExpiry: nextExpiry(set), now }
+    return {
+      granted: false,
+      position: rank(set, r.token),
+      nextExpiry: nextExpiry(set),
+      now,
+      lastFence: set.lastFence,
+    }
   }
 
   async release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult> {

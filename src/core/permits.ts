@@ -82,7 +82,7 @@ export abstract class LockClient implements LeaseContext {
     // uncontended acquire is one script call and touches nothing else.
     let group: WaitGroup | undefined
     let wake: () => void = () => {}
-    const waiter: Waiter = { token, grant: undefined, gone: false, wake: () => wake() }
+    const waiter: Waiter = { token, grant: undefined, gone: false, afterFence: 0, wake: () => wake() }
     let queued = false
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
     try {
@@ -100,6 +100,7 @@ export abstract class LockClient implements LeaseContext {
         }
         queued = true
         waiter.gone = false
+        waiter.afterFence = reply.lastFence ?? 0
         if (!group) {
           group = waitGroup(this.store, this.space)
           group.recheckTokens = (tokens) => this.recheckTokens(tokens)

@@ -114,14 +114,19 @@ class RedisStore implements Store {
       const [, fence, expiresAt, holders, now] = reply as [number, number, number, number, number]
       return { granted: true, fence, expiresAt, holders, now }
     }
-    const [granted, a, b, now] = reply as [number, number, number, number]
-    return granted === 1
-      ? { granted: true, fence: a, expiresAt: b, now }
-      : { granted: false, position: a, nextExpiry: b, now }
+    if (reply.length === 5) {
+      const [, position, nextExpiry, lastFence, now] = reply as [number, number, number, number, number]
+      return { granted: false, position, nextExpiry, lastFence, now }
+    }
+    const [, position, nextExpiry, now] = reply as [number, number, number, number]
+    return { granted: false, position, nextExpiry, now }
   }
 
   async release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult> {
-    const result = (await this.call('tgPermitRelease', space, [token, permits])) as number
+    const [result, grants] = (await this.call('tgPermitRelease', space, [token, permits])) as [number, string]
+    // Wake our own waiters now; the same grants still arrive by pub/sub for every process (duplicates
+    // are ignored by the wait group).
+    if (grants) this.deliver(space.channel, grants)
     return RELEASE_RESULTS[result] ?? 'none'
   }
 
@@ -248,17 +253,20 @@ class RedisStore implements Store {
     ])
   }
 
+  /** Hand a grant message to this process's listeners of a channel. */
+  private deliver(channel: string, message: string): void {
+    const set = this.listeners.get(channel)
+    if (!set) return
+    for (const grant of parseGrants(message)) for (const listener of set) listener(grant)
+  }
+
   /** One subscriber connection per store, multiplexing every channel. On Cluster, PUBLISH from a
    * script reaches every node, so one subscribed connection to any node hears all grants. */
   private ensureSubscriber(): Redis | Cluster {
     if (this.subscriber) return this.subscriber
     const subscriber = this.redis.duplicate()
     subscriber.on('error', (error: Error) => debug('subscriber error: %s', error.message))
-    subscriber.on('message', (channel: string, message: string) => {
-      const set = this.listeners.get(channel)
-      if (!set) return
-      for (const grant of parseGrants(message)) for (const listener of set) listener(grant)
-    })
+    subscriber.on('message', (channel: string, message: string) => this.deliver(channel, message))
     this.subscriber = subscriber
     return subscriber
   }

@@ -86,7 +86,9 @@ export type AcquireReply =
   /** holders: live holders of the name right after the grant, when the store reports it. */
   | { granted: true; fence: number; expiresAt: number; now: number; holders?: number }
   /** position: 0-based place in the queue, -1 when not queued (try mode); nextExpiry: 0 = no holder. */
-  | { granted: false; position: number; nextExpiry: number; now: number }
+  /** lastFence (when queued): the name's last fencing token at enqueue; a grant meant for this wait
+   * carries a larger one, so a late message about an earlier grant to the same token is ignored. */
+  | { granted: false; position: number; nextExpiry: number; now: number; lastFence?: number }
 
 /** 'freed' the permit, 'decremented' a reentry count, 'dequeued' a waiter, or found 'none'. */
 export type ReleaseResult = 'freed' | 'decremented' | 'dequeued' | 'none'

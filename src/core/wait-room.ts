@@ -19,6 +19,9 @@ export interface Waiter {
   readonly token: string
   grant: Grant | undefined
   gone: boolean
+  /** Grants with a fence at or below this predate the wait (late messages about an earlier grant to
+   * the same reentrant token) and are ignored. */
+  afterFence: number
   /** Called whenever grant or gone changes. */
   wake: () => void
 }
@@ -76,9 +79,9 @@ export class WaitGroup {
     if (list) list.push(waiter)
     else this.waiters.set(waiter.token, [waiter])
     const early = this.unclaimed.get(waiter.token)
-    if (early && !waiter.grant) {
+    if (early) {
       this.unclaimed.delete(waiter.token)
-      waiter.grant = early
+      if (!waiter.grant && early.fence > waiter.afterFence) waiter.grant = early
     }
   }
 
@@ -122,7 +125,7 @@ export class WaitGroup {
       return
     }
     for (const waiter of list) {
-      if (waiter.grant) continue
+      if (waiter.grant || grant.fence <= waiter.afterFence) continue
       waiter.grant = grant
       waiter.wake()
     }
