@@ -3,5 +3,13 @@ import type { Scenario } from '../lib/scenario.js'
 import { gatewayScenarios } from './gateway.js'
 import { mutexScenarios } from './mutex.js'
 import { redlockScenarios } from './redlock.js'
+import { semaphoreScenarios } from './semaphore.js'
+import { rwlockScenarios } from './rwlock.js'
 
-export const scenarios: Scenario[] = [...mutexScenarios, ...redlockScenarios, ...gatewayScenarios]
+export const scenarios: Scenario[] = [
+  ...mutexScenarios,
+  ...redlockScenarios,
+  ...semaphoreScenarios,
+  ...rwlockScenarios,
+  ...gatewayScenarios,
+]
