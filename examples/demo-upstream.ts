@@ -8,7 +8,9 @@ export function startDemoUpstream(port = 3000, host = '127.0.0.1'): Promise<http
   let inFlight = 0
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://upstream')
-    const ms = url.pathname === '/slow' ? Math.min(Number(url.searchParams.get('ms') ?? 500) || 0, 60_000) : 0
+    const ms = url.pathname.endsWith('/slow')
+      ? Math.min(Number(url.searchParams.get('ms') ?? 500) || 0, 60_000)
+      : 0
     inFlight++
     const timer = setTimeout(() => {
       res.end(

@@ -12,8 +12,10 @@ import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
 
 const CONNECTIONS = 50
 const WARMUP_S = 2
-const ROUNDS = 3
-const ROUND_S = 4
+// Many short rounds: a burst of foreign load on this shared machine spoils a few round pairs (which
+// the median ratio ignores) rather than a large part of one variant's time.
+const ROUNDS = 6
+const ROUND_S = 2
 /** Far above CONNECTIONS: the limiter's cost is measured, not its queueing. */
 const PERMITS = 1000
 const LEAK_REQUESTS = 20
@@ -33,6 +35,8 @@ interface Totals {
   errors: number
   p50s: number[]
   p99s: number[]
+  /** req/s of each round, in run order. */
+  rounds: number[]
   server: ServerDelta
 }
 
@@ -141,6 +145,7 @@ export const gatewayThroughput: Scenario = {
         errors: 0,
         p50s: [],
         p99s: [],
+        rounds: [],
         server: sumDeltas([]),
       }))
       const deltas: ServerDelta[][] = targets.map(() => [])
@@ -160,6 +165,7 @@ export const gatewayThroughput: Scenario = {
           total.errors += result.errors
           total.p50s.push(result.latency.p50)
           total.p99s.push(result.latency.p99)
+          total.rounds.push(result.requests.total / result.duration)
           ctx.log(
             `  round ${round + 1} ${target.name}: ${fmtInt(result.requests.total / result.duration)} req/s`,
           )
@@ -169,6 +175,8 @@ export const gatewayThroughput: Scenario = {
 
       const rate = (total: Totals) => total.requests / total.seconds
       const bare = totals[1]!
+      /** Median over the rounds of (this variant's req/s / bare http-proxy's req/s in the same round). */
+      const medianRatio = (total: Totals) => median(total.rounds.map((r, i) => r / bare.rounds[i]!))
       const table: Table = {
         columns: [
           'variant',
@@ -176,6 +184,8 @@ export const gatewayThroughput: Scenario = {
           'p50',
           'p99',
           'x bare http-proxy',
+          'x bare, median round',
+          'redis scripts/req',
           'redis cmds/req',
           'non-2xx + errors',
         ],
@@ -185,6 +195,7 @@ export const gatewayThroughput: Scenario = {
           fmtMs(median(total.p50s)),
           fmtMs(median(total.p99s)),
           fmtFixed(rate(total) / rate(bare)),
+          fmtFixed(medianRatio(total)),
           fmtFixed(total.server.scriptCalls / total.requests, 2),
           fmtFixed(total.server.totalCalls / total.requests, 2),
           fmtInt(total.non2xx + total.errors),
@@ -208,14 +219,14 @@ export const gatewayThroughput: Scenario = {
       const redis = totals[4]!
       const verdicts: Verdict[] = [
         {
-          target: 'tollgate + Redis >= 1.0 x bare http-proxy req/s',
-          pass: rate(redis) >= rate(bare),
-          detail: `${fmtInt(rate(redis))} vs ${fmtInt(rate(bare))} req/s = ${fmtFixed(rate(redis) / rate(bare))} x`,
+          target: 'tollgate + Redis >= 1.0 x bare http-proxy req/s (median round)',
+          pass: medianRatio(redis) >= 1.0,
+          detail: `${fmtFixed(medianRatio(redis))} x (all rounds: ${fmtInt(rate(redis))} vs ${fmtInt(rate(bare))} req/s = ${fmtFixed(rate(redis) / rate(bare))} x)`,
         },
         {
-          target: 'tollgate in-memory >= 1.2 x bare http-proxy req/s',
-          pass: rate(memory) >= 1.2 * rate(bare),
-          detail: `${fmtInt(rate(memory))} vs ${fmtInt(rate(bare))} req/s = ${fmtFixed(rate(memory) / rate(bare))} x`,
+          target: 'tollgate in-memory >= 1.2 x bare http-proxy req/s (median round)',
+          pass: medianRatio(memory) >= 1.2,
+          detail: `${fmtFixed(medianRatio(memory))} x (all rounds: ${fmtInt(rate(memory))} vs ${fmtInt(rate(bare))} req/s = ${fmtFixed(rate(memory) / rate(bare))} x)`,
         },
         {
           target: 'no request failed through tollgate',
@@ -232,7 +243,7 @@ export const gatewayThroughput: Scenario = {
         tables: [table, leakTable],
         verdicts,
         notes: [
-          `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this machine, autocannon in the bench process; ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. p50/p99: median over the rounds of autocannon's per-round percentiles.`,
+          `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this machine, autocannon in the bench process; ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. p50/p99: median over the rounds of autocannon's per-round percentiles. 'x bare, median round': the median over the rounds of the ratio to bare http-proxy in the same round (robust against bursts of other load); the verdicts use it.`,
           `tollgate: the bin (src/gateway/main.ts via tsx) with --permits ${PERMITS} (never waits), pino access log at info to a discarded stderr, metrics on. Bare proxies: createProxyServer({ target }) + an error handler, no agent (http-proxy 1.x then sends Connection: close upstream).`,
           `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (client round trips: one acquire, one release; renewals are batched per process), cmds/req = every command the server ran, the ones inside the scripts included (INFO commandstats): ${topCommands(redis.server, redis.requests)}.`,
           `Leak check: ${LEAK_REQUESTS} requests to /slow?ms=${LEAK_UPSTREAM_MS}, aborted by the client after 300 ms; the upstream is asked how many of them it is still serving 500 ms later.`,
