@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
 import type { Lease } from '../core/lease.js'
-import { type AcquireOptions, newToken, PermitClient } from '../core/permits.js'
+import { type AcquireOptions, type LockClient, newToken, PermitClient } from '../core/permits.js'
 import type { Store } from '../core/store.js'
 import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
 import { ownerScope } from './owner-scope.js'
@@ -27,8 +27,12 @@ export interface Mutex {
  */
 export function createMutex(store: Store, name: string, options?: MutexOptions): Mutex {
   const client = new PermitClient(lockSettings('mutex', store, name, options), 1)
+  return { name, ...freshOwnerCalls(client) }
+}
+
+/** acquire / tryAcquire / withLease where every call is a new owner (mutex, semaphore). */
+export function freshOwnerCalls(client: LockClient): Omit<Mutex, 'name'> {
   return {
-    name,
     acquire: (opts) => {
       checkAcquireOptions(opts)
       return client.acquire(newToken(), false, opts)

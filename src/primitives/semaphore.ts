@@ -1,10 +1,10 @@
 import { ConfigError } from '../core/errors.js'
 import type { Lease } from '../core/lease.js'
 import { positiveInt } from '../core/options.js'
-import { type AcquireOptions, newToken, PermitClient } from '../core/permits.js'
+import { type AcquireOptions, PermitClient } from '../core/permits.js'
 import type { PermitStats, Store } from '../core/store.js'
-import { runHolding } from './mutex.js'
-import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
+import { freshOwnerCalls } from './mutex.js'
+import { type LockOptions, lockSettings } from './options.js'
 
 /** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
 const MAX_PERMITS = 1_000_000
@@ -50,15 +50,7 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
     get permits() {
       return client.permits()
     },
-    acquire: (opts) => {
-      checkAcquireOptions(opts)
-      return client.acquire(newToken(), false, opts)
-    },
-    tryAcquire: () => client.tryAcquire(newToken(), false),
-    withLease: async (fn, opts) => {
-      checkAcquireOptions(opts)
-      return runHolding(await client.acquire(newToken(), false, opts), fn)
-    },
+    ...freshOwnerCalls(client),
     setPermits: async (next) => {
       positiveInt('permits', next, MAX_PERMITS)
       client.setPermits(next)

@@ -161,3 +161,10 @@ export function spawnChild(
     },
   }
 }
+
+/** spawnChild() and wait for the worker's { type: 'ready' } message. */
+export async function spawnReadyChild(file: string | URL, timeoutMs = 15_000): Promise<ChildHandle> {
+  const child = spawnChild(file)
+  await child.waitFor('ready', timeoutMs)
+  return child
+}

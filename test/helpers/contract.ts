@@ -89,6 +89,12 @@ export async function keysUnder(client: Redis | Cluster, prefix: string): Promis
   return found
 }
 
+/** Keys a fixture's store holds under its prefix (memory: names with state). */
+export async function storedKeys(fx: StoreFixture): Promise<number> {
+  if (fx.client) return (await keysUnder(fx.client, fx.prefix)).length
+  return (fx.store as unknown as { size: number }).size
+}
+
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
 /** Poll a condition with a deadline (for observing state, never to make a test pass by waiting). */

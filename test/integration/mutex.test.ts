@@ -10,17 +10,13 @@ import {
   LeaseLostError,
 } from '../../src/index.js'
 import { contend, memoryChecker, redisChecker } from '../fixtures/contend.js'
-import { type ChildHandle, spawnChild } from '../helpers/child.js'
+import { type ChildHandle, spawnReadyChild } from '../helpers/child.js'
 import { describeStores, eventually, keysUnder, REDIS_KINDS, sleep } from '../helpers/contract.js'
 import { connectStandalone } from '../helpers/redis.js'
 
 const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
 
-async function startWorker(): Promise<ChildHandle> {
-  const child = spawnChild(WORKER)
-  await child.waitFor('ready', 15_000)
-  return child
-}
+const startWorker = () => spawnReadyChild(WORKER)
 
 describeStores('mutex', (fx, kind) => {
   it('admits one holder at a time across 50 contenders, several connections and processes', async () => {

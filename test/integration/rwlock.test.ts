@@ -16,30 +16,13 @@ import {
   rwContend,
   type RwContendResult,
 } from '../fixtures/rw-contend.js'
-import { type ChildHandle, spawnChild } from '../helpers/child.js'
-import {
-  describeStores,
-  eventually,
-  keysUnder,
-  REDIS_KINDS,
-  type StoreFixture,
-  sleep,
-} from '../helpers/contract.js'
+import { spawnReadyChild } from '../helpers/child.js'
+import { describeStores, eventually, REDIS_KINDS, sleep, storedKeys } from '../helpers/contract.js'
 import { connectStandalone } from '../helpers/redis.js'
 
 const WORKER = new URL('../fixtures/rw-worker.ts', import.meta.url)
 
-async function startWorker(): Promise<ChildHandle> {
-  const child = spawnChild(WORKER)
-  await child.waitFor('ready', 15_000)
-  return child
-}
-
-/** Keys a fixture's store holds under its prefix (memory: names with state). */
-async function storedKeys(fx: StoreFixture): Promise<number> {
-  if (fx.client) return (await keysUnder(fx.client, fx.prefix)).length
-  return (fx.store as unknown as { size: number }).size
-}
+const startWorker = () => spawnReadyChild(WORKER)
 
 /** A promise whose outcome can be looked at without awaiting it. */
 function track<T>(promise: Promise<T>): { promise: Promise<T>; settled: () => boolean } {

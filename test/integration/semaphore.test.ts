@@ -8,30 +8,13 @@ import {
   type Store,
 } from '../../src/index.js'
 import { type Checker, contend, memoryChecker, redisChecker } from '../fixtures/contend.js'
-import { type ChildHandle, spawnChild } from '../helpers/child.js'
-import {
-  describeStores,
-  eventually,
-  keysUnder,
-  REDIS_KINDS,
-  type StoreFixture,
-  sleep,
-} from '../helpers/contract.js'
+import { type ChildHandle, spawnReadyChild } from '../helpers/child.js'
+import { describeStores, eventually, REDIS_KINDS, sleep, storedKeys } from '../helpers/contract.js'
 import { connectStandalone } from '../helpers/redis.js'
 
 const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
 
-async function startWorker(): Promise<ChildHandle> {
-  const child = spawnChild(WORKER)
-  await child.waitFor('ready', 15_000)
-  return child
-}
-
-/** Keys a fixture's store holds under its prefix (memory: names with state). */
-async function storedKeys(fx: StoreFixture): Promise<number> {
-  if (fx.client) return (await keysUnder(fx.client, fx.prefix)).length
-  return (fx.store as unknown as { size: number }).size
-}
+const startWorker = () => spawnReadyChild(WORKER)
 
 describeStores('semaphore', (fx, kind) => {
   it('never has more than 5 holders: 3 processes x 30 workers for 5 s, random holds', async () => {
