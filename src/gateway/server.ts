@@ -418,8 +418,12 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       admin.closeAllConnections()
       await new Promise<void>((resolve) => admin.close(() => resolve()))
     }
-    await store.close()
-    if (redis) await redis.quit().catch(() => redis.disconnect())
+    // Redis may be down: QUIT would wait for a reconnection that never comes. Bounded, then cut.
+    await bounded(store.close(), config.commandTimeoutMs)
+    if (redis) {
+      await bounded(redis.quit(), config.commandTimeoutMs)
+      redis.disconnect()
+    }
   }
 
   return {
@@ -630,6 +634,18 @@ function withErr(meta: Record<string, unknown> | undefined): Record<string, unkn
   if (!meta || !('error' in meta)) return meta ?? {}
   const { error, ...rest } = meta
   return { ...rest, err: error }
+}
+
+/** Wait for `work` at most `ms`; its failure or lateness is not an error here. */
+async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([
+    work.catch(() => {}),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms)
+    }),
+  ])
+  clearTimeout(timer)
 }
 
 function round(ms: number): number {

@@ -263,6 +263,12 @@ routes:
       await eventually(async () => (await readyz()) === 200, 10_000, 100)
       const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
       expect(metric(text, 'tollgate_store_errors_total', { route: 'default' })).toBe(1)
+      // Shutting down while Redis is gone still ends, and cleanly.
+      await redis.stop()
+      const stopping = Date.now()
+      gateway.kill('SIGTERM')
+      expect(await gateway.exited).toEqual({ code: 0, signal: null })
+      expect(Date.now() - stopping).toBeLessThan(6000)
     } finally {
       await redis.stop()
     }
