@@ -3,7 +3,7 @@
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
-import { createMutex, createRedisStore, type Lease } from '../../src/index.js'
+import { createMutex, createRedisStore, createSemaphore, type Lease, type Store } from '../../src/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { commandCount } from '../helpers/redis.js'
 import {
@@ -28,8 +28,20 @@ afterAll(async () => {
   await Promise.all([server?.stop(), cluster?.stop()])
 })
 
-describe.each(['standalone', 'cluster'] as const)('waiting cost [%s]', (kind) => {
+const PRIMITIVES = {
+  mutex: (store: Store, name: string) => createMutex(store, name),
+  semaphore: (store: Store, name: string) => createSemaphore(store, name, { permits: 1 }),
+}
+
+describe.each([
+  ['standalone', 'mutex'],
+  ['cluster', 'mutex'],
+  ['standalone', 'semaphore'],
+  ['cluster', 'semaphore'],
+] as const)('waiting cost [%s, %s]', (kind, primitive) => {
   it(`${WAITERS} waiters blocked for ${WAIT_MS} ms add fewer than ${WAITERS} commands`, async () => {
+    const lock = PRIMITIVES[primitive]
+    const name = `${kind}-${primitive}`
     const connect = () => {
       const client = kind === 'standalone' ? new Redis(server.port, server.host) : new Cluster(cluster.nodes)
       clients.push(client)
@@ -38,13 +50,17 @@ describe.each(['standalone', 'cluster'] as const)('waiting cost [%s]', (kind) =>
     const counter = connect() // INFO only; commandCount excludes INFO itself
     const store = createRedisStore(connect(), { prefix: 'cost' })
     const holderStore = createRedisStore(connect(), { prefix: 'cost' })
-    const holder: Lease = await createMutex(holderStore, kind).acquire()
+    const holder: Lease = await lock(holderStore, name).acquire()
     const waits = Array.from({ length: WAITERS }, () =>
-      createMutex(store, kind)
+      lock(store, name)
         .acquire({ timeoutMs: 30_000 })
         .then((lease) => lease.release()),
     )
-    await eventually(async () => (await store.inspect(keySpace('cost', 'mutex', kind))).queued === WAITERS)
+    await eventually(
+      async () =>
+        (await store.inspect(keySpace('cost', primitive === 'mutex' ? 'mutex' : 'sem', name))).queued ===
+        WAITERS,
+    )
     await sleep(50) // let the subscription's race-closing re-check finish before counting
     const before = await commandCount(counter)
     await sleep(WAIT_MS)
