@@ -146,19 +146,26 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       forward(req, res, exchange)
       return
     }
-    void admitChain(req, exchange, gone.signal, () => res.destroy()).then((result) => {
-      if (result.outcome === 'gone') return
-      if (result.outcome === 'rejected') {
-        if (res.headersSent) return
-        const { status, headers, body } = result.admission.rejectionResponse(result.rejection)
-        res.writeHead(status, headers)
-        res.end(body)
-        return
-      }
-      if (result.fencingToken !== undefined) req.headers[FENCING_HEADER] = String(result.fencingToken)
-      for (const [header, value] of Object.entries(result.headers)) res.setHeader(header, value)
-      forward(req, res, exchange)
-    })
+    void admitChain(req, exchange, gone.signal, () => res.destroy()).then(
+      (result) => {
+        if (result.outcome === 'gone') return
+        if (result.outcome === 'rejected') {
+          if (res.headersSent) return
+          const { status, headers, body } = result.admission.rejectionResponse(result.rejection)
+          res.writeHead(status, headers)
+          res.end(body)
+          return
+        }
+        if (result.fencingToken !== undefined) req.headers[FENCING_HEADER] = String(result.fencingToken)
+        for (const [header, value] of Object.entries(result.headers)) res.setHeader(header, value)
+        forward(req, res, exchange)
+      },
+      (error: unknown) => {
+        logger.error({ err: error }, 'admission failed')
+        if (!res.headersSent) reply(res, 500, 'admission failed\n')
+        else res.destroy()
+      },
+    )
   }
 
   /**
@@ -181,8 +188,10 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
         let result: AdmitResult
         try {
           result = await admission.admit(req, signal)
-        } catch {
-          return { outcome: 'gone' } // only a client that left gets here
+        } catch (error) {
+          if (signal.aborted) return { outcome: 'gone' } // the client left while waiting
+          release(exchange) // what earlier admissions of the chain took goes back
+          throw error // a bug (e.g. a throwing key function): answered with 500 by the caller
         }
         if (result.outcome === 'rejected') {
           const { reason } = result.rejection
@@ -248,7 +257,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     socket.on('error', () => {})
     const route = match(routes, req)
     if (!route || draining) {
-      socket.end(rawResponse(route ? 503 : 404))
+      // Destroyed once written: a half-closed socket would keep server.close() waiting forever.
+      socket.end(rawResponse(route ? 503 : 404), () => socket.destroy())
       return
     }
     sanitize(req)
@@ -267,16 +277,22 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     const onError = (error: UpstreamError) => {
       metrics.upstreamErrors.inc({ route: route.config.name, kind: error.kind })
     }
-    void admitChain(req, exchange, gone.signal, () => socket.destroy()).then((result) => {
-      if (result.outcome === 'gone') return
-      if (result.outcome === 'rejected') {
-        const { status, retryAfterS } = result.rejection
-        socket.end(rawResponse(status, { 'retry-after': String(retryAfterS) }))
-        return
-      }
-      if (result.fencingToken !== undefined) req.headers[FENCING_HEADER] = String(result.fencingToken)
-      proxy.ws(req, socket, head, { target, onError })
-    })
+    void admitChain(req, exchange, gone.signal, () => socket.destroy()).then(
+      (result) => {
+        if (result.outcome === 'gone') return
+        if (result.outcome === 'rejected') {
+          const { status, retryAfterS } = result.rejection
+          socket.end(rawResponse(status, { 'retry-after': String(retryAfterS) }), () => socket.destroy())
+          return
+        }
+        if (result.fencingToken !== undefined) req.headers[FENCING_HEADER] = String(result.fencingToken)
+        proxy.ws(req, socket, head, { target, onError })
+      },
+      (error: unknown) => {
+        logger.error({ err: error }, 'admission failed')
+        socket.destroy()
+      },
+    )
   }
 
   /** Give every held lease back (once) and remember the pending releases so close() can await them. */
@@ -410,7 +426,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     }
     server.closeAllConnections()
     for (const socket of upgraded) socket.destroy()
-    await stopped
+    await bounded(stopped, 1000)
     // Every response has closed, so every release has started: wait for them before closing the store.
     await Promise.allSettled([...releases])
     proxy.close()
@@ -478,7 +494,10 @@ function semaphoreFor(
     name,
     permits: concurrency.permits,
     key,
-    permitsFor: hasOverrides ? (bucket) => overrides[bucket] : undefined,
+    // Own keys only: a tenant id like 'constructor' must not find Object.prototype members.
+    permitsFor: hasOverrides
+      ? (bucket) => (Object.hasOwn(overrides, bucket) ? overrides[bucket] : undefined)
+      : undefined,
     maxWaitMs: concurrency.maxWaitMs,
     maxQueue: concurrency.maxQueue,
     ttlMs: config.ttlMs,
@@ -601,8 +620,9 @@ function stripPrefix(url: string, prefix: string): string {
 function clientAddress(req: http.IncomingMessage, trustProxy: boolean): string | undefined {
   if (trustProxy) {
     const forwarded = req.headers['x-forwarded-for']
-    const first = (Array.isArray(forwarded) ? forwarded[0] : forwarded)?.split(',')[0]?.trim()
-    if (first) return first
+    // The rightmost entry is the one our trusted proxy appended; clients can write anything left of it.
+    const last = (Array.isArray(forwarded) ? forwarded.at(-1) : forwarded)?.split(',').at(-1)?.trim()
+    if (last) return last
   }
   return req.socket.remoteAddress
 }

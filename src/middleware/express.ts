@@ -88,7 +88,7 @@ export function expressAdapter(admission: Admission<ExpressLikeRequest>): Expres
       (result) => {
         if (result.outcome === 'rejected') {
           if (res.headersSent || gone.signal.aborted) return
-          admission.config.onRejected?.(req, result.rejection)
+          admission.notifyRejected(req, result.rejection)
           if (res.headersSent || res.writableEnded) return
           const { status, headers, body } = admission.rejectionResponse(result.rejection)
           res.writeHead(status, headers)
@@ -113,8 +113,9 @@ export function expressAdapter(admission: Admission<ExpressLikeRequest>): Expres
         }
         next()
       },
-      () => {
-        // Only a client that left gets here (admit answers everything else): nothing to send.
+      (error: unknown) => {
+        // A client that left: nothing to send. Anything else is a bug (e.g. a throwing key()): 500.
+        if (!gone.signal.aborted) next(error)
       },
     )
   }

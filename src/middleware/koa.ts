@@ -75,11 +75,12 @@ export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware 
     let result
     try {
       result = await admission.admit(ctx, gone.signal)
-    } catch {
-      return // the client left while waiting: nothing to answer
+    } catch (error) {
+      if (gone.signal.aborted) return // the client left while waiting: nothing to answer
+      throw error // a bug (e.g. a throwing key()): Koa answers 500
     }
     if (result.outcome === 'rejected') {
-      admission.config.onRejected?.(ctx, result.rejection)
+      admission.notifyRejected(ctx, result.rejection)
       const { status, headers, body } = admission.rejectionResponse(result.rejection)
       ctx.status = status
       ctx.set(headers)

@@ -128,6 +128,12 @@ export function normalizeKey(raw: unknown): string {
   return `sha256:${createHash('sha256').update(trimmed, 'utf8').digest('base64url')}`
 }
 
+/** `<policy>:<key>` with ':' and '%' escaped in the key, so no key can name another policy's bucket
+ * (policy names cannot contain '%'). */
+export function bucketName(policy: string, key: string): string {
+  return `${policy}:${key.replace(/[%:]/g, encodeURIComponent)}`
+}
+
 export type AdmitResult =
   | { outcome: 'admitted'; info: TollgateInfo; left: number }
   | { outcome: 'passed'; info: TollgateInfo; left: number }
@@ -311,6 +317,15 @@ export class Admission<Req> {
     })
   }
 
+  /** Call the onRejected hook; a throwing hook is logged, never allowed to crash the process. */
+  notifyRejected(req: Req, rejection: Rejection): void {
+    try {
+      this.config.onRejected?.(req, rejection)
+    } catch (error) {
+      this.config.logger.error('tollgate: onRejected threw', { error })
+    }
+  }
+
   /** Count and report a lost lease; returns true when the request should be aborted. */
   lost(info: TollgateInfo, error: Error): boolean {
     this.counters.lost++
@@ -407,11 +422,16 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
   const gates = new GateCache<Semaphore>((key) => {
     let n = permits
     if (permitsFor) {
-      const override = permitsFor(key)
+      let override: number | undefined
+      try {
+        override = permitsFor(key)
+      } catch (error) {
+        config.logger.error('tollgate: permitsFor() threw; using `permits`', { error })
+      }
       if (override !== undefined) n = positiveInt('permitsFor() result', override, 1_000_000)
     }
     // The policy name and the bucket share one primitive name; keySpace() encodes what is hostile.
-    return createSemaphore(config.store, `${config.name}:${key}`, {
+    return createSemaphore(config.store, bucketName(config.name, key), {
       permits: n,
       ttlMs: config.ttlMs,
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
@@ -480,7 +500,7 @@ export function rwlockAdmission<Req>(
   const config = resolveCommon(opts)
   createReadWriteLock(config.store, config.name, { ttlMs: config.ttlMs }) // validates the lock options
   const locks = new GateCache<ReadWriteLock>((key) =>
-    createReadWriteLock(config.store, `${config.name}:${key}`, {
+    createReadWriteLock(config.store, bucketName(config.name, key), {
       ttlMs: config.ttlMs,
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
     }),

@@ -173,6 +173,20 @@ for (const framework of CURRENT) {
         expect(app.probe.entered).toBe(hostile.length)
       })
 
+      it('answers 500 instead of hanging when a permitsFor() result is invalid', async () => {
+        const app = await startApp(framework, {
+          permits: 1,
+          store: freshStore(storeKind),
+          key: tenantKey(framework),
+          permitsFor: (tenant: string) => (({ constructor: Object }) as Record<string, unknown>)[tenant],
+        })
+        const started = Date.now()
+        const response = await get(`${app.url}/work?ms=1`, { 'x-tenant': 'constructor' })
+        expect(response.status).toBe(500)
+        expect(Date.now() - started).toBeLessThan(1000)
+        expect((await get(`${app.url}/work?ms=1`, { 'x-tenant': 'other' })).status).toBe(200)
+      })
+
       it('dryRun reports but never rejects', async () => {
         const app = await startApp(framework, {
           permits: 1,
