@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events'
 import { describe, expect, it } from 'vitest'
 import {
   AcquireTimeoutError,
@@ -84,6 +85,7 @@ describeStores('semaphore', (fx, kind) => {
     const sem = createSemaphore(store, 'abandon', { permits: 1 })
     const holder = await sem.acquire()
     const controller = new AbortController()
+    setMaxListeners(1000, controller.signal) // 500 waiters share this signal on purpose
     const waits = Array.from({ length: 1000 }, (_, i) =>
       i % 2 ? sem.acquire({ signal: controller.signal }) : sem.acquire({ timeoutMs: 1500 }),
     )
