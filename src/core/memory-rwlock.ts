@@ -133,7 +133,7 @@ export class MemoryRwLocks {
       const waiter = lock.queue.get(token)
       if (!waiter) return { state: 'gone' }
       waiter.heartbeat = now + waiterTtlMs
-      return { state: 'queued', position: rank(lock, token) }
+      return { state: 'queued', position: queuePosition(lock.queue, token) }
     })
     const reply = { now, nextExpiry: nextExpiry(lock), states }
     this.settle(space, lock)
@@ -221,9 +221,10 @@ function idle(lock: RwState, nowUs: number): boolean {
   )
 }
 
-function rank(lock: RwState, token: string): number {
+/** 0-based place of a token in an insertion-ordered queue (ZRANK), -1 when absent. */
+export function queuePosition(queue: ReadonlyMap<string, unknown>, token: string): number {
   let i = 0
-  for (const t of lock.queue.keys()) {
+  for (const t of queue.keys()) {
     if (t === token) return i
     i++
   }

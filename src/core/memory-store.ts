@@ -1,5 +1,5 @@
 import type { KeySpace } from './keys.js'
-import { MemoryRwLocks } from './memory-rwlock.js'
+import { MemoryRwLocks, queuePosition } from './memory-rwlock.js'
 import { defined, isPlainObjectOrUndefined, keyPrefix } from './options.js'
 import type {
   AcquireReply,
@@ -114,7 +114,7 @@ class MemoryStore implements Store {
     }
     return {
       granted: false,
-      position: rank(set, r.token),
+      position: queuePosition(set.queue, r.token),
       nextExpiry: nextExpiry(set),
       now,
       lastFence: set.lastFence,
@@ -173,7 +173,7 @@ class MemoryStore implements Store {
       const waiter = set.queue.get(token)
       if (!waiter) return { state: 'gone' }
       waiter.heartbeat = now + waiterTtlMs
-      return { state: 'queued', position: rank(set, token) }
+      return { state: 'queued', position: queuePosition(set.queue, token) }
     })
     const reply = { now, nextExpiry: nextExpiry(set), states }
     this.settle(space, set)
@@ -323,15 +323,6 @@ function purge(set: PermitSet, now: number): void {
 function nextFence(set: PermitSet): number {
   set.lastFence = Math.max(set.lastFence + 1, nowUs())
   return set.lastFence
-}
-
-function rank(set: PermitSet, token: string): number {
-  let i = 0
-  for (const t of set.queue.keys()) {
-    if (t === token) return i
-    i++
-  }
-  return -1
 }
 
 function nextExpiry(set: PermitSet): number {
