@@ -1,12 +1,14 @@
 -- lua/permit-recheck.lua: one process's batched heartbeat for its waiters on one name, and the
 -- fallback for a lost wake-up: purges the dead, hands out free permits, reports each token's state.
--- KEYS  H Q W M P (see lib/permits.lua)
+-- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms  ARGV[4..] tokens
 -- Returns {now, nextExpiry, then per token: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
-purge()
-admit(permits)
+local count = redis.call('ZCARD', H)
+if count >= permits then count = count - purge_holders() end
+purge_waiters()
+admit(permits, count)
 local beat = NOW + waiter_ttl
 local out = { NOW, 0 }
 local queued = false
@@ -27,10 +29,11 @@ for i = 4, #ARGV do
   end
 end
 if queued then
-  expire_at_least(Q, beat)
-  expire_at_least(W, beat)
-  expire_at_least(M, beat)
+  -- Q, W and M exist (with their expiry) while anybody waits.
+  redis.call('PEXPIREAT', Q, int(beat), 'GT')
+  redis.call('PEXPIREAT', W, int(beat), 'GT')
+  redis.call('PEXPIREAT', M, int(beat), 'GT')
 end
 out[2] = next_expiry()
-settle()
+if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out

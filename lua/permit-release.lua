@@ -1,6 +1,6 @@
 -- lua/permit-release.lua: give a permit back (or leave the queue) and hand freed permits on.
--- KEYS  H Q W M P (see lib/permits.lua)
--- ARGV[1] channel  ARGV[2] token  ARGV[3] permits
+-- KEYS  H Q W M P F (see lib/permits.lua)
+-- ARGV[1] channel  ARGV[2] token  ARGV[3] permits  ARGV[4] 1 = reentrant token (may hold re-entries)
 -- Returns {code, grants}: code 1 when the token's permit was freed, 2 when only a reentry count was
 --         dropped, 3 when the token was waiting and left the queue, 0 when the token had nothing
 --         (already released or expired: never another owner's permit, G3); grants = the message
@@ -11,13 +11,14 @@ local token = ARGV[2]
 local result = 0
 local held = redis.call('ZSCORE', H, token)
 if held and tonumber(held) > NOW then
-  local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
-  if count > 1 then
-    redis.call('HSET', M, 'c:' .. token, count - 1)
-    return { 2, '' }
+  if ARGV[4] == '1' then
+    local count = tonumber(redis.call('HGET', M, 'c:' .. token) or '1')
+    if count > 1 then
+      redis.call('HSET', M, 'c:' .. token, count - 1)
+      return { 2, '' }
+    end
   end
   redis.call('ZREM', H, token)
-  redis.call('HDEL', M, 'g:' .. token, 'c:' .. token)
   result = 1
 elseif redis.call('ZSCORE', Q, token) then
   local extra = tonumber(redis.call('HGET', M, 'k:' .. token) or '0')
@@ -31,13 +32,19 @@ elseif redis.call('ZSCORE', Q, token) then
   redis.call('HDEL', M, 't:' .. token)
   result = 3
 end
--- Nobody queued: nothing to hand on, and expired holders expire with their key.
-local message = ''
-if redis.call('EXISTS', Q) == 1 then
-  purge()
-  local _, published = admit(limit(ARGV[3]))
-  message = published or ''
+local freed = result == 1 and token or nil
+local has_q, has_m, has_h = presence()
+if has_q then
+  if freed then redis.call('HDEL', M, 'g:' .. token, 'c:' .. token) end
+  purge_waiters()
+  local permits = limit(ARGV[3])
+  local count = redis.call('ZCARD', H)
+  if count >= permits then count = count - purge_holders() end
+  local message = admit(permits, count)
+  -- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
+  if redis.call('EXISTS', Q) == 1 then return { result, message } end
+  settle(nil)
+  return { result, message }
 end
--- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
-if redis.call('EXISTS', Q) == 0 then settle() end
-return { result, message }
+settle(freed, has_m, has_h)
+return { result, '' }

@@ -1,5 +1,5 @@
 -- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
--- KEYS  H Q W M P (see lib/permits.lua)
+-- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] tokens
 -- Returns {now, expiresAt per token}; 0 for a token that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
@@ -18,7 +18,8 @@ for i = 3, #ARGV do
   end
 end
 if any then
-  expire_at_least(H, exp)
-  expire_at_least(M, exp)
+  -- Both exist with an expiry whenever a live holder does (M only while someone waits or re-enters).
+  redis.call('PEXPIREAT', H, int(exp), 'GT')
+  redis.call('PEXPIREAT', M, int(exp), 'GT')
 end
 return out

@@ -6,17 +6,22 @@
 --   KEYS[1] H  ZSET  holder token -> lease expiry (ms, Redis server clock, G9)
 --   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
 --   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes
---   KEYS[4] M  HASH  f = last fencing token; n = last ticket; t:<tok> = waiter's lease ttl;
---                    g:<tok> = fencing token of a holder (reentrant or handed-off grants);
---                    c:<tok> = reentry count (absent = 1)
---                    k:<tok> = extra acquires by the same (reentrant) owner while its token waits;
---                    they become reentry counts when the token is admitted
+--   KEYS[4] M  HASH  queue and re-entry bookkeeping, absent while nobody waits or re-enters:
+--                    n = last ticket; t:<tok> = a waiter's handed-off lease ttl (negative: the waiter
+--                    is reentrant); g:<tok> = fencing token of a holder admitted from the queue or
+--                    reentrant; c:<tok> = reentry count (absent = 1); k:<tok> = extra acquires by the
+--                    same (reentrant) owner while its token waits, which become reentry counts when
+--                    the token is admitted
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
+--   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
+--                    until the server clock has passed it (see next_fence)
 -- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
--- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the set is deleted
--- when nothing is held or queued, so idle names leave no keys behind.
-local H, Q, W, M, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
+-- heartbeats and the g:/c: of live holders), and the set is deleted when nothing is held or queued, so
+-- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
+-- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
+local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local CHANNEL = ARGV[1]
 
 -- The permits in force: the run-time override when one is set, else the caller's.
@@ -25,93 +30,165 @@ local function limit(requested)
   return stored and tonumber(stored) or tonumber(requested)
 end
 
-local function next_fence()
-  return bump_fence(M)
+-- Fencing tokens (G7): one more than the last, and never below the server's microsecond clock, so a
+-- name whose keys were deleted while idle still moves on. Read once and written once per call,
+-- however many grants the call makes.
+local fence_last, fence_dirty, fence_until = nil, false, 0
+
+local function last_fence()
+  if fence_last == nil then fence_last = tonumber(redis.call('GET', F) or '0') end
+  return fence_last
 end
 
--- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5).
-local function purge()
+-- `lease_end`: the grant's lease expiry; the token is kept at least that long.
+local function next_fence(lease_end)
+  fence_last = math.max(last_fence() + 1, NOW_US)
+  fence_dirty = true
+  fence_until = math.max(fence_until, lease_end)
+  return fence_last
+end
+
+local function save_fence()
+  if not fence_dirty then return end
+  -- Until the clock has passed the token (a burst may run a few µs ahead of it), and while the lease runs.
+  local keep = math.max(math.floor(fence_last / 1000) + 2, fence_until)
+  redis.call('SET', F, int(fence_last), 'PXAT', int(keep))
+  fence_dirty = false
+end
+
+-- The fast path's single grant: one SET ... GET both reads and writes the last token (a second SET only
+-- when a burst left the last token at or ahead of the clock).
+local function take_fence(lease_end)
+  local old = redis.call('SET', F, int(NOW_US), 'PXAT', int(math.max(math.floor(NOW_US / 1000) + 2, lease_end)), 'GET')
+  if not old or tonumber(old) < NOW_US then
+    fence_last = NOW_US
+    return NOW_US
+  end
+  fence_last = tonumber(old)
+  local fence = next_fence(lease_end)
+  save_fence()
+  return fence
+end
+
+-- Earliest lease expiry among holders (0 when none), cached: the waiters' fallback re-check time.
+local first_expiry = nil
+local function next_expiry()
+  if first_expiry == nil then
+    local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
+    first_expiry = first[2] and tonumber(first[2]) or 0
+  end
+  return first_expiry
+end
+
+-- Drop holders whose lease ran out (G2); returns how many. Only worth a call when they fill the set:
+-- with room left, expired entries only make the count larger than the live count.
+local function purge_holders()
+  local first = next_expiry()
+  if first == 0 or first > NOW then return 0 end
   local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, 100)
-  if #expired > 0 then
-    redis.call('ZREM', H, unpack(expired))
-    for _, tok in ipairs(expired) do
-      redis.call('HDEL', M, 'g:' .. tok, 'c:' .. tok)
-    end
+  first_expiry = nil
+  if #expired == 0 then return 0 end
+  redis.call('ZREM', H, unpack(expired))
+  local fields = {}
+  for _, tok in ipairs(expired) do
+    fields[#fields + 1] = 'g:' .. tok
+    fields[#fields + 1] = 'c:' .. tok
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
-  if #dead > 0 then
-    redis.call('ZREM', Q, unpack(dead))
-    redis.call('ZREM', W, unpack(dead))
-    for _, tok in ipairs(dead) do
-      redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok)
-    end
-  end
+  redis.call('HDEL', M, unpack(fields))
+  return #expired
 end
 
--- Hand free permits to the head of the queue, in ticket order, and tell their processes.
--- Returns a table token -> { fence, expiresAt } of what it granted, and the published message.
-local function admit(permits)
-  local granted = {}
+-- Drop waiters whose heartbeat stopped (G5): they never block the queue.
+local function purge_waiters()
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  if #dead == 0 then return end
+  redis.call('ZREM', Q, unpack(dead))
+  redis.call('ZREM', W, unpack(dead))
+  local fields = {}
+  for _, tok in ipairs(dead) do
+    fields[#fields + 1] = 't:' .. tok
+    fields[#fields + 1] = 'k:' .. tok
+  end
+  redis.call('HDEL', M, unpack(fields))
+end
+
+-- Hand free permits to the head of the queue, in ticket order, and tell their processes. `count` is
+-- ZCARD H (0 exactly when H does not exist). Returns the published message ('' for none), a table
+-- token -> { fence, expiresAt } of the grants, and how many it made.
+local function admit(permits, count)
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
-  local free = math.min(permits - redis.call('ZCARD', H), 1000)
-  if free <= 0 then return granted end
+  local free = math.min(permits - count, 1000)
+  if free <= 0 then return '', {}, 0 end
   local head = redis.call('ZRANGE', Q, 0, free - 1)
-  if #head == 0 then return granted end
-  local lines = {}
+  if #head == 0 then return '', {}, 0 end
+  local ttl_fields = {}
+  for i, tok in ipairs(head) do ttl_fields[i] = 't:' .. tok end
+  local ttls = redis.call('HMGET', M, unpack(ttl_fields))
+  local granted, lines, holds, fences = {}, {}, {}, {}
   local last_exp = 0
-  for _, tok in ipairs(head) do
-    local ttl = tonumber(redis.call('HGET', M, 't:' .. tok) or '0')
-    local exp = NOW + ttl
-    local fence = next_fence()
-    redis.call('ZADD', H, exp, tok)
-    redis.call('HSET', M, 'g:' .. tok, int(fence))
-    local extra = tonumber(redis.call('HGET', M, 'k:' .. tok) or '0')
-    -- A fresh hold: drop a count an expired hold of this owner may have left behind.
-    redis.call('HDEL', M, 't:' .. tok, 'k:' .. tok, 'c:' .. tok)
-    if extra > 0 then redis.call('HSET', M, 'c:' .. tok, 1 + extra) end
+  for i, tok in ipairs(head) do
+    local ttl = tonumber(ttls[i] or '0')
+    local exp = NOW + math.abs(ttl)
+    local fence = next_fence(exp)
+    holds[#holds + 1] = exp
+    holds[#holds + 1] = tok
+    fences[#fences + 1] = 'g:' .. tok
+    fences[#fences + 1] = int(fence)
+    if ttl < 0 then
+      -- A reentrant owner: extra acquires it made while waiting become reentry counts.
+      local extra = tonumber(redis.call('HGET', M, 'k:' .. tok) or '0')
+      redis.call('HDEL', M, 'k:' .. tok, 'c:' .. tok)
+      if extra > 0 then redis.call('HSET', M, 'c:' .. tok, 1 + extra) end
+    end
     last_exp = math.max(last_exp, exp)
     granted[tok] = { fence, exp }
     lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
   end
-  expire_at_least(H, last_exp)
+  redis.call('ZADD', H, unpack(holds))
+  if count == 0 then
+    redis.call('PEXPIREAT', H, int(last_exp))
+  else
+    redis.call('PEXPIREAT', H, int(last_exp), 'GT')
+  end
+  redis.call('HDEL', M, unpack(ttl_fields))
+  -- The fence of a holder admitted here is what a re-check reports to it if the message is lost.
+  redis.call('HSET', M, unpack(fences))
   expire_at_least(M, last_exp)
   redis.call('ZREM', Q, unpack(head))
   redis.call('ZREM', W, unpack(head))
+  first_expiry = nil
+  save_fence()
   local message = table.concat(lines, '\n')
   redis.call('PUBLISH', CHANNEL, message)
-  return granted, message
+  return message, granted, #head
 end
 
--- Earliest lease expiry among holders (0 when none): the waiters' fallback re-check time.
-local function next_expiry()
-  local first = redis.call('ZRANGE', H, 0, 0, 'WITHSCORES')
-  return first[2] and tonumber(first[2]) or 0
+-- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.
+local function presence()
+  local bits = redis.call('EXISTS', Q, Q, Q, Q, M, M, H)
+  return bits >= 4, bits % 4 >= 2, bits % 2 == 1
 end
 
--- After a release or dequeue: delete the metadata once nothing is held or queued (H, Q and W delete
--- themselves when empty), else pull every key's expiry in to the last deadline it still guards, so a
--- name whose remaining leases simply run out leaves no key behind a moment later.
-local function settle()
-  if redis.call('EXISTS', H, Q) == 0 then
-    -- (W is empty whenever Q is.) Fences handed out in one burst may run a few µs ahead of the clock: keep the last one until the
-    -- clock has passed it, so the time-based fallback of an idle name can never go below it (G7).
-    local fence = tonumber(redis.call('HGET', M, 'f') or '0')
+-- Once the queue is empty: delete the bookkeeping when nothing is held either, else pull the keys'
+-- expiry in to the last lease they still guard, so a name whose remaining leases simply run out leaves
+-- no key behind a moment later. `token`: a holder that just left (its g:/c: go). `has_m`, `has_h`:
+-- whether M and H exist (nil = unknown).
+local function settle(token, has_m, has_h)
+  local last = has_h ~= false and redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]
+  if not last then
+    if has_m ~= false then redis.call('DEL', M) end
+    -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
+    local fence = tonumber(redis.call('GET', F) or '0')
     if fence >= NOW_US then
-      redis.call('HDEL', M, 'n')
-      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
-    else
-      redis.call('DEL', M)
+      redis.call('PEXPIREAT', F, int(math.floor(fence / 1000) + 2))
+    elseif fence > 0 then
+      redis.call('DEL', F)
     end
     return
   end
-  local last_h = redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]
-  local last_w = redis.call('ZRANGE', W, -1, -1, 'WITHSCORES')[2]
-  local h_at = last_h and tonumber(last_h) or 0
-  local w_at = last_w and tonumber(last_w) or 0
-  if h_at > 0 then redis.call('PEXPIREAT', H, int(h_at)) end
-  if w_at > 0 then
-    redis.call('PEXPIREAT', Q, int(w_at))
-    redis.call('PEXPIREAT', W, int(w_at))
+  redis.call('PEXPIREAT', H, int(tonumber(last)))
+  if has_m ~= false then
+    if token then redis.call('HDEL', M, 'g:' .. token, 'c:' .. token) end
+    redis.call('PEXPIREAT', M, int(tonumber(last)))
   end
-  redis.call('PEXPIREAT', M, int(math.max(h_at, w_at)))
 end

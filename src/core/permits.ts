@@ -25,9 +25,17 @@ export interface PermitSettings {
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
 }
 
-/** A random owner token: URL-safe, so it never contains the separators of grant messages. */
+/** 96 random bits per process: tokens of different processes never collide. */
+const TOKEN_PREFIX = randomBytes(12).toString('base64url')
+let tokenCounter = 0
+
+/** A unique owner token: this process's random prefix and a counter, URL-safe, so it never contains the
+ * separators of grant messages. Unique is all a token must be (anyone who can read Redis sees it
+ * anyway); a counter costs nothing on the hot path, where 16 fresh random bytes per call showed up as
+ * ~5 % of the client's CPU in profiles. */
 export function newToken(): string {
-  return randomBytes(16).toString('base64url')
+  tokenCounter = (tokenCounter + 1) % Number.MAX_SAFE_INTEGER
+  return TOKEN_PREFIX + tokenCounter.toString(36)
 }
 
 /**
@@ -193,7 +201,12 @@ export abstract class LockClient implements LeaseContext {
 export class PermitClient extends LockClient {
   private currentPermits: number
 
-  constructor(settings: PermitSettings, permits: number) {
+  /** `reentrant`: tokens may hold re-entry counts (the reentrant mutex); releases then look for them. */
+  constructor(
+    settings: PermitSettings,
+    permits: number,
+    private readonly reentrant = false,
+  ) {
     super(settings)
     this.currentPermits = permits
   }
@@ -219,7 +232,7 @@ export class PermitClient extends LockClient {
   }
 
   releaseToken(token: string): Promise<ReleaseResult> {
-    return this.store.release(this.space, token, this.currentPermits)
+    return this.store.release(this.space, token, this.currentPermits, this.reentrant)
   }
 
   private request(token: string, enqueue: boolean, reentrant: boolean) {

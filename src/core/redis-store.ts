@@ -37,7 +37,7 @@ export interface RedisStoreOptions {
 const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
 
 /** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
-const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p'] as const
+const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
 const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
 const RW_MODES: Record<RwMode, string> = { read: 'r', write: 'w' }
 
@@ -106,7 +106,9 @@ class RedisStore implements Store {
       // A grant whose reply came too late is handed straight back: nothing is lost.
       (late) => {
         if ((late as number[])[0] === 1 || (late as number[])[1] !== -1) {
-          this.release(space, r.token, r.permits).catch((error) => debug('late release failed: %o', error))
+          this.release(space, r.token, r.permits, r.reentrant).catch((error) =>
+            debug('late release failed: %o', error),
+          )
         }
       },
     )) as number[]
@@ -122,8 +124,12 @@ class RedisStore implements Store {
     return { granted: false, position, nextExpiry, now }
   }
 
-  async release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult> {
-    const [result, grants] = (await this.call('tgPermitRelease', space, [token, permits])) as [number, string]
+  async release(space: KeySpace, token: string, permits: number, reentrant = false): Promise<ReleaseResult> {
+    const [result, grants] = (await this.call('tgPermitRelease', space, [
+      token,
+      permits,
+      reentrant ? 1 : 0,
+    ])) as [number, string]
     // Wake our own waiters now; the same grants still arrive by pub/sub for every process (duplicates
     // are ignored by the wait group).
     if (grants) this.deliver(space.channel, grants)
@@ -279,8 +285,11 @@ class RedisStore implements Store {
   ): Promise<unknown> {
     if (this.closed) throw new StoreUnavailableError('The store is closed.')
     const started = Date.now()
-    const parts = script.startsWith('tgRw') ? RW_PARTS : PERMIT_PARTS
-    const pending = this.scripts[script](...parts.map((part) => space.key(part)), space.channel, ...args)
+    const pending = this.scripts[script](
+      ...scriptKeys(space, script.startsWith('tgRw')),
+      space.channel,
+      ...args,
+    )
     try {
       const reply = await this.deadlines.watch(pending, started + this.commandTimeoutMs)
       this.observeClock(script, reply, started)
@@ -304,6 +313,19 @@ class RedisStore implements Store {
     const now = at === 'first' ? reply[0] : reply[reply.length - 1]
     if (typeof now === 'number') this.clockOffsetMs = now - (started + Date.now()) / 2
   }
+}
+
+const keyCache = new WeakMap<KeySpace, { permit?: string[]; rw?: string[] }>()
+
+/** The KEYS of a space's scripts, built once per space (they are on every call's hot path). */
+function scriptKeys(space: KeySpace, rw: boolean): string[] {
+  let cached = keyCache.get(space)
+  if (!cached) {
+    cached = {}
+    keyCache.set(space, cached)
+  }
+  if (rw) return (cached.rw ??= RW_PARTS.map((part) => space.key(part)))
+  return (cached.permit ??= PERMIT_PARTS.map((part) => space.key(part)))
 }
 
 function waiterState(row: number[]): WaiterState {

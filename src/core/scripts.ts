@@ -12,12 +12,12 @@ const PRELUDES = {
 /** Every script we register: command name -> file, prelude family, and where its reply carries the
  * server's `now` (first or last element; undefined = a plain number reply). */
 export const SCRIPTS = {
-  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 5, lib: 'permits', now: 'last' },
-  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 5, lib: 'permits', now: undefined },
-  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 5, lib: 'permits', now: 'first' },
-  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 5, lib: 'permits', now: 'first' },
-  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 5, lib: 'permits', now: 'last' },
-  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 5, lib: 'permits', now: 'last' },
+  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 6, lib: 'permits', now: 'last' },
+  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 6, lib: 'permits', now: undefined },
+  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
+  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
+  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 6, lib: 'permits', now: 'last' },
+  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 6, lib: 'permits', now: 'last' },
   tgRwAcquire: { file: 'rwlock-acquire.lua', numberOfKeys: 5, lib: 'rwlock', now: 'last' },
   tgRwRelease: { file: 'rwlock-release.lua', numberOfKeys: 5, lib: 'rwlock', now: undefined },
   tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 5, lib: 'rwlock', now: 'first' },

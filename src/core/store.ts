@@ -16,7 +16,8 @@ export interface Store {
   readonly notificationsHealthy: boolean
 
   acquire(space: KeySpace, request: AcquireRequest): Promise<AcquireReply>
-  release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult>
+  /** `reentrant`: the token may hold re-entry counts (only then are they looked for). */
+  release(space: KeySpace, token: string, permits: number, reentrant?: boolean): Promise<ReleaseResult>
   renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
   recheck(
     space: KeySpace,

@@ -58,7 +58,7 @@ export interface ReentrantMutexOptions extends LockOptions {
  */
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
   const { owner, ...lockOptions } = options ?? {}
-  const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1)
+  const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1, true)
   const scope = ownerScope(store, client.space, owner)
 
   return {

@@ -334,7 +334,7 @@ describe('redlock', () => {
     const lease = await lock.acquire()
     const space = keySpace(prefix, 'redlock', 'wiped')
     // As after two nodes restarted without persistence.
-    await Promise.all(nodes.slice(1).map((n) => n.client.del(space.key('h'), space.key('m'))))
+    await Promise.all(nodes.slice(1).map((n) => n.client.del(space.key('h'), space.key('m'), space.key('f'))))
     await expect(lease.renew()).rejects.toBeInstanceOf(LeaseLostError)
     expect(lease.signal.aborted).toBe(true)
     const next = await rival(nodes, 'wiped').acquire({ timeoutMs: 0 })

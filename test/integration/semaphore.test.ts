@@ -4,13 +4,14 @@ import {
   AcquireTimeoutError,
   ConfigError,
   createMemoryStore,
+  createReentrantMutex,
   createSemaphore,
   type Lease,
   type Store,
 } from '../../src/index.js'
 import { type Checker, contend, memoryChecker, redisChecker } from '../fixtures/contend.js'
 import { type ChildHandle, spawnReadyChild } from '../helpers/child.js'
-import { describeStores, eventually, REDIS_KINDS, sleep, storedKeys } from '../helpers/contract.js'
+import { describeStores, eventually, keysUnder, REDIS_KINDS, sleep, storedKeys } from '../helpers/contract.js'
 import { connectStandalone } from '../helpers/redis.js'
 
 const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
@@ -161,6 +162,46 @@ describeStores('semaphore', (fx, kind) => {
 describeStores(
   'semaphore across processes',
   (fx, kind) => {
+    it('gives every key it writes an expiry, under waiters, aborts, re-entry and setPermits', async () => {
+      // A key without an expiry would outlive a crash of every process: the scripts set it with
+      // PEXPIREAT ... GT on keys they know exist, so a mistake there shows up as a PTTL of -1.
+      const { store, client, prefix } = fx()
+      const redis = client as NonNullable<typeof client>
+      const missing = new Set<string>()
+      let sampling = true
+      const sampler = (async () => {
+        while (sampling) {
+          for (const key of await keysUnder(redis, prefix)) {
+            // :p (setPermits) is configuration and persists on purpose.
+            if (!key.endsWith(':p') && (await redis.pttl(key)) === -1) missing.add(key)
+          }
+          await sleep(5)
+        }
+      })()
+      const sem = createSemaphore(store, 'ttl', { permits: 2, ttlMs: 400, waiterTtlMs: 300 })
+      const other = createSemaphore(fx().another(), 'ttl', { permits: 2, ttlMs: 150, autoRenew: false })
+      const mutex = createReentrantMutex(store, 'ttl-r', { ttlMs: 300 })
+      const until = Date.now() + 1500
+      const loop = async (i: number) => {
+        while (Date.now() < until) {
+          const s = i % 2 === 0 ? sem : other
+          const lease = await s.acquire({ timeoutMs: i % 3 === 0 ? 5 : 2000 }).catch(() => undefined)
+          await sleep(i % 4)
+          await lease?.release()
+          await mutex.withLease(() =>
+            Promise.all([mutex.withLease(() => sleep(1)), mutex.withLease(() => sleep(2))]),
+          )
+        }
+      }
+      await Promise.all([
+        ...Array.from({ length: 8 }, (_, i) => loop(i)),
+        sem.setPermits(3).then(() => sem.setPermits(1)),
+      ])
+      sampling = false
+      await sampler
+      expect([...missing]).toEqual([])
+    }, 20_000)
+
     it("gives a SIGKILLed holder's permits back within TTL + tolerance", async () => {
       const { store, prefix } = fx()
       const child = await startWorker()
