@@ -54,7 +54,13 @@ export class PermitLease implements Lease {
   expiresAt: number
   /** Local-clock ms when the lease expires (for scheduling only). */
   localDeadline: number
-  private readonly controller = new AbortController()
+  /** Created on first use of `signal`: most leases are released without anyone asking for it, and an
+   * AbortController per lease showed up in profiles of the gateway's hot path. */
+  private controller: AbortController | undefined
+  /** Set once the lease is lost (what the signal aborts with). */
+  private lostWith: LeaseLostError | undefined
+  /** Called once when the lease is lost, without creating the signal (see whenLost). */
+  private lossListeners: ((error: LeaseLostError) => void)[] | undefined
   private releasing: Promise<void> | undefined
   private renewing: Promise<void> | undefined
   /** Without auto-renewal, the signal still aborts when the lease runs out. */
@@ -84,19 +90,29 @@ export class PermitLease implements Lease {
   }
 
   get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController()
+      if (this.lostWith) this.controller.abort(this.lostWith)
+    }
     return this.controller.signal
   }
 
   get active(): boolean {
-    return !this.releasing && !this.controller.signal.aborted
+    return !this.releasing && !this.lostWith
+  }
+
+  /** Run `listener` once if the lease is lost (at once if it already is). */
+  onLoss(listener: (error: LeaseLostError) => void): void {
+    if (this.lostWith) listener(this.lostWith)
+    else (this.lossListeners ??= []).push(listener)
   }
 
   renew(ttlMs = this.context.ttlMs): Promise<void> {
-    if (this.controller.signal.aborted) return Promise.reject(this.controller.signal.reason)
+    if (this.lostWith) return Promise.reject(this.lostWith)
     const run = async () => {
       const reply = await this.context.renewTokens(ttlMs, [this.token])
       this.applyRenewal(reply.now, reply.expiresAt[0] ?? 0)
-      if (this.controller.signal.aborted) throw this.controller.signal.reason
+      if (this.lostWith) throw this.lostWith
     }
     const pending = (this.renewing ?? Promise.resolve()).then(run, run)
     this.renewing = pending.catch(() => {})
@@ -141,12 +157,21 @@ export class PermitLease implements Lease {
 
   /** Declare the lease lost: abort the signal, stop renewing, report. Never throws (G4). */
   lose(reason: string, cause?: unknown): void {
-    if (this.controller.signal.aborted || this.releasing) return
+    if (this.lostWith || this.releasing) return
     renewals.delete(this)
     clearTimeout(this.expiryTimer)
     const error = new LeaseLostError(this.name, reason, cause === undefined ? undefined : { cause })
     debug('lost %s: %s', this.name, reason)
-    this.controller.abort(error)
+    this.lostWith = error
+    this.controller?.abort(error)
+    for (const listener of this.lossListeners ?? []) {
+      try {
+        listener(error)
+      } catch (listenerError) {
+        debug('loss listener threw: %o', listenerError)
+      }
+    }
+    this.lossListeners = undefined
     emit('lost', { name: this.name, kind: this.context.kind, error })
     try {
       this.context.onLost?.(error, this)
@@ -154,4 +179,14 @@ export class PermitLease implements Lease {
       debug('onLost threw: %o', hookError)
     }
   }
+}
+
+/** Run `listener` once if `lease` is lost: without creating its AbortSignal when the lease is one of
+ * ours (the gateway's per-request path), through the signal otherwise. */
+export function whenLost(lease: Lease, listener: (error: LeaseLostError) => void): void {
+  if (lease instanceof PermitLease) lease.onLoss(listener)
+  else
+    lease.signal.addEventListener('abort', () => listener(lease.signal.reason as LeaseLostError), {
+      once: true,
+    })
 }

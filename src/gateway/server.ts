@@ -24,6 +24,7 @@ import {
 import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config.js'
 import { createMetrics, type GatewayMetrics, statusClass } from './metrics.js'
 import { createProxy, type UpstreamError } from './proxy.js'
+import { whenLost } from '../core/lease.js'
 
 export const FENCING_HEADER = 'x-tollgate-fencing-token'
 const FORWARDED_HEADERS = ['x-forwarded-for', 'x-forwarded-host', 'x-forwarded-port', 'x-forwarded-proto']
@@ -211,9 +212,9 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
         } else {
           exchange.held.push({ admission, info })
           const lease = info.lease
-          lease.signal.addEventListener('abort', () => {
+          whenLost(lease, (error) => {
             metrics.leaseLost.inc({ route: name })
-            if (admission.lost(info, lease.signal.reason as Error)) abort()
+            if (admission.lost(info, error)) abort()
           })
           fencingToken ??= info.fencingToken // the first lease taken: the resource lock's, if any
         }

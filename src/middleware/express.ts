@@ -8,6 +8,7 @@ import {
   semaphoreAdmission,
   type TollgateInfo,
 } from './shared.js'
+import { whenLost } from '../core/lease.js'
 
 export type {
   AdmissionCounters,
@@ -103,8 +104,8 @@ export function expressAdapter(admission: Admission<ExpressLikeRequest>): Expres
         held = info
         const lease = info.lease
         if (lease) {
-          lease.signal.addEventListener('abort', () => {
-            if (admission.lost(info, lease.signal.reason as Error) && !res.writableFinished) res.destroy()
+          whenLost(lease, (error) => {
+            if (admission.lost(info, error) && !res.writableFinished) res.destroy()
           })
         }
         req.tollgate = info

@@ -8,6 +8,7 @@ import {
   semaphoreAdmission,
   type TollgateInfo,
 } from './shared.js'
+import { whenLost } from '../core/lease.js'
 
 export type {
   AdmissionCounters,
@@ -95,8 +96,8 @@ export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware 
     held = info
     const lease = info.lease
     if (lease) {
-      lease.signal.addEventListener('abort', () => {
-        if (admission.lost(info, lease.signal.reason as Error) && !ctx.res.writableFinished) ctx.req.destroy()
+      whenLost(lease, (error) => {
+        if (admission.lost(info, error) && !ctx.res.writableFinished) ctx.req.destroy()
       })
     }
     ctx.state.tollgate = info

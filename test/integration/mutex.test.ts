@@ -1,6 +1,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
+import { whenLost } from '../../src/core/lease.js'
 import {
   AcquireTimeoutError,
   ConfigError,
@@ -137,6 +138,9 @@ describeStores('mutex', (fx, kind) => {
       const onLostCalls: LeaseLostError[] = []
       const mutex = createMutex(store, 'stolen', { ttlMs: 300, onLost: (error) => onLostCalls.push(error) })
       const lease = await mutex.acquire()
+      // The gateway and middleware watch for loss without creating the signal (it is made on demand).
+      const heard: LeaseLostError[] = []
+      whenLost(lease, (error) => heard.push(error))
       // Simulate the lease running out behind our back (e.g. a Redis failover lost it) and a new owner.
       if (client) {
         const space = keySpace(fx().prefix, 'mutex', 'stolen')
@@ -147,6 +151,9 @@ describeStores('mutex', (fx, kind) => {
       const thief = await createMutex(fx().another(), 'stolen', { ttlMs: 5000 }).acquire({ timeoutMs: 1000 })
       await eventually(() => lease.signal.aborted, 2000)
       expect(lease.signal.reason).toBeInstanceOf(LeaseLostError)
+      expect(heard).toEqual([lease.signal.reason])
+      whenLost(lease, (error) => heard.push(error)) // already lost: told at once
+      expect(heard).toHaveLength(2)
       expect(onLostCalls).toHaveLength(1)
       expect(lostEvents.some((e) => e.name === 'stolen' && e.kind === 'mutex')).toBe(true)
       await lease.release() // must not free the thief's lease
