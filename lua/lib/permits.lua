@@ -80,6 +80,16 @@ local function next_expiry()
   return first_expiry
 end
 
+-- Forget the fence and reentry count (g:, c: in M) of holders that left.
+local function drop_holder_fields(tokens)
+  local fields = {}
+  for _, tok in ipairs(tokens) do
+    fields[#fields + 1] = 'g:' .. tok
+    fields[#fields + 1] = 'c:' .. tok
+  end
+  redis.call('HDEL', M, unpack(fields))
+end
+
 -- Drop holders whose lease ran out (G2); returns how many. Only worth a call when they fill the set:
 -- with room left, expired entries only make the count larger than the live count.
 local function purge_holders()
@@ -89,12 +99,7 @@ local function purge_holders()
   first_expiry = nil
   if #expired == 0 then return 0 end
   redis.call('ZREM', H, unpack(expired))
-  local fields = {}
-  for _, tok in ipairs(expired) do
-    fields[#fields + 1] = 'g:' .. tok
-    fields[#fields + 1] = 'c:' .. tok
-  end
-  redis.call('HDEL', M, unpack(fields))
+  drop_holder_fields(expired)
   return #expired
 end
 
@@ -171,9 +176,9 @@ end
 
 -- Once the queue is empty: delete the bookkeeping when nothing is held either, else pull the keys'
 -- expiry in to the last lease they still guard, so a name whose remaining leases simply run out leaves
--- no key behind a moment later. `token`: a holder that just left (its g:/c: go). `has_m`, `has_h`:
--- whether M and H exist (nil = unknown).
-local function settle(token, has_m, has_h)
+-- no key behind a moment later. `left`: holders that just left (their g:/c: go), or nil. `has_m`,
+-- `has_h`: whether M and H exist (nil = unknown).
+local function settle(left, has_m, has_h)
   local last = has_h ~= false and redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]
   if not last then
     if has_m ~= false then redis.call('DEL', M) end
@@ -188,7 +193,7 @@ local function settle(token, has_m, has_h)
   end
   redis.call('PEXPIREAT', H, int(tonumber(last)))
   if has_m ~= false then
-    if token then redis.call('HDEL', M, 'g:' .. token, 'c:' .. token) end
+    if left and #left > 0 then drop_holder_fields(left) end
     redis.call('PEXPIREAT', M, int(tonumber(last)))
   end
 end

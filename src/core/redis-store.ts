@@ -73,9 +73,31 @@ export function createRedisStore(client: Redis | Cluster | string, options?: Red
   return new RedisStore(redis, owned, prefix, commandTimeoutMs)
 }
 
+/** Most tokens in one batched call (keeps the script's unpack() and its reply small). */
+const MAX_BATCH = 256
+
+type BatchScript = 'tgPermitAcquire' | 'tgPermitRelease'
+
+interface Batch {
+  readonly script: BatchScript
+  readonly space: KeySpace
+  /** The ARGV before the tokens (after the channel): the options every call in the batch shares. */
+  readonly head: (string | number)[]
+  readonly tokens: string[]
+  readonly calls: { resolve(value: unknown): void; reject(error: unknown): void }[]
+  readonly started: number
+  /** The i-th caller's result from the script's reply. */
+  readonly parse: (reply: unknown[], i: number) => unknown
+  readonly onLateReply: ((reply: unknown[], tokens: readonly string[]) => void) | undefined
+  readonly onReply: ((reply: unknown[]) => void) | undefined
+}
+
 class RedisStore implements Store {
   readonly kind = 'redis'
   clockOffsetMs = 0
+  private readonly openBatches = new Map<string, Batch | null>()
+  private pendingBatches: Batch[] = []
+  private turnScheduled = false
   private readonly scripts: ScriptClient
   private subscriber: Redis | Cluster | undefined
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
@@ -98,42 +120,42 @@ class RedisStore implements Store {
     return this.subscriber?.status === 'ready'
   }
 
-  async acquire(space: KeySpace, r: AcquireRequest): Promise<AcquireReply> {
-    const reply = (await this.call(
+  acquire(space: KeySpace, r: AcquireRequest): Promise<AcquireReply> {
+    return this.batched(
       'tgPermitAcquire',
       space,
-      [r.token, r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.reentrant ? 1 : 0],
-      // A grant whose reply came too late is handed straight back: nothing is lost.
-      (late) => {
-        if ((late as number[])[0] === 1 || (late as number[])[1] !== -1) {
-          this.release(space, r.token, r.permits, r.reentrant).catch((error) =>
-            debug('late release failed: %o', error),
-          )
-        }
-      },
-    )) as number[]
-    if (reply[0] === 1) {
-      const [, fence, expiresAt, holders, now] = reply as [number, number, number, number, number]
-      return { granted: true, fence, expiresAt, holders, now }
-    }
-    if (reply.length === 5) {
-      const [, position, nextExpiry, lastFence, now] = reply as [number, number, number, number, number]
-      return { granted: false, position, nextExpiry, lastFence, now }
-    }
-    const [, position, nextExpiry, now] = reply as [number, number, number, number]
-    return { granted: false, position, nextExpiry, now }
+      [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.reentrant ? 1 : 0],
+      r.token,
+      !r.reentrant,
+      acquireRow,
+      // Grants (and queue places) whose reply came too late are handed straight back: nothing is lost.
+      (late, tokens) =>
+        tokens.forEach((token, i) => {
+          const [code, position] = late[i + 1] as number[]
+          if (code === 1 || position !== -1) {
+            this.release(space, token, r.permits, r.reentrant).catch((error) =>
+              debug('late release failed: %o', error),
+            )
+          }
+        }),
+    ) as Promise<AcquireReply>
   }
 
-  async release(space: KeySpace, token: string, permits: number, reentrant = false): Promise<ReleaseResult> {
-    const [result, grants] = (await this.call('tgPermitRelease', space, [
+  release(space: KeySpace, token: string, permits: number, reentrant = false): Promise<ReleaseResult> {
+    return this.batched(
+      'tgPermitRelease',
+      space,
+      [permits, reentrant ? 1 : 0],
       token,
-      permits,
-      reentrant ? 1 : 0,
-    ])) as [number, string]
-    // Wake our own waiters now; the same grants still arrive by pub/sub for every process (duplicates
-    // are ignored by the wait group).
-    if (grants) this.deliver(space.channel, grants)
-    return RELEASE_RESULTS[result] ?? 'none'
+      !reentrant,
+      releaseRow,
+      undefined,
+      // Wake our own waiters now; the same grants still arrive by pub/sub for every process (duplicates
+      // are ignored by the wait group).
+      (reply) => {
+        if (reply[0]) this.deliver(space.channel, reply[0] as string)
+      },
+    ) as Promise<ReleaseResult>
   }
 
   async renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
@@ -277,14 +299,83 @@ class RedisStore implements Store {
     return subscriber
   }
 
+  /**
+   * Acquires (or releases) of one name with the same options, made in one event-loop turn, go to Redis
+   * as few script calls, in call order; the script gives the same result as one call per token. The
+   * first call of a turn goes out at once (a lone call waits for nothing and costs no bookkeeping);
+   * the ones after it in the same turn gather in a batch sent from a setImmediate, after the I/O
+   * callbacks of the turn (so a burst of requests parsed in one turn shares it). Under load this turns
+   * dozens of round trips per turn into two. `joinable` = false (reentrant tokens) always gets a call of
+   * its own; so does a token already in the open batch (a second release of it must find it gone).
+   */
+  private batched(
+    script: BatchScript,
+    space: KeySpace,
+    head: (string | number)[],
+    token: string,
+    joinable: boolean,
+    parse: Batch['parse'],
+    onLateReply?: Batch['onLateReply'],
+    onReply?: Batch['onReply'],
+  ): Promise<unknown> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
+    const key = joinable ? `${script}\n${space.channel}\n${head.join(' ')}` : undefined
+    const open = key === undefined ? undefined : this.openBatches.get(key)
+    const straight = open === undefined
+    let batch = open ?? undefined
+    if (!batch || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
+      batch = { script, space, head, tokens: [], calls: [], started: Date.now(), parse, onLateReply, onReply }
+      if (key !== undefined) {
+        // null: this turn's first call went straight; the next one opens a batch.
+        this.openBatches.set(key, straight ? null : batch)
+        if (!this.turnScheduled) {
+          this.turnScheduled = true
+          setImmediate(this.endTurn)
+        }
+      }
+      if (!straight) this.pendingBatches.push(batch)
+    }
+    batch.tokens.push(token)
+    const calls = batch.calls
+    const result = new Promise((resolve, reject) => calls.push({ resolve, reject }))
+    if (straight) void this.sendBatch(batch)
+    return result
+  }
+
+  /** Once per turn in which batching happened: send the gathered batches, in the order they opened. */
+  private readonly endTurn = (): void => {
+    const batches = this.pendingBatches
+    this.pendingBatches = []
+    this.openBatches.clear()
+    this.turnScheduled = false
+    for (const batch of batches) void this.sendBatch(batch)
+  }
+
+  private async sendBatch(batch: Batch): Promise<void> {
+    const { tokens, onLateReply } = batch
+    try {
+      const reply = (await this.call(
+        batch.script,
+        batch.space,
+        [...batch.head, ...tokens],
+        onLateReply && ((late) => onLateReply(late as unknown[], tokens)),
+        batch.started,
+      )) as unknown[]
+      batch.onReply?.(reply)
+      batch.calls.forEach((call, i) => call.resolve(batch.parse(reply, i)))
+    } catch (error) {
+      for (const call of batch.calls) call.reject(error)
+    }
+  }
+
   private async call(
     script: ScriptName,
     space: KeySpace,
     args: (string | number)[],
     onLateReply?: (reply: unknown) => void,
+    started = Date.now(),
   ): Promise<unknown> {
     if (this.closed) throw new StoreUnavailableError('The store is closed.')
-    const started = Date.now()
     const pending = this.scripts[script](
       ...scriptKeys(space, script.startsWith('tgRw')),
       space.channel,
@@ -326,6 +417,21 @@ function scriptKeys(space: KeySpace, rw: boolean): string[] {
   }
   if (rw) return (cached.rw ??= RW_PARTS.map((part) => space.key(part)))
   return (cached.permit ??= PERMIT_PARTS.map((part) => space.key(part)))
+}
+
+/** The i-th caller's part of a batched reply: {now, row per token} / {grants, code per token}. */
+const acquireRow = (reply: unknown[], i: number) => acquireReply(reply[i + 1] as number[], reply[0] as number)
+const releaseRow = (reply: unknown[], i: number) => RELEASE_RESULTS[reply[i + 1] as number] ?? 'none'
+
+function acquireReply(row: number[], now: number): AcquireReply {
+  if (row[0] === 1) {
+    const [, fence, expiresAt, holders] = row as [number, number, number, number]
+    return { granted: true, fence, expiresAt, holders, now }
+  }
+  const [, position, nextExpiry, lastFence] = row as [number, number, number, number | undefined]
+  return lastFence === undefined
+    ? { granted: false, position, nextExpiry, now }
+    : { granted: false, position, nextExpiry, lastFence, now }
 }
 
 function waiterState(row: number[]): WaiterState {

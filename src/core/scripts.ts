@@ -12,7 +12,7 @@ const PRELUDES = {
 /** Every script we register: command name -> file, prelude family, and where its reply carries the
  * server's `now` (first or last element; undefined = a plain number reply). */
 export const SCRIPTS = {
-  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 6, lib: 'permits', now: 'last' },
+  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
   tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 6, lib: 'permits', now: undefined },
   tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
   tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },

@@ -1,5 +1,8 @@
-// G10: a blocked waiter costs ~0 Redis commands per second. Counted with INFO commandstats on private
-// servers (the shared ones see other test files' traffic), so the count is exact.
+// What waiting and bursts cost in Redis commands. G10: a blocked waiter costs ~0 commands per second.
+// A burst of acquires (or releases) of one name in one event-loop turn is two script calls (the
+// first call goes straight, the rest gather in one batch). Counted
+// with INFO commandstats on private servers (the shared ones see other test files' traffic), so the
+// counts are exact.
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
@@ -69,5 +72,29 @@ describe.each([
     await holder.release()
     await Promise.all(waits)
     await Promise.all([store.close(), holderStore.close()])
+  })
+})
+
+describe.each(['standalone', 'cluster'] as const)('bursts [%s]', (kind) => {
+  it('100 tryAcquires of one name in one turn are two script calls, and so are their 100 releases', async () => {
+    const client = kind === 'standalone' ? new Redis(server.port, server.host) : new Cluster(cluster.nodes)
+    const counter = kind === 'standalone' ? new Redis(server.port, server.host) : new Cluster(cluster.nodes)
+    clients.push(client, counter)
+    const store = createRedisStore(client, { prefix: 'burst' })
+    const sem = createSemaphore(store, kind, { permits: 60 })
+    await (await sem.acquire()).release() // scripts loaded, connection ready
+    const scripts = async () =>
+      (await commandCount(counter, 'evalsha')) + (await commandCount(counter, 'eval'))
+
+    let before = await scripts()
+    const leases = await Promise.all(Array.from({ length: 100 }, () => sem.tryAcquire()))
+    expect(leases.filter((lease) => lease !== undefined)).toHaveLength(60)
+    expect((await scripts()) - before).toBe(2)
+
+    before = await scripts()
+    await Promise.all(leases.map((lease) => lease?.release()))
+    expect((await scripts()) - before).toBe(2)
+    expect((await sem.stats()).holders).toBe(0)
+    await store.close()
   })
 })

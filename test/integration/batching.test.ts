@@ -1,0 +1,113 @@
+// Calls made in one event-loop turn: the Redis store sends the acquires (and the releases) of one name
+// as one script call. Whatever it batches, the result must be the one of separate calls in call order,
+// and the memory store must agree.
+import { expect, it } from 'vitest'
+import { keySpace } from '../../src/core/keys.js'
+import type { AcquireRequest } from '../../src/core/store.js'
+import { createReentrantMutex, createSemaphore, type Lease } from '../../src/index.js'
+import { describeStores, eventually } from '../helpers/contract.js'
+
+const range = (n: number) => Array.from({ length: n }, (_, i) => i)
+
+describeStores('calls in one event-loop turn', (fx) => {
+  it('40 tryAcquires on 7 permits: exactly the first 7 callers win, fences rise in call order', async () => {
+    const { store } = fx()
+    const sem = createSemaphore(store, 'burst', { permits: 7 })
+    const leases = await Promise.all(range(40).map(() => sem.tryAcquire()))
+    const won = leases.flatMap((lease, i) => (lease ? [i] : []))
+    expect(won).toEqual(range(7))
+    const fences = leases.flatMap((lease) => (lease ? [lease.fencingToken] : []))
+    for (let i = 1; i < fences.length; i++) expect(fences[i]).toBeGreaterThan(fences[i - 1]!)
+    expect((await sem.stats()).holders).toBe(7)
+
+    // Released together, every permit is back: 7 new tryAcquires in one turn all win.
+    await Promise.all(leases.map((lease) => lease?.release()))
+    expect((await sem.stats()).holders).toBe(0)
+    const again = await Promise.all(range(8).map(() => sem.tryAcquire()))
+    expect(again.map((lease) => lease !== undefined)).toEqual([...range(7).map(() => true), false])
+    await Promise.all(again.map((lease) => lease?.release()))
+  })
+
+  it('30 acquires on 3 permits queue in call order; releases in one turn hand every permit on', async () => {
+    const { store } = fx()
+    const sem = createSemaphore(store, 'fifo', { permits: 3 })
+    const order: number[] = []
+    const held: Lease[] = []
+    let inside = 0
+    let maxInside = 0
+    const all = range(30).map((i) =>
+      sem.acquire({ timeoutMs: 20_000 }).then((lease) => {
+        order.push(i)
+        inside++
+        maxInside = Math.max(maxInside, inside)
+        held.push(lease)
+      }),
+    )
+    let released = 0
+    while (released < 30) {
+      // Wait for the next three grants (or the last ones), then give them back in one turn.
+      await eventually(() => held.length === Math.min(3, 30 - released))
+      const batch = held.splice(0)
+      inside -= batch.length
+      released += batch.length
+      await Promise.all(batch.map((lease) => lease.release()))
+    }
+    await Promise.all(all)
+    expect(order).toEqual(range(30))
+    expect(maxInside).toBe(3)
+    expect(await sem.stats()).toMatchObject({ holders: 0, queued: 0 })
+  })
+
+  it('a token released twice in one turn is freed once', async () => {
+    const { store, prefix } = fx()
+    const space = keySpace(prefix, 'sem', 'twice')
+    const request = (token: string): AcquireRequest => ({
+      token,
+      ttlMs: 10_000,
+      permits: 2,
+      enqueue: false,
+      waiterTtlMs: 5_000,
+      reentrant: false,
+    })
+    const got = await Promise.all([store.acquire(space, request('a')), store.acquire(space, request('b'))])
+    expect(got.map((reply) => reply.granted)).toEqual([true, true])
+    const results = await Promise.all([
+      store.release(space, 'a', 2),
+      store.release(space, 'a', 2),
+      store.release(space, 'b', 2),
+      store.release(space, 'a', 2),
+    ])
+    expect(results).toEqual(['freed', 'none', 'freed', 'none'])
+    expect((await store.inspect(space)).holders).toBe(0)
+  })
+
+  it('reentrant acquires and releases of one owner in one turn count every entry', async () => {
+    const { store, prefix } = fx()
+    const mutex = createReentrantMutex(store, 'owned', { owner: 'job-7' })
+    const stranger = createReentrantMutex(store, 'owned', { owner: 'job-8' })
+    const neighbour = createSemaphore(store, 'owned', { permits: 1 })
+    const [a, b, c, n] = await Promise.all([
+      mutex.acquire(),
+      mutex.acquire(),
+      mutex.acquire(),
+      neighbour.tryAcquire(),
+    ])
+    expect(new Set([a.fencingToken, b.fencingToken, c.fencingToken]).size).toBe(1)
+    expect(n).toBeDefined() // a semaphore of the same name is another lock
+    await Promise.all([a.release(), b.release(), n?.release()])
+    expect(await stranger.tryAcquire()).toBeUndefined() // one entry is still held
+    await c.release()
+    const lease = await stranger.tryAcquire()
+    expect(lease).toBeDefined()
+    await lease?.release()
+    expect((await store.inspect(keySpace(prefix, 'rmutex', 'owned'))).holders).toBe(0)
+  })
+
+  it('acquires of different names in one turn each get their own permit', async () => {
+    const { store } = fx()
+    const sems = range(20).map((i) => createSemaphore(store, `n${i % 10}`, { permits: 1 }))
+    const leases = await Promise.all(sems.map((sem) => sem.tryAcquire()))
+    expect(leases.map((lease) => lease !== undefined)).toEqual(range(20).map((i) => i < 10))
+    await Promise.all(leases.map((lease) => lease?.release()))
+  })
+})
