@@ -1,6 +1,8 @@
 -- lua/permit-acquire.lua: for each token, in order, take a permit now or join the FIFO queue. One
--- call carries every acquire a process made on the name in one event-loop turn (same options): the
--- result is the same as one call per token, in that order.
+-- call carries the acquires a process made on the name in one event-loop turn (same options). It
+-- ends in the state one call per token, in that order, would leave (same holders, queue order and
+-- fencing order); a token may be granted at once where separate calls would queue it and admit it a
+-- moment later (the batch drops expired holders before serving the queue).
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] lease ttl ms  ARGV[3] permits
 -- ARGV[4] mode: 0 = try (never queue), 1 = queue when no permit is free
@@ -69,7 +71,8 @@ local queued = state >= 2
 local count = state % 2 == 1 and redis.call('ZCARD', H) or 0
 
 local permits = limit(ARGV[3])
-if count > 0 and count + n > permits then count = count - purge_holders() end
+-- One call per token would purge up to 100 each time the set is full; a batch may need n.
+if count > 0 and count + n > permits then count = count - purge_holders(math.max(100, n)) end
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a reentrant token may be among them).
   purge_waiters()

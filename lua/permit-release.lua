@@ -1,6 +1,8 @@
 -- lua/permit-release.lua: give permits back (or leave the queue) and hand freed permits on. One call
--- carries every release a process made on the name in one event-loop turn: the result is the same as
--- one call per token, in that order.
+-- carries the releases a process made on the name in one event-loop turn. It ends in the state one
+-- call per token, in that order, would leave, with one difference: waiters that give up leave the
+-- queue before the freed permits are handed on (separate calls could grant such a waiter a permit
+-- only for its own release to free it again), so their code is 3 where separate calls might say 1.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] 1 = reentrant token (may hold re-entries; then exactly
 -- one token)  ARGV[4..] distinct tokens

@@ -90,12 +90,13 @@ local function drop_holder_fields(tokens)
   redis.call('HDEL', M, unpack(fields))
 end
 
--- Drop holders whose lease ran out (G2); returns how many. Only worth a call when they fill the set:
--- with room left, expired entries only make the count larger than the live count.
-local function purge_holders()
+-- Drop holders whose lease ran out (G2), at most `most` (default 100) of them; returns how many. Only
+-- worth a call when they fill the set: with room left, expired entries only make the count larger than
+-- the live count.
+local function purge_holders(most)
   local first = next_expiry()
   if first == 0 or first > NOW then return 0 end
-  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, 100)
+  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most or 100)
   first_expiry = nil
   if #expired == 0 then return 0 end
   redis.call('ZREM', H, unpack(expired))

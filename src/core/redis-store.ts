@@ -92,11 +92,22 @@ interface Batch {
   readonly onReply: ((reply: unknown[]) => void) | undefined
 }
 
+const DEFERRED = Symbol('deferred call')
+
+function joinBatch(batch: Batch, token: string): Promise<unknown> {
+  batch.tokens.push(token)
+  return new Promise((resolve, reject) => batch.calls.push({ resolve, reject }))
+}
+
 class RedisStore implements Store {
   readonly kind = 'redis'
   clockOffsetMs = 0
+  /** Per script, name and options: the batch calls of this turn join (null: the first went straight). */
   private readonly openBatches = new Map<string, Batch | null>()
-  private pendingBatches: Batch[] = []
+  /** Per name (channel): the last batch queued this turn, or DEFERRED for a plain call queued after it. */
+  private readonly lastQueued = new Map<string, Batch | typeof DEFERRED>()
+  /** Sends waiting for the end of the turn, in call order. */
+  private queued: (() => void)[] = []
   private turnScheduled = false
   private readonly scripts: ScriptClient
   private subscriber: Redis | Cluster | undefined
@@ -300,13 +311,14 @@ class RedisStore implements Store {
   }
 
   /**
-   * Acquires (or releases) of one name with the same options, made in one event-loop turn, go to Redis
-   * as few script calls, in call order; the script gives the same result as one call per token. The
-   * first call of a turn goes out at once (a lone call waits for nothing and costs no bookkeeping);
-   * the ones after it in the same turn gather in a batch sent from a setImmediate, after the I/O
-   * callbacks of the turn (so a burst of requests parsed in one turn shares it). Under load this turns
-   * dozens of round trips per turn into two. `joinable` = false (reentrant tokens) always gets a call of
-   * its own; so does a token already in the open batch (a second release of it must find it gone).
+   * Acquires (or releases) of one name with the same options, made in one event-loop turn, share
+   * script calls. A name's first call of a turn goes out at once (a lone call waits for nothing); the
+   * calls after it gather in a batch sent from a setImmediate, after the turn's I/O callbacks, so a
+   * burst of requests parsed in one turn shares one call. The script takes the tokens in order. Every
+   * call of a name still reaches Redis in call order: a call joins the open batch of its kind only if
+   * nothing of that name was queued after it, and other calls of the name (renew, recheck, ...) wait
+   * behind a queued batch. `joinable` = false (reentrant tokens) never shares a call; nor does a token
+   * already in the open batch (a second release of it must find it gone).
    */
   private batched(
     script: BatchScript,
@@ -321,61 +333,100 @@ class RedisStore implements Store {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
     const key = joinable ? `${script}\n${space.channel}\n${head.join(' ')}` : undefined
     const open = key === undefined ? undefined : this.openBatches.get(key)
-    const straight = open === undefined
+    const last = this.lastQueued.get(space.channel)
     let batch = open ?? undefined
-    if (!batch || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
+    if (!batch || batch !== last || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
       batch = { script, space, head, tokens: [], calls: [], started: Date.now(), parse, onLateReply, onReply }
-      if (key !== undefined) {
-        // null: this turn's first call went straight; the next one opens a batch.
-        this.openBatches.set(key, straight ? null : batch)
-        if (!this.turnScheduled) {
-          this.turnScheduled = true
-          setImmediate(this.endTurn)
+      if (open === undefined && last === undefined) {
+        // Nothing of this name waits in this turn: straight out. null marks the kind for the turn, so
+        // the next call of it opens a batch.
+        if (key !== undefined) {
+          this.openBatches.set(key, null)
+          this.scheduleTurn()
         }
+        const result = joinBatch(batch, token)
+        void this.sendBatch(batch)
+        return result
       }
-      if (!straight) this.pendingBatches.push(batch)
+      const queued = batch
+      if (key !== undefined) this.openBatches.set(key, queued)
+      this.lastQueued.set(space.channel, queued)
+      this.queued.push(() => void this.sendBatch(queued))
+      this.scheduleTurn()
     }
-    batch.tokens.push(token)
-    const calls = batch.calls
-    const result = new Promise((resolve, reject) => calls.push({ resolve, reject }))
-    if (straight) void this.sendBatch(batch)
-    return result
+    return joinBatch(batch, token)
   }
 
-  /** Once per turn in which batching happened: send the gathered batches, in the order they opened. */
+  private scheduleTurn(): void {
+    if (this.turnScheduled) return
+    this.turnScheduled = true
+    setImmediate(this.endTurn)
+  }
+
+  /** Once per turn in which calls were batched: send what was queued, in call order. */
   private readonly endTurn = (): void => {
-    const batches = this.pendingBatches
-    this.pendingBatches = []
+    const queued = this.queued
+    this.queued = []
     this.openBatches.clear()
+    this.lastQueued.clear()
     this.turnScheduled = false
-    for (const batch of batches) void this.sendBatch(batch)
+    for (const send of queued) send()
   }
 
   private async sendBatch(batch: Batch): Promise<void> {
     const { tokens, onLateReply } = batch
+    let reply: unknown[]
     try {
-      const reply = (await this.call(
+      reply = (await this.call(
         batch.script,
         batch.space,
         [...batch.head, ...tokens],
         onLateReply && ((late) => onLateReply(late as unknown[], tokens)),
         batch.started,
       )) as unknown[]
-      batch.onReply?.(reply)
-      batch.calls.forEach((call, i) => call.resolve(batch.parse(reply, i)))
     } catch (error) {
       for (const call of batch.calls) call.reject(error)
+      return
     }
+    // Each caller gets its own row, whatever happens to the others'.
+    try {
+      batch.onReply?.(reply)
+    } catch (error) {
+      debug('handing on grants failed: %o', error)
+    }
+    batch.calls.forEach((call, i) => {
+      try {
+        call.resolve(batch.parse(reply, i))
+      } catch (error) {
+        call.reject(error)
+      }
+    })
   }
 
-  private async call(
+  /** A script call; behind a batch of the same name queued in this turn, it is sent after that batch. */
+  private call(
     script: ScriptName,
     space: KeySpace,
     args: (string | number)[],
     onLateReply?: (reply: unknown) => void,
     started = Date.now(),
   ): Promise<unknown> {
+    if (!this.lastQueued.has(space.channel)) return this.send(script, space, args, onLateReply, started)
+    this.lastQueued.set(space.channel, DEFERRED)
+    return new Promise((resolve) =>
+      this.queued.push(() => resolve(this.send(script, space, args, onLateReply, started))),
+    )
+  }
+
+  private async send(
+    script: ScriptName,
+    space: KeySpace,
+    args: (string | number)[],
+    onLateReply: ((reply: unknown) => void) | undefined,
+    started: number,
+  ): Promise<unknown> {
     if (this.closed) throw new StoreUnavailableError('The store is closed.')
+    const sent = Date.now()
     const pending = this.scripts[script](
       ...scriptKeys(space, script.startsWith('tgRw')),
       space.channel,
@@ -383,7 +434,7 @@ class RedisStore implements Store {
     )
     try {
       const reply = await this.deadlines.watch(pending, started + this.commandTimeoutMs)
-      this.observeClock(script, reply, started)
+      this.observeClock(script, reply, sent)
       return reply
     } catch (error) {
       if (error instanceof TimeoutError && onLateReply) pending.then(onLateReply, () => {})
