@@ -102,8 +102,10 @@ function joinBatch(batch: Batch, token: string): Promise<unknown> {
 class RedisStore implements Store {
   readonly kind = 'redis'
   clockOffsetMs = 0
-  /** Per script, name and options: the batch calls of this turn join (null: the first went straight). */
-  private readonly openBatches = new Map<string, Batch | null>()
+  /** Per script, name and options: the batch this turn's calls join. */
+  private readonly openBatches = new Map<string, Batch>()
+  /** Per name (channel): acquire/release calls sent and not answered yet. */
+  private readonly inFlight = new Map<string, number>()
   /** Per name (channel): the last batch queued this turn, or DEFERRED for a plain call queued after it. */
   private readonly lastQueued = new Map<string, Batch | typeof DEFERRED>()
   /** Sends waiting for the end of the turn, in call order. */
@@ -311,14 +313,14 @@ class RedisStore implements Store {
   }
 
   /**
-   * Acquires (or releases) of one name with the same options, made in one event-loop turn, share
-   * script calls. A name's first call of a turn goes out at once (a lone call waits for nothing); the
-   * calls after it gather in a batch sent from a setImmediate, after the turn's I/O callbacks, so a
-   * burst of requests parsed in one turn shares one call. The script takes the tokens in order. Every
-   * call of a name still reaches Redis in call order: a call joins the open batch of its kind only if
-   * nothing of that name was queued after it, and other calls of the name (renew, recheck, ...) wait
-   * behind a queued batch. `joinable` = false (reentrant tokens) never shares a call; nor does a token
-   * already in the open batch (a second release of it must find it gone).
+   * Acquires (or releases) of one name with the same options share script calls. A call of a name
+   * with nothing of it in flight or queued goes out at once (a lone call waits for nothing and costs
+   * no batching); otherwise it joins a batch sent from a setImmediate, after the turn's I/O callbacks,
+   * so a burst of requests parsed in one turn shares one call. The script takes the tokens in order.
+   * Every call of a name still reaches Redis in call order: a call joins the open batch of its kind
+   * only if nothing of that name was queued after it, and other calls of the name (renew, recheck,
+   * ...) wait behind a queued batch. `joinable` = false (reentrant tokens) never shares a call; nor
+   * does a token already in the open batch (a second release of it must find it gone).
    */
   private batched(
     script: BatchScript,
@@ -331,28 +333,43 @@ class RedisStore implements Store {
     onReply?: Batch['onReply'],
   ): Promise<unknown> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
-    const key = joinable ? `${script}\n${space.channel}\n${head.join(' ')}` : undefined
-    const open = key === undefined ? undefined : this.openBatches.get(key)
-    const last = this.lastQueued.get(space.channel)
-    let batch = open ?? undefined
-    if (!batch || batch !== last || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
-      batch = { script, space, head, tokens: [], calls: [], started: Date.now(), parse, onLateReply, onReply }
-      if (open === undefined && last === undefined) {
-        // Nothing of this name waits in this turn: straight out. null marks the kind for the turn, so
-        // the next call of it opens a batch.
-        if (key !== undefined) {
-          this.openBatches.set(key, null)
-          this.scheduleTurn()
-        }
-        const result = joinBatch(batch, token)
-        void this.sendBatch(batch)
-        return result
+    const channel = space.channel
+    const last = this.lastQueued.get(channel)
+    if (last === undefined && !this.inFlight.has(channel)) {
+      const batch: Batch = {
+        script,
+        space,
+        head,
+        tokens: [],
+        calls: [],
+        started: Date.now(),
+        parse,
+        onLateReply,
+        onReply,
       }
-      const queued = batch
+      const result = joinBatch(batch, token)
+      void this.sendBatch(batch)
+      return result
+    }
+    const key = joinable ? `${script}\n${channel}\n${head.join(' ')}` : undefined
+    let batch = key === undefined ? undefined : this.openBatches.get(key)
+    if (!batch || batch !== last || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
+      const queued: Batch = {
+        script,
+        space,
+        head,
+        tokens: [],
+        calls: [],
+        started: Date.now(),
+        parse,
+        onLateReply,
+        onReply,
+      }
       if (key !== undefined) this.openBatches.set(key, queued)
-      this.lastQueued.set(space.channel, queued)
+      this.lastQueued.set(channel, queued)
       this.queued.push(() => void this.sendBatch(queued))
       this.scheduleTurn()
+      batch = queued
     }
     return joinBatch(batch, token)
   }
@@ -363,7 +380,7 @@ class RedisStore implements Store {
     setImmediate(this.endTurn)
   }
 
-  /** Once per turn in which calls were batched: send what was queued, in call order. */
+  /** Once per turn in which calls were queued: send them, in call order. */
   private readonly endTurn = (): void => {
     const queued = this.queued
     this.queued = []
@@ -375,6 +392,8 @@ class RedisStore implements Store {
 
   private async sendBatch(batch: Batch): Promise<void> {
     const { tokens, onLateReply } = batch
+    const channel = batch.space.channel
+    this.inFlight.set(channel, (this.inFlight.get(channel) ?? 0) + 1)
     let reply: unknown[]
     try {
       reply = (await this.call(
@@ -385,9 +404,11 @@ class RedisStore implements Store {
         batch.started,
       )) as unknown[]
     } catch (error) {
+      this.landed(channel)
       for (const call of batch.calls) call.reject(error)
       return
     }
+    this.landed(channel)
     // Each caller gets its own row, whatever happens to the others'.
     try {
       batch.onReply?.(reply)
@@ -401,6 +422,12 @@ class RedisStore implements Store {
         call.reject(error)
       }
     })
+  }
+
+  private landed(channel: string): void {
+    const left = (this.inFlight.get(channel) ?? 1) - 1
+    if (left > 0) this.inFlight.set(channel, left)
+    else this.inFlight.delete(channel)
   }
 
   /** A script call; behind a batch of the same name queued in this turn, it is sent after that batch. */
