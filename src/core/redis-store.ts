@@ -334,19 +334,20 @@ class RedisStore implements Store {
   ): Promise<unknown> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
     const channel = space.channel
+    const fresh = (): Batch => ({
+      script,
+      space,
+      head,
+      tokens: [],
+      calls: [],
+      started: Date.now(),
+      parse,
+      onLateReply,
+      onReply,
+    })
     const last = this.lastQueued.get(channel)
     if (last === undefined && !this.inFlight.has(channel)) {
-      const batch: Batch = {
-        script,
-        space,
-        head,
-        tokens: [],
-        calls: [],
-        started: Date.now(),
-        parse,
-        onLateReply,
-        onReply,
-      }
+      const batch = fresh()
       const result = joinBatch(batch, token)
       void this.sendBatch(batch)
       return result
@@ -354,17 +355,7 @@ class RedisStore implements Store {
     const key = joinable ? `${script}\n${channel}\n${head.join(' ')}` : undefined
     let batch = key === undefined ? undefined : this.openBatches.get(key)
     if (!batch || batch !== last || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
-      const queued: Batch = {
-        script,
-        space,
-        head,
-        tokens: [],
-        calls: [],
-        started: Date.now(),
-        parse,
-        onLateReply,
-        onReply,
-      }
+      const queued = fresh()
       if (key !== undefined) this.openBatches.set(key, queued)
       this.lastQueued.set(channel, queued)
       this.queued.push(() => void this.sendBatch(queued))
