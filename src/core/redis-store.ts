@@ -106,6 +106,8 @@ class RedisStore implements Store {
   private readonly openBatches = new Map<string, Batch>()
   /** Per name (channel): acquire/release calls sent and not answered yet. */
   private readonly inFlight = new Map<string, number>()
+  /** Names that sent a call straight in this turn while another was in flight. */
+  private readonly sentThisTurn = new Set<string>()
   /** Per name (channel): the last batch queued this turn, or DEFERRED for a plain call queued after it. */
   private readonly lastQueued = new Map<string, Batch | typeof DEFERRED>()
   /** Sends waiting for the end of the turn, in call order. */
@@ -313,14 +315,15 @@ class RedisStore implements Store {
   }
 
   /**
-   * Acquires (or releases) of one name with the same options share script calls. A call of a name
-   * with nothing of it in flight or queued goes out at once (a lone call waits for nothing and costs
-   * no batching); otherwise it joins a batch sent from a setImmediate, after the turn's I/O callbacks,
-   * so a burst of requests parsed in one turn shares one call. The script takes the tokens in order.
-   * Every call of a name still reaches Redis in call order: a call joins the open batch of its kind
-   * only if nothing of that name was queued after it, and other calls of the name (renew, recheck,
-   * ...) wait behind a queued batch. `joinable` = false (reentrant tokens) never shares a call; nor
-   * does a token already in the open batch (a second release of it must find it gone).
+   * Acquires (or releases) of one name with the same options share script calls. A call goes out at
+   * once when nothing of its name is in flight or queued (a lone call waits for nothing and costs no
+   * batching), and once per event-loop turn while others are in flight; the calls after that in the
+   * turn join a batch sent from a setImmediate, after the turn's I/O callbacks, so a burst of requests
+   * parsed in one turn shares one call. The script takes the tokens in order. Every call of a name
+   * still reaches Redis in call order: a call joins the open batch of its kind only if nothing of that
+   * name was queued after it, and other calls of the name (renew, recheck, ...) wait behind a queued
+   * batch. `joinable` = false (reentrant tokens) never shares a call; nor does a token already in the
+   * open batch (a second release of it must find it gone).
    */
   private batched(
     script: BatchScript,
@@ -334,28 +337,47 @@ class RedisStore implements Store {
   ): Promise<unknown> {
     if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
     const channel = space.channel
-    const fresh = (): Batch => ({
-      script,
-      space,
-      head,
-      tokens: [],
-      calls: [],
-      started: Date.now(),
-      parse,
-      onLateReply,
-      onReply,
-    })
     const last = this.lastQueued.get(channel)
-    if (last === undefined && !this.inFlight.has(channel)) {
-      const batch = fresh()
-      const result = joinBatch(batch, token)
-      void this.sendBatch(batch)
-      return result
+    if (last === undefined && !this.sentThisTurn.has(channel)) {
+      // Straight out, without the batch bookkeeping. While another call of the name is in flight, only
+      // once per turn: the calls after it in the turn form a batch.
+      const flying = this.inFlight.get(channel) ?? 0
+      if (flying > 0) {
+        this.sentThisTurn.add(channel)
+        this.scheduleTurn()
+      }
+      this.inFlight.set(channel, flying + 1)
+      return this.call(
+        script,
+        space,
+        [...head, token],
+        onLateReply && ((late) => onLateReply(late as unknown[], [token])),
+      ).then(
+        (reply) => {
+          this.landed(channel)
+          this.handOn(onReply, reply as unknown[])
+          return parse(reply as unknown[], 0)
+        },
+        (error: unknown) => {
+          this.landed(channel)
+          throw error
+        },
+      )
     }
     const key = joinable ? `${script}\n${channel}\n${head.join(' ')}` : undefined
     let batch = key === undefined ? undefined : this.openBatches.get(key)
     if (!batch || batch !== last || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
-      const queued = fresh()
+      const queued: Batch = {
+        script,
+        space,
+        head,
+        tokens: [],
+        calls: [],
+        started: Date.now(),
+        parse,
+        onLateReply,
+        onReply,
+      }
       if (key !== undefined) this.openBatches.set(key, queued)
       this.lastQueued.set(channel, queued)
       this.queued.push(() => void this.sendBatch(queued))
@@ -377,6 +399,7 @@ class RedisStore implements Store {
     this.queued = []
     this.openBatches.clear()
     this.lastQueued.clear()
+    this.sentThisTurn.clear()
     this.turnScheduled = false
     for (const send of queued) send()
   }
@@ -401,11 +424,7 @@ class RedisStore implements Store {
     }
     this.landed(channel)
     // Each caller gets its own row, whatever happens to the others'.
-    try {
-      batch.onReply?.(reply)
-    } catch (error) {
-      debug('handing on grants failed: %o', error)
-    }
+    this.handOn(batch.onReply, reply)
     batch.calls.forEach((call, i) => {
       try {
         call.resolve(batch.parse(reply, i))
@@ -413,6 +432,15 @@ class RedisStore implements Store {
         call.reject(error)
       }
     })
+  }
+
+  /** Run a batch's reply hook (waking this process's waiters); its failure is no caller's failure. */
+  private handOn(onReply: Batch['onReply'], reply: unknown[]): void {
+    try {
+      onReply?.(reply)
+    } catch (error) {
+      debug('handing on grants failed: %o', error)
+    }
   }
 
   private landed(channel: string): void {
