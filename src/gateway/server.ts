@@ -548,11 +548,12 @@ function openStore(
   const storeConfig = config.store
   if (storeConfig.kind === 'memory')
     return { store: createMemoryStore({ prefix: config.prefix }), redis: undefined }
-  // Auto-pipelining: the acquires and releases of concurrent requests issued in one tick go out in one
-  // write, which saves a syscall per command on both sides under load.
+  // No ioredis auto-pipelining: the store already sends the acquires (and releases) of a turn as one
+  // script call, and auto-pipelining's per-command bookkeeping then costs more than it saves
+  // (npm run bench -- gateway, Redis vs in-memory req/s: 0.94-0.98 without, 0.82-0.83 with).
   let redis: Redis | Cluster
   if (storeConfig.kind === 'redis') {
-    redis = new Redis(storeConfig.url, { enableAutoPipelining: true })
+    redis = new Redis(storeConfig.url, { enableAutoPipelining: false })
   } else {
     const [first] = storeConfig.urls.map((url) => new URL(url))
     redis = new Cluster(
@@ -561,7 +562,7 @@ function openStore(
         return { host: hostname, port: Number(port || 6379) }
       }),
       {
-        enableAutoPipelining: true,
+        enableAutoPipelining: false,
         redisOptions: {
           username: first?.username ? decodeURIComponent(first.username) : undefined,
           password: first?.password ? decodeURIComponent(first.password) : undefined,
