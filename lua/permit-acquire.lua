@@ -123,11 +123,11 @@ else
     beats[#beats + 1] = tok
     ttls[#ttls + 1] = 't:' .. tok
     ttls[#ttls + 1] = reentrant and -handed or handed
+    out[i + 1] = { 0, ahead + i - first, next_expiry(), last_fence() }
   end
   redis.call('ZADD', Q, unpack(tickets))
   redis.call('ZADD', W, unpack(beats))
   redis.call('HSET', M, unpack(ttls))
-  for i = first, n do out[i + 1] = { 0, ahead + i - first, next_expiry(), last_fence() } end
 end
 if queued then
   redis.call('PEXPIREAT', Q, int(beat), 'GT')

@@ -94,6 +94,17 @@ interface Batch {
 
 const DEFERRED = Symbol('deferred call')
 
+function newBatch(
+  script: BatchScript,
+  space: KeySpace,
+  head: (string | number)[],
+  parse: Batch['parse'],
+  onLateReply: Batch['onLateReply'],
+  onReply: Batch['onReply'],
+): Batch {
+  return { script, space, head, tokens: [], calls: [], started: Date.now(), parse, onLateReply, onReply }
+}
+
 function joinBatch(batch: Batch, token: string): Promise<unknown> {
   batch.tokens.push(token)
   return new Promise((resolve, reject) => batch.calls.push({ resolve, reject }))
@@ -339,45 +350,21 @@ class RedisStore implements Store {
     const channel = space.channel
     const last = this.lastQueued.get(channel)
     if (last === undefined && !this.sentThisTurn.has(channel)) {
-      // Straight out, without the batch bookkeeping. While another call of the name is in flight, only
-      // once per turn: the calls after it in the turn form a batch.
-      const flying = this.inFlight.get(channel) ?? 0
-      if (flying > 0) {
+      // Straight out. While another call of the name is in flight, only once per turn: the calls
+      // after it in the turn form a batch.
+      if (this.inFlight.has(channel)) {
         this.sentThisTurn.add(channel)
         this.scheduleTurn()
       }
-      this.inFlight.set(channel, flying + 1)
-      return this.call(
-        script,
-        space,
-        [...head, token],
-        onLateReply && ((late) => onLateReply(late as unknown[], [token])),
-      ).then(
-        (reply) => {
-          this.landed(channel)
-          this.handOn(onReply, reply as unknown[])
-          return parse(reply as unknown[], 0)
-        },
-        (error: unknown) => {
-          this.landed(channel)
-          throw error
-        },
-      )
+      const batch = newBatch(script, space, head, parse, onLateReply, onReply)
+      const result = joinBatch(batch, token)
+      void this.sendBatch(batch)
+      return result
     }
     const key = joinable ? `${script}\n${channel}\n${head.join(' ')}` : undefined
     let batch = key === undefined ? undefined : this.openBatches.get(key)
     if (!batch || batch !== last || batch.tokens.length >= MAX_BATCH || batch.tokens.includes(token)) {
-      const queued: Batch = {
-        script,
-        space,
-        head,
-        tokens: [],
-        calls: [],
-        started: Date.now(),
-        parse,
-        onLateReply,
-        onReply,
-      }
+      const queued = newBatch(script, space, head, parse, onLateReply, onReply)
       if (key !== undefined) this.openBatches.set(key, queued)
       this.lastQueued.set(channel, queued)
       this.queued.push(() => void this.sendBatch(queued))
@@ -423,8 +410,13 @@ class RedisStore implements Store {
       return
     }
     this.landed(channel)
-    // Each caller gets its own row, whatever happens to the others'.
-    this.handOn(batch.onReply, reply)
+    // Waking this process's waiters is no caller's business; each caller gets its own row, whatever
+    // happens to the others'.
+    try {
+      batch.onReply?.(reply)
+    } catch (error) {
+      debug('handing on grants failed: %o', error)
+    }
     batch.calls.forEach((call, i) => {
       try {
         call.resolve(batch.parse(reply, i))
@@ -432,15 +424,6 @@ class RedisStore implements Store {
         call.reject(error)
       }
     })
-  }
-
-  /** Run a batch's reply hook (waking this process's waiters); its failure is no caller's failure. */
-  private handOn(onReply: Batch['onReply'], reply: unknown[]): void {
-    try {
-      onReply?.(reply)
-    } catch (error) {
-      debug('handing on grants failed: %o', error)
-    }
   }
 
   private landed(channel: string): void {
