@@ -1,0 +1,248 @@
+// A fault-injecting TCP proxy between ioredis and a real redis-server, for G12 (exactly-once effects).
+// It forwards bytes both ways and, when armed, breaks the connection at a chosen point of the RESP
+// reply stream:
+//   - dropReply(match): the next command whose request bytes contain `match` runs on Redis, and its
+//     reply is swallowed and the connection cut, so ioredis reconnects and resends it
+//     (autoResendUnfulfilledCommands): the script runs twice;
+//   - cutAfterReplies(n): forward n more complete replies, then cut (mid-pipeline: the commands
+//     behind them ran on Redis, or not, but their replies are lost and ioredis resends them);
+//   - delay(ms, filter): hold replies on connections that sent something matching `filter` back by ms.
+// Replies are parsed as RESP2 so that "a reply" is exact, whatever the TCP chunking.
+// No vitest import: child processes use it too. Whoever starts a proxy stops it.
+import net from 'node:net'
+import { Cluster, Redis } from 'ioredis'
+import type { RedisEndpoint } from './redis-server.js'
+
+/** Length of the first complete RESP2 value in `buf` from `at`, or -1 if it is not complete yet. */
+export function respLength(buf: Buffer, at = 0): number {
+  if (at >= buf.length) return -1
+  const lineEnd = buf.indexOf('\r\n', at)
+  if (lineEnd < 0) return -1
+  const type = String.fromCharCode(buf[at] as number)
+  const header = buf.toString('latin1', at + 1, lineEnd)
+  const afterLine = lineEnd + 2
+  switch (type) {
+    case '+':
+    case '-':
+    case ':':
+      return afterLine - at
+    case '$': {
+      const n = Number(header)
+      if (n < 0) return afterLine - at
+      return buf.length >= afterLine + n + 2 ? afterLine + n + 2 - at : -1
+    }
+    case '*': {
+      const n = Number(header)
+      let pos = afterLine
+      for (let i = 0; i < n; i++) {
+        const len = respLength(buf, pos)
+        if (len < 0) return -1
+        pos += len
+      }
+      return pos - at
+    }
+    default:
+      throw new Error(`fault proxy: unexpected RESP type byte ${JSON.stringify(type)}`)
+  }
+}
+
+type Plan =
+  | { kind: 'drop'; match: string; seen: boolean; done: () => void }
+  | { kind: 'cut'; replies: number; done: () => void }
+
+interface Pair {
+  client: net.Socket
+  server: net.Socket
+  /** Every byte this client sent so far (latin1), to recognise a connection by what it said. */
+  said: string
+  /** Reply bytes read from Redis and not yet forwarded (or split into replies). */
+  pending: Buffer
+  delayMs: number
+  /** Replies forwarded at `at` or later, so that delayed replies keep their order. */
+  lastAt: number
+}
+
+export interface FaultProxy extends RedisEndpoint {
+  /** Connections accepted so far (reconnects add to it). */
+  readonly accepted: number
+  /** Cut the reply to the next command containing `match` (e.g. a token); resolves once cut. */
+  dropReply(match: string): Promise<void>
+  /** Forward `n` more whole replies on the next connection to send a command, then cut it. */
+  cutAfterReplies(n: number): Promise<void>
+  /** Delay replies by `ms` on every connection whose requests so far contain `filter` (all when
+   * undefined); 0 turns it off. Applies to connections open now and later. */
+  delay(ms: number, filter?: string): void
+  /** Forget a plan that has not fired yet. */
+  disarm(): void
+  /** Cut every open connection (as a network blip would). */
+  cutAll(): void
+  stop(): Promise<void>
+}
+
+/** Start a proxy on 127.0.0.1 (free port) in front of `target`. */
+export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy> {
+  const pairs = new Set<Pair>()
+  let plan: Plan | undefined
+  let delaySetting: { ms: number; filter: string | undefined } = { ms: 0, filter: undefined }
+  let accepted = 0
+
+  const applyDelay = (pair: Pair) => {
+    const { ms, filter } = delaySetting
+    pair.delayMs = ms > 0 && (filter === undefined || pair.said.includes(filter)) ? ms : 0
+  }
+
+  const cut = (pair: Pair) => {
+    pair.client.destroy()
+    pair.server.destroy()
+    pairs.delete(pair)
+  }
+
+  const forward = (pair: Pair, bytes: Buffer) => {
+    if (bytes.length === 0) return
+    if (pair.delayMs === 0 && pair.lastAt <= Date.now()) {
+      pair.client.write(bytes)
+      return
+    }
+    const at = Math.max(Date.now() + pair.delayMs, pair.lastAt)
+    pair.lastAt = at
+    setTimeout(() => {
+      if (!pair.client.destroyed) pair.client.write(bytes)
+    }, at - Date.now())
+  }
+
+  const onReply = (pair: Pair, chunk: Buffer) => {
+    pair.pending = pair.pending.length > 0 ? Buffer.concat([pair.pending, chunk]) : chunk
+    const current = plan
+    if (current?.kind === 'drop' && current.seen) {
+      // The command ran on Redis (this is its reply, or one before it on a pipelined connection):
+      // forward complete replies up to the matched command's, then swallow it and cut.
+      plan = undefined
+      cut(pair)
+      current.done()
+      return
+    }
+    if (current?.kind === 'cut') {
+      let pos = 0
+      while (current.replies > 0) {
+        const len = respLength(pair.pending, pos)
+        if (len < 0) break
+        pos += len
+        current.replies--
+      }
+      forward(pair, pair.pending.subarray(0, pos))
+      pair.pending = pair.pending.subarray(pos)
+      if (current.replies === 0) {
+        plan = undefined
+        cut(pair)
+        current.done()
+      }
+      return
+    }
+    forward(pair, pair.pending)
+    pair.pending = Buffer.alloc(0)
+  }
+
+  const server = net.createServer((client) => {
+    accepted++
+    const upstream = net.connect(target.port, target.host)
+    const pair: Pair = {
+      client,
+      server: upstream,
+      said: '',
+      pending: Buffer.alloc(0),
+      delayMs: 0,
+      lastAt: 0,
+    }
+    pairs.add(pair)
+    applyDelay(pair)
+    client.on('data', (chunk: Buffer) => {
+      const text = chunk.toString('latin1')
+      pair.said += text
+      if (pair.said.length > 65_536) pair.said = pair.said.slice(-65_536)
+      applyDelay(pair)
+      if (plan?.kind === 'drop' && !plan.seen && text.includes(plan.match)) {
+        plan.seen = true
+        // Only replies for commands already sent may pass before the matched one's; simplest and
+        // exact for tests that send one command at a time: everything from now on is swallowed.
+        if (pair.pending.length > 0) {
+          forward(pair, pair.pending)
+          pair.pending = Buffer.alloc(0)
+        }
+      }
+      if (plan?.kind === 'cut' && !('pair' in plan)) Object.assign(plan, { pair })
+      upstream.write(chunk)
+    })
+    upstream.on('data', (chunk: Buffer) => {
+      if (plan?.kind === 'drop' && plan.seen) return onReply(pair, chunk)
+      if (plan?.kind === 'cut' && (plan as { pair?: Pair }).pair === pair) return onReply(pair, chunk)
+      forward(pair, chunk)
+    })
+    const close = () => cut(pair)
+    client.on('error', close)
+    upstream.on('error', close)
+    client.on('close', close)
+    upstream.on('close', close)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const port = (server.address() as net.AddressInfo).port
+
+  const proxy: FaultProxy = {
+    host: '127.0.0.1',
+    port,
+    get accepted() {
+      return accepted
+    },
+    dropReply(match) {
+      return new Promise((done) => {
+        plan = { kind: 'drop', match, seen: false, done }
+      })
+    },
+    cutAfterReplies(replies) {
+      return new Promise((done) => {
+        plan = { kind: 'cut', replies, done }
+      })
+    },
+    delay(ms, filter) {
+      delaySetting = { ms, filter }
+      for (const pair of pairs) applyDelay(pair)
+    },
+    disarm() {
+      plan = undefined
+    },
+    cutAll() {
+      for (const pair of [...pairs]) cut(pair)
+    },
+    async stop() {
+      for (const pair of [...pairs]) cut(pair)
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
+  }
+  return proxy
+}
+
+/** An ioredis client whose every connection goes through fault proxies: one in front of a standalone
+ * server, or one per Cluster master (natMap maps the addresses the nodes announce to the proxies). */
+export async function proxiedClient(
+  targets: RedisEndpoint[],
+  cluster: boolean,
+): Promise<{ client: Redis | Cluster; proxies: FaultProxy[] }> {
+  const proxies = await Promise.all(targets.map((target) => startFaultProxy(target)))
+  let client: Redis | Cluster
+  if (!cluster) {
+    const proxy = proxies[0] as FaultProxy
+    client = new Redis({ host: proxy.host, port: proxy.port, retryStrategy: () => 20 })
+  } else {
+    const natMap = Object.fromEntries(
+      targets.map((target, i) => [
+        `${target.host}:${target.port}`,
+        { host: (proxies[i] as FaultProxy).host, port: (proxies[i] as FaultProxy).port },
+      ]),
+    )
+    client = new Cluster(
+      proxies.map((proxy) => ({ host: proxy.host, port: proxy.port })),
+      { natMap, retryDelayOnFailover: 20 },
+    )
+  }
+  client.on('error', () => {})
+  return { client, proxies }
+}

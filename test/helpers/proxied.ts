@@ -1,0 +1,45 @@
+// Stores whose every connection (commands and pub/sub) goes through fault proxies, so a test can
+// drop replies and make ioredis resend (G12). Closed by the test (close()).
+import type { Cluster, Redis } from 'ioredis'
+import { createRedisStore, type Store } from '../../src/index.js'
+import { type FaultProxy, proxiedClient } from './fault-proxy.js'
+import { topology } from './redis.js'
+
+export interface ProxiedStore {
+  store: Store
+  client: Redis | Cluster
+  /** One proxy (standalone) or one per master (cluster). */
+  proxies: FaultProxy[]
+  /** Drop the reply to the next command containing `match`, on whichever proxy carries it. */
+  dropReply(match: string): Promise<void>
+  /** Delay replies on connections that sent `filter` (all when undefined), on every proxy. */
+  delay(ms: number, filter?: string): void
+  close(): Promise<void>
+}
+
+export async function proxiedStore(
+  kind: 'standalone' | 'cluster',
+  prefix: string,
+  options: { commandTimeoutMs?: number } = {},
+): Promise<ProxiedStore> {
+  const targets = kind === 'standalone' ? [topology().standalone] : topology().cluster
+  const { client, proxies } = await proxiedClient(targets, kind === 'cluster')
+  const store = createRedisStore(client, { prefix, ...options })
+  return {
+    store,
+    client,
+    proxies,
+    dropReply: async (match) => {
+      await Promise.race(proxies.map((proxy) => proxy.dropReply(match)))
+      for (const proxy of proxies) proxy.disarm()
+    },
+    delay: (ms, filter) => {
+      for (const proxy of proxies) proxy.delay(ms, filter)
+    },
+    async close() {
+      await store.close()
+      client.disconnect()
+      await Promise.all(proxies.map((proxy) => proxy.stop()))
+    },
+  }
+}
