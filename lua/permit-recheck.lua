@@ -1,9 +1,13 @@
 -- lua/permit-recheck.lua: one process's batched heartbeat for its waiters on one name, and the
--- fallback for a lost wake-up: purges the dead, hands out free permits, reports each token's state.
+-- fallback for a lost wake-up: purges the dead, hands out free permits, reports each wait's state.
+-- A wait is a token and the acquisition it waits for; it is granted only when that acquisition holds
+-- a live lease (an expired, not yet purged lease is no grant: G2), so a re-check never reports an
+-- earlier grant of the same owner as this wait's (G12).
 -- KEYS  H Q W M P F (see lib/permits.lua)
--- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms  ARGV[4..] tokens
--- Returns {now, nextExpiry, then per token: {1, fence, expiresAt} granted | {0, position} queued
---          | {-1} unknown (evicted: the caller must queue again)}
+-- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
+-- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
+-- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
+--          | {-1} unknown (evicted or expired: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
 local count = redis.call('ZCARD', H)
 if count >= permits then count = count - purge_holders() end
@@ -12,13 +16,17 @@ admit(permits, count)
 local beat = NOW + waiter_ttl
 local out = { NOW, 0 }
 local queued = false
-for i = 4, #ARGV do
-  local tok = ARGV[i]
+for i = 4, #ARGV, 2 do
+  local tok, op = ARGV[i], ARGV[i + 1]
   local held = redis.call('ZSCORE', H, tok)
-  if held then
-    out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g:' .. tok) or '0'), tonumber(held) }
+  if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
+    out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g:' .. tok) or last_fence()), tonumber(held) }
   else
     local rank = redis.call('ZRANK', Q, tok)
+    if rank and op ~= '' then
+      local _, ops = parse_spec(redis.call('HGET', M, 't:' .. tok))
+      if not has_op(ops, op) then rank = nil end
+    end
     if rank then
       redis.call('ZADD', W, beat, tok)
       out[#out + 1] = { 0, rank }

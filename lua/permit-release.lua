@@ -3,29 +3,59 @@
 -- call per token, in that order, would leave, with one difference: waiters that give up leave the
 -- queue before the freed permits are handed on (separate calls could grant such a waiter a permit
 -- only for its own release to free it again), so their code is 3 where separate calls might say 1.
+-- Idempotent (G12): a token that holds nothing and waits for nothing is left alone, so a resent
+-- release (ioredis resends after a reconnect) does nothing more. With an acquisition id, the one
+-- token is a reentrant owner's: only that acquisition is given back, once; the permit is freed (or
+-- the queue left) when the owner's last acquisition goes.
 -- KEYS  H Q W M P F (see lib/permits.lua)
--- ARGV[1] channel  ARGV[2] permits  ARGV[3] 1 = reentrant token (may hold re-entries; then exactly
--- one token)  ARGV[4..] distinct tokens
--- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only a
---         reentry count was dropped, 3 when the token was waiting and left the queue, 0 when the token
---         had nothing (already released or expired: never another owner's permit, G3); grants = the
---         message published for the permits handed on ('' for none), so the releasing process can
---         wake its own waiters without waiting for the pub/sub round trip.
-local reentrant = ARGV[3] == '1'
+-- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
+-- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
+-- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
+--         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
+--         and left the queue, 0 when there was nothing to give back (already released or expired:
+--         never another owner's permit, G3); grants = the message published for the permits handed
+--         on ('' for none), so the releasing process can wake its own waiters without waiting for
+--         the pub/sub round trip.
+local op = ARGV[3] ~= '' and ARGV[3] or nil
 local tokens = { unpack(ARGV, 4) }
 local out = { '' }
+
+if op then
+  local tok = tokens[1]
+  local held = redis.call('ZSCORE', H, tok)
+  if held and tonumber(held) > NOW then
+    local ops = redis.call('HGET', M, 'a:' .. tok)
+    -- (No list: a hold without bookkeeping is freed as a whole.)
+    if ops then
+      if not has_op(ops, op) then return { '', 0 } end
+      local left = drop_op(ops, op)
+      if left ~= '' then
+        redis.call('HSET', M, 'a:' .. tok, left)
+        return { '', 2 }
+      end
+    end
+  else
+    local spec = redis.call('HGET', M, 't:' .. tok)
+    if spec then
+      local ttl, ops = parse_spec(spec)
+      if ops then
+        if not has_op(ops, op) then return { '', 0 } end
+        local left = drop_op(ops, op)
+        if left ~= '' then
+          -- One of several acquisitions of the owner gives up; the token keeps its place for the others.
+          redis.call('HSET', M, 't:' .. tok, int(ttl) .. ' ' .. left)
+          return { '', 3 }
+        end
+      end
+    end
+  end
+  -- The owner's last acquisition: free the permit or leave the queue, below.
+end
 
 local freed, others = {}, {}
 local held = redis.call('ZMSCORE', H, unpack(tokens))
 for i, tok in ipairs(tokens) do
   if held[i] and tonumber(held[i]) > NOW then
-    if reentrant then
-      local count = tonumber(redis.call('HGET', M, 'c:' .. tok) or '1')
-      if count > 1 then
-        redis.call('HSET', M, 'c:' .. tok, count - 1)
-        return { '', 2 }
-      end
-    end
     freed[#freed + 1] = tok
     out[i + 1] = 1
   else
@@ -44,12 +74,6 @@ if has_q and #others > 0 then
   for j, i in ipairs(others) do
     local tok = tokens[i]
     if waiting[j] then
-      local extra = reentrant and tonumber(redis.call('HGET', M, 'k:' .. tok) or '0') or 0
-      if extra > 0 then
-        -- One of several same-owner acquires gives up; the token keeps its place for the others.
-        redis.call('HSET', M, 'k:' .. tok, extra - 1)
-        return { '', 3 }
-      end
       gone[#gone + 1] = tok
       fields[#fields + 1] = 't:' .. tok
       out[i + 1] = 3

@@ -1,56 +1,71 @@
 -- lua/rwlock-acquire.lua: take the read or write lock now, re-enter it, or join the FIFO queue.
+-- Idempotent (G12): every call has its own acquisition id; a resent call finds its id already holding
+-- or waiting and gets the same answer back, unchanged.
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
--- ARGV[5] 0 = try (never queue), 1 = queue when the lock is not free  ARGV[6] waiter heartbeat ttl ms
--- Returns {1, fence, expiresAt, now} when the caller holds the lock in `mode` (re-entry adds one to
---           its count; a downgrade returns the write hold's fencing token),
+-- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
+-- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
+-- Returns {1, fence, expiresAt, now} when the caller holds the lock in `mode` (re-entry adds the
+--           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),
 --         {-1, 0, 0, now} refused: the token holds only a read lock and asks for write (an upgrade),
---         {-2, 0, 0, now} refused: the token already waits for this lock (an owner waits at most once:
---           a second wait would share, and could corrupt, the first one's queue entry).
+--         {-2, 0, 0, now} refused: the token already waits for this lock in the other mode (an owner
+--           waits in one mode at a time; a second acquisition in the same mode waits with the first).
 local token, mode, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local enqueue, waiter_ttl = ARGV[5] == '1', tonumber(ARGV[6])
+local enqueue, waiter_ttl, op = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 
 purge()
-
--- Re-entry by the same owner: one more count, lease pushed out to now + ttl.
-local function reenter(score)
-  local count = tonumber(redis.call('HGET', M, 'c' .. mode .. ':' .. token) or '1')
-  redis.call('HSET', M, 'c' .. mode .. ':' .. token, count + 1)
-  local exp = math.max(score, NOW + ttl)
-  local key = HOLDS[mode]
-  redis.call('ZADD', key, exp, token)
-  expire_at_least(key, exp)
-  expire_at_least(M, exp)
-  return { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'), exp, NOW }
-end
+-- Hand the lock to whoever may enter first: this token's own wait may be among them.
+admit()
 
 local mine = live_score(HOLDS[mode], token)
-if mine then return reenter(mine) end
+if mine then
+  local field = 'a' .. mode .. ':' .. token
+  local ops = redis.call('HGET', M, field)
+  local exp = mine
+  if not has_op(ops, op) then
+    -- Re-entry by the same owner: one more acquisition, lease pushed out to now + ttl.
+    redis.call('HSET', M, field, ops and (ops .. ' ' .. op) or op)
+    exp = math.max(mine, NOW + ttl)
+    local key = HOLDS[mode]
+    redis.call('ZADD', key, exp, token)
+    expire_at_least(key, exp)
+    expire_at_least(M, exp)
+  end
+  return { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'), exp, NOW }
+end
 if mode == 'r' and live_score(X, token) then
   -- Downgrade: the writer may read at once, whoever waits; same fencing token as its write hold.
   local fence = tonumber(redis.call('HGET', M, 'gw:' .. token) or '0')
   local exp = NOW + ttl
-  hold('r', token, exp, fence)
+  hold('r', token, exp, fence, op)
   return { 1, fence, exp, NOW }
 end
 if mode == 'w' and live_score(R, token) then
   return { -1, 0, 0, NOW }
 end
 
-local granted = admit()[token]
-if granted then
-  return { 1, granted[1], granted[2], NOW }
-end
-
-if redis.call('ZSCORE', Q, token) then
-  return { -2, 0, 0, NOW }
+local m, _, ops, raw = spec(token)
+if raw then
+  if m ~= mode then return { -2, 0, 0, NOW } end
+  if not has_op(ops, op) then
+    if not enqueue then return { 0, -1, next_expiry(), NOW } end
+    -- The same owner asks again in the same mode while its token waits: this acquisition waits with
+    -- it and is handed the lock with it.
+    redis.call('HSET', M, 'q:' .. token, raw .. ' ' .. op)
+    local beat = NOW + waiter_ttl
+    redis.call('ZADD', W, beat, token)
+    expire_at_least(Q, beat)
+    expire_at_least(W, beat)
+    expire_at_least(M, beat)
+  end
+  return { 0, redis.call('ZRANK', Q, token), next_expiry(), NOW }
 end
 -- Skip the queue only when nobody waits: once a writer waits, new readers queue behind it (G6).
 if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_count(R) == 0) then
   local exp = NOW + ttl
   local fence = next_fence()
-  hold(mode, token, exp, fence)
+  hold(mode, token, exp, fence, op)
   return { 1, fence, exp, NOW }
 end
 if not enqueue then
@@ -60,7 +75,7 @@ local ticket = redis.call('HINCRBY', M, 'n', 1)
 redis.call('ZADD', Q, ticket, token)
 -- A lock handed to this waiter later starts with at most its heartbeat ttl: a live waiter renews it
 -- to the full ttl; a waiter that died in the queue gives it back within waiter_ttl, not ttl.
-redis.call('HSET', M, 'q:' .. token, mode .. ':' .. int(math.min(ttl, waiter_ttl)))
+redis.call('HSET', M, 'q:' .. token, mode .. ':' .. int(math.min(ttl, waiter_ttl)) .. ' ' .. op)
 local rank = redis.call('ZCARD', Q) - 1
 local beat = NOW + waiter_ttl
 redis.call('ZADD', W, beat, token)

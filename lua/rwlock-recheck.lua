@@ -1,10 +1,11 @@
 -- lua/rwlock-recheck.lua: one process's batched heartbeat for its waiters (of either mode) on one
 -- lock, and the fallback for a lost wake-up: purges the dead, admits who may enter, reports each
--- token's state. A waiting token holds nothing else on this lock (re-entry and downgrade are granted
--- at once, upgrades refused), so a hold found for it is the grant it waited for.
+-- wait's state. A wait is a token and the acquisition it waits for: it is granted only when that
+-- acquisition holds a live lease, so an earlier grant of the same owner is never taken for this
+-- wait's (G12).
 -- KEYS  R X Q W M (see lib/rwlock.lua)
--- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] tokens
--- Returns {now, nextExpiry, then per token: {1, fence, expiresAt} granted | {0, position} queued
+-- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] pairs: token, acquisition id
+-- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted: the caller must queue again)}
 local waiter_ttl = tonumber(ARGV[2])
 purge()
@@ -12,17 +13,20 @@ admit()
 local beat = NOW + waiter_ttl
 local out = { NOW, 0 }
 local queued = false
-for i = 3, #ARGV do
-  local tok = ARGV[i]
-  local w = live_score(X, tok)
-  local r = not w and live_score(R, tok)
-  if w then
-    out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'gw:' .. tok) or '0'), w }
-  elseif r then
-    out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'gr:' .. tok) or '0'), r }
-  else
+for i = 3, #ARGV, 2 do
+  local tok, op = ARGV[i], ARGV[i + 1]
+  local found = false
+  for _, mode in ipairs({ 'w', 'r' }) do
+    local score = not found and live_score(HOLDS[mode], tok)
+    if score and has_op(redis.call('HGET', M, 'a' .. mode .. ':' .. tok), op) then
+      out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. tok) or '0'), score }
+      found = true
+    end
+  end
+  if not found then
     local rank = redis.call('ZRANK', Q, tok)
-    if rank then
+    local _, _, ops = spec(tok)
+    if rank and has_op(ops, op) then
       redis.call('ZADD', W, beat, tok)
       out[#out + 1] = { 0, rank }
       queued = true

@@ -1,29 +1,52 @@
--- lua/rwlock-release.lua: give a read or write hold back (or leave the queue) and admit who may enter.
+-- lua/rwlock-release.lua: give one acquisition of a read or write hold back (or leave the queue) and
+-- admit who may enter. Idempotent (G12): an acquisition that no longer holds or waits is left alone,
+-- so a resent release does nothing more.
 -- KEYS  R X Q W M (see lib/rwlock.lua)
--- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'
--- Returns 1 when the token's hold of that mode was freed, 2 when only a reentry count was dropped,
---         3 when the token was waiting and left the queue, 0 when the token had nothing (already
---         released or expired: never another owner's hold, and never the token's hold of the other
---         mode, G3).
-local token, mode = ARGV[2], ARGV[3]
+-- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
+-- Returns 1 when the token's hold of that mode was freed, 2 when only this acquisition was dropped
+--         (others of the owner still hold), 3 when the acquisition was waiting and left the queue (the
+--         token too, if it was its last), 0 when there was nothing to give back (already released or
+--         expired: never another owner's hold, and never the token's hold of the other mode, G3).
+local token, mode, op = ARGV[2], ARGV[3], ARGV[4]
 local key = HOLDS[mode]
 
-purge()
-local result = 0
-if redis.call('ZSCORE', key, token) then
-  local count = tonumber(redis.call('HGET', M, 'c' .. mode .. ':' .. token) or '1')
-  if count > 1 then
-    redis.call('HSET', M, 'c' .. mode .. ':' .. token, count - 1)
-    return 2
+-- What releasing `op` does to the token's hold of `mode` or to its wait: 1, 2, 3 or 0 (see above).
+local function give_back()
+  if redis.call('ZSCORE', key, token) then
+    local field = 'a' .. mode .. ':' .. token
+    local ops = redis.call('HGET', M, field)
+    -- (No list: a hold without bookkeeping is freed as a whole.)
+    if ops then
+      if not has_op(ops, op) then return 0 end
+      local left = drop_op(ops, op)
+      if left ~= '' then
+        redis.call('HSET', M, field, left)
+        return 2
+      end
+    end
+    redis.call('ZREM', key, token)
+    redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field)
+    return 1
   end
-  redis.call('ZREM', key, token)
-  redis.call('HDEL', M, 'g' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token)
-  result = 1
-elseif redis.call('ZREM', Q, token) == 1 then
+  local m, ttl, ops, raw = spec(token)
+  if not raw or m ~= mode then return 0 end
+  if ops ~= '' then
+    if not has_op(ops, op) then return 0 end
+    local left = drop_op(ops, op)
+    if left ~= '' then
+      -- One of several acquisitions of the owner gives up; the token keeps its place for the others.
+      redis.call('HSET', M, 'q:' .. token, m .. ':' .. int(ttl) .. ' ' .. left)
+      return 3
+    end
+  end
+  redis.call('ZREM', Q, token)
   redis.call('ZREM', W, token)
   redis.call('HDEL', M, 'q:' .. token)
-  result = 3
+  return 3
 end
+
+purge()
+local result = give_back()
 admit()
 settle()
 return result

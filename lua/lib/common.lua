@@ -25,3 +25,21 @@ local function expire_at_least(key, at)
     redis.call('PEXPIREAT', key, int(at), 'NX')
   end
 end
+
+-- Acquisition lists (G12): the acquisitions of one reentrant owner's hold or wait, as operation ids
+-- separated by spaces. Every acquire call of a reentrant owner has its own id, so an id is added and
+-- dropped at most once: a resent call finds its id already there (or already gone) and changes
+-- nothing, where a count would count it twice.
+local function has_op(list, op)
+  if not list then return false end
+  return string.find(' ' .. list .. ' ', ' ' .. op .. ' ', 1, true) ~= nil
+end
+
+-- The list without `op` ('' when nothing is left).
+local function drop_op(list, op)
+  local kept = {}
+  for id in string.gmatch(list, '%S+') do
+    if id ~= op then kept[#kept + 1] = id end
+  end
+  return table.concat(kept, ' ')
+end

@@ -6,19 +6,20 @@
 --   KEYS[1] H  ZSET  holder token -> lease expiry (ms, Redis server clock, G9)
 --   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
 --   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes
---   KEYS[4] M  HASH  queue and re-entry bookkeeping, absent while nobody waits or re-enters:
---                    n = last ticket; t:<tok> = a waiter's handed-off lease ttl (negative: the waiter
---                    is reentrant); g:<tok> = fencing token of a holder admitted from the queue or
---                    reentrant; c:<tok> = reentry count (absent = 1); k:<tok> = extra acquires by the
---                    same (reentrant) owner while its token waits, which become reentry counts when
---                    the token is admitted
+--   KEYS[4] M  HASH  holder and queue bookkeeping, absent while nothing is held or queued:
+--                    n = last ticket; g:<tok> = a holder's fencing token (what a resent acquire or a
+--                    re-check reports to it); a:<tok> = a reentrant owner's acquisitions holding
+--                    through its token (see has_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
+--                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
+--                    the acquisitions waiting on it (handed over together when it is admitted)
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence)
--- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
+-- ARGV[1] is always the wake-up channel; grants are published there as lines
+-- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
--- heartbeats and the g:/c: of live holders), and the set is deleted when nothing is held or queued, so
+-- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
 -- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
 -- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
 local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -80,14 +81,23 @@ local function next_expiry()
   return first_expiry
 end
 
--- Forget the fence and reentry count (g:, c: in M) of holders that left.
+-- Forget the fence and acquisitions (g:, a: in M) of holders that left.
 local function drop_holder_fields(tokens)
   local fields = {}
   for _, tok in ipairs(tokens) do
     fields[#fields + 1] = 'g:' .. tok
-    fields[#fields + 1] = 'c:' .. tok
+    fields[#fields + 1] = 'a:' .. tok
   end
   redis.call('HDEL', M, unpack(fields))
+end
+
+-- A waiter's spec (M t:<tok>) -> lease ttl to hand over, and the acquisitions waiting (nil for a
+-- fresh token). A missing spec (the hash was lost) hands over a short lease that renewal stretches.
+local function parse_spec(spec)
+  if not spec then return 1000, nil end
+  local space = string.find(spec, ' ', 1, true)
+  if not space then return tonumber(spec), nil end
+  return tonumber(string.sub(spec, 1, space - 1)), string.sub(spec, space + 1)
 end
 
 -- Drop holders whose lease ran out (G2), at most `most` (default 100) of them; returns how many. Only
@@ -111,10 +121,7 @@ local function purge_waiters()
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
   local fields = {}
-  for _, tok in ipairs(dead) do
-    fields[#fields + 1] = 't:' .. tok
-    fields[#fields + 1] = 'k:' .. tok
-  end
+  for _, tok in ipairs(dead) do fields[#fields + 1] = 't:' .. tok end
   redis.call('HDEL', M, unpack(fields))
 end
 
@@ -127,28 +134,29 @@ local function admit(permits, count)
   if free <= 0 then return '', {}, 0 end
   local head = redis.call('ZRANGE', Q, 0, free - 1)
   if #head == 0 then return '', {}, 0 end
-  local ttl_fields = {}
-  for i, tok in ipairs(head) do ttl_fields[i] = 't:' .. tok end
-  local ttls = redis.call('HMGET', M, unpack(ttl_fields))
-  local granted, lines, holds, fences = {}, {}, {}, {}
+  local spec_fields = {}
+  for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
+  local specs = redis.call('HMGET', M, unpack(spec_fields))
+  local granted, lines, holds, fields = {}, {}, {}, {}
   local last_exp = 0
   for i, tok in ipairs(head) do
-    local ttl = tonumber(ttls[i] or '0')
-    local exp = NOW + math.abs(ttl)
+    local ttl, ops = parse_spec(specs[i])
+    local exp = NOW + ttl
     local fence = next_fence(exp)
     holds[#holds + 1] = exp
     holds[#holds + 1] = tok
-    fences[#fences + 1] = 'g:' .. tok
-    fences[#fences + 1] = int(fence)
-    if ttl < 0 then
-      -- A reentrant owner: extra acquires it made while waiting become reentry counts.
-      local extra = tonumber(redis.call('HGET', M, 'k:' .. tok) or '0')
-      redis.call('HDEL', M, 'k:' .. tok, 'c:' .. tok)
-      if extra > 0 then redis.call('HSET', M, 'c:' .. tok, 1 + extra) end
+    fields[#fields + 1] = 'g:' .. tok
+    fields[#fields + 1] = int(fence)
+    local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
+    if ops then
+      -- A reentrant owner: every acquisition that waited on the token holds through it now.
+      fields[#fields + 1] = 'a:' .. tok
+      fields[#fields + 1] = ops
+      line = line .. ' ' .. ops
     end
     last_exp = math.max(last_exp, exp)
     granted[tok] = { fence, exp }
-    lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
+    lines[#lines + 1] = line
   end
   redis.call('ZADD', H, unpack(holds))
   if count == 0 then
@@ -156,9 +164,8 @@ local function admit(permits, count)
   else
     redis.call('PEXPIREAT', H, int(last_exp), 'GT')
   end
-  redis.call('HDEL', M, unpack(ttl_fields))
-  -- The fence of a holder admitted here is what a re-check reports to it if the message is lost.
-  redis.call('HSET', M, unpack(fences))
+  redis.call('HDEL', M, unpack(spec_fields))
+  redis.call('HSET', M, unpack(fields))
   expire_at_least(M, last_exp)
   redis.call('ZREM', Q, unpack(head))
   redis.call('ZREM', W, unpack(head))
@@ -177,7 +184,7 @@ end
 
 -- Once the queue is empty: delete the bookkeeping when nothing is held either, else pull the keys'
 -- expiry in to the last lease they still guard, so a name whose remaining leases simply run out leaves
--- no key behind a moment later. `left`: holders that just left (their g:/c: go), or nil. `has_m`,
+-- no key behind a moment later. `left`: holders that just left (their g:/a: go), or nil. `has_m`,
 -- `has_h`: whether M and H exist (nil = unknown).
 local function settle(left, has_m, has_h)
   local last = has_h ~= false and redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]

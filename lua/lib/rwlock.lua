@@ -9,17 +9,21 @@
 --   KEYS[3] Q  ZSET  waiter token -> ticket: ONE FIFO queue for both modes (G5).
 --   KEYS[4] W  ZSET  waiter token -> heartbeat deadline; a dead waiter falls out when it passes.
 --   KEYS[5] M  HASH  f = last fencing token (shared by both modes, G7); n = last ticket;
---                    q:<tok> = waiter's mode and handed-off lease ttl, "r:<ms>" or "w:<ms>";
+--                    q:<tok> = a waiter's spec: mode, handed-off lease ttl and the acquisitions
+--                    waiting on the token, "r:<ms> <acquisition> ..." or "w:<ms> <acquisition> ...";
 --                    gr:<tok> / gw:<tok> = fencing token of a read / write hold;
---                    cr:<tok> / cw:<tok> = reentry count of a read / write hold (absent = 1).
--- ARGV[1] is always the wake-up channel; grants are published there as lines "<tok> <fence> <expiresAt>".
+--                    ar:<tok> / aw:<tok> = the acquisitions holding through a read / write hold
+--                    (see has_op: the hold is freed when its last acquisition is released).
+-- ARGV[1] is always the wake-up channel; grants are published there as lines
+-- "<tok> <fence> <expiresAt> <acquisition> ...".
 --
 -- Admission (admit()): nothing while a writer holds. A writer at the head of the queue enters only
 -- when no reader holds either. A run of readers at the head enters together, up to the first queued
 -- writer. A newcomer skips the queue only when the queue is empty, so once a writer waits, new readers
 -- queue behind it (writer preference, G6).
 -- Reentrancy is per token: read in read, write in write, read in write (a downgrade, granted at once
--- with the write's fencing token); read -> write (an upgrade) is refused, never waited for.
+-- with the write's fencing token); read -> write (an upgrade) is refused, never waited for. Every call
+-- carries its own acquisition id, so a resent call (G12) finds its id in place and changes nothing.
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the lock's keys are
 -- deleted when nothing is held or queued, so idle names leave no keys behind.
 local R, X, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -43,24 +47,31 @@ local function live_count(key)
   return redis.call('ZCOUNT', key, '(' .. NOW, '+inf')
 end
 
--- Record a fresh hold of `mode` for `tok` until `exp` with fencing token `fence`. Its reentry count
--- starts at 1: a count left behind by an earlier hold whose key expired before purge() saw it (a fixed
--- owner's token comes back) must not carry over.
-local function hold(mode, tok, exp, fence)
+-- Record a fresh hold of `mode` for `tok` until `exp` with fencing token `fence`, held by the
+-- acquisitions `ops`. It replaces whatever an earlier hold whose key expired before purge() saw it
+-- (a fixed owner's token comes back) left behind.
+local function hold(mode, tok, exp, fence, ops)
   local key = HOLDS[mode]
   redis.call('ZADD', key, exp, tok)
-  redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
-  redis.call('HDEL', M, 'c' .. mode .. ':' .. tok)
+  if ops ~= '' then
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence), 'a' .. mode .. ':' .. tok, ops)
+  else
+    -- (Only when a waiter's spec was lost: without a list, the hold is released as a whole.)
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
+    redis.call('HDEL', M, 'a' .. mode .. ':' .. tok)
+  end
   expire_at_least(key, exp)
   expire_at_least(M, exp)
 end
 
--- A queued token's mode and handed-off ttl. A spec can only be missing if the hash was lost; the
+-- A queued token's mode, handed-off ttl and waiting acquisitions, and the raw spec (nil when the
+-- token does not wait). A spec can only be missing for a queued token if the hash was lost; the
 -- waiter is then treated as a writer (the safe side) with a short lease its renewal stretches.
 local function spec(tok)
   local s = redis.call('HGET', M, 'q:' .. tok)
-  if not s then return 'w', 1000 end
-  return string.sub(s, 1, 1), tonumber(string.sub(s, 3))
+  if not s then return 'w', 1000, '', nil end
+  local space = string.find(s, ' ', 1, true) or (#s + 1)
+  return string.sub(s, 1, 1), tonumber(string.sub(s, 3, space - 1)), string.sub(s, space + 1), s
 end
 
 -- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per call.
@@ -70,7 +81,7 @@ local function purge()
     if #expired > 0 then
       redis.call('ZREM', key, unpack(expired))
       for _, tok in ipairs(expired) do
-        redis.call('HDEL', M, 'g' .. mode .. ':' .. tok, 'c' .. mode .. ':' .. tok)
+        redis.call('HDEL', M, 'g' .. mode .. ':' .. tok, 'a' .. mode .. ':' .. tok)
       end
     end
   end
@@ -92,18 +103,18 @@ local function admit()
   local head = redis.call('ZRANGE', Q, 0, 0)
   if #head == 0 then return granted end
   local lines = {}
-  local function give(tok, mode, ttl)
+  local function give(tok, mode, ttl, ops)
     local exp = NOW + ttl
     local fence = next_fence()
-    hold(mode, tok, exp, fence)
+    hold(mode, tok, exp, fence, ops)
     redis.call('HDEL', M, 'q:' .. tok)
     granted[tok] = { fence, exp }
-    lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
+    lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp) .. (ops ~= '' and (' ' .. ops) or '')
   end
-  local mode, ttl = spec(head[1])
+  local mode, ttl, ops = spec(head[1])
   if mode == 'w' then
     if live_count(R) > 0 then return granted end
-    give(head[1], 'w', ttl)
+    give(head[1], 'w', ttl, ops)
     redis.call('ZREM', Q, head[1])
     redis.call('ZREM', W, head[1])
   else
@@ -113,12 +124,12 @@ local function admit()
       local batch = redis.call('ZRANGE', Q, 0, 99)
       local taken = {}
       for _, tok in ipairs(batch) do
-        local m, t = spec(tok)
+        local m, t, o = spec(tok)
         if m ~= 'r' then
           stop = true
           break
         end
-        give(tok, 'r', t)
+        give(tok, 'r', t, o)
         taken[#taken + 1] = tok
       end
       if #taken > 0 then

@@ -42,7 +42,8 @@ export class LeaseLostError extends TollgateError {
  * owner that holds only the read lock asked for the write lock (two readers upgrading together would
  * each wait for the other to leave); release the read lock and acquire the write lock instead (then
  * re-check what you read), or take the write lock from the start. 'waiting': the same owner (an
- * explicit `owner` used concurrently) already waits for this lock; an owner waits at most once.
+ * explicit `owner` used concurrently) already waits for this lock in the other mode; an owner waits in
+ * one mode at a time (another call in the same mode waits with it).
  */
 export class LockUpgradeError extends TollgateError {
   readonly key: string
@@ -53,7 +54,7 @@ export class LockUpgradeError extends TollgateError {
       'ERR_TOLLGATE_LOCK_UPGRADE',
       reason === 'upgrade'
         ? `Cannot take the write lock of "${key}" while this owner holds its read lock: an upgrade would deadlock. Release the read lock first, or take the write lock from the start.`
-        : `This owner already waits for "${key}"; an owner waits for a lock at most once at a time.`,
+        : `This owner already waits for the other side of "${key}"; an owner waits in one mode at a time (calls in the same mode wait together).`,
     )
     this.key = key
     this.reason = reason

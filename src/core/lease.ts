@@ -44,8 +44,9 @@ export interface LeaseContext {
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
   /** Renew tokens of this primitive in one store call (the scheduler batches per context and ttl). */
   renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
-  /** Give a token's hold back; must be a no-op for a token that no longer holds (G3). */
-  releaseToken(token: string): Promise<unknown>
+  /** Give a token's hold back (with `op`, one reentrant acquisition of it); must be a no-op for a
+   * token or acquisition that no longer holds (G3, G12). */
+  releaseToken(token: string, op?: string): Promise<unknown>
 }
 
 export class PermitLease implements Lease {
@@ -72,6 +73,8 @@ export class PermitLease implements Lease {
     readonly fencingToken: number,
     expiresAt: number,
     readonly holders?: number,
+    /** The acquisition id of a reentrant owner's lease (released alone); undefined for a fresh token. */
+    readonly op?: string,
   ) {
     this.name = context.space.name
     this.key = context.space.base
@@ -140,7 +143,7 @@ export class PermitLease implements Lease {
         await this.renewing
         // Also for a lease we consider lost: the script frees it only if this token still holds it
         // (G3), which gives a permit back early when only our renewals, not the lease, had failed.
-        await this.context.releaseToken(this.token)
+        await this.context.releaseToken(this.token, this.op)
         emit('release', { name: this.name, kind: this.context.kind })
       })()
       // A release that failed (store down) may be retried; the lease expires on its own meanwhile.

@@ -8,19 +8,23 @@ import type {
   RwAcquireRequest,
   RwMode,
   RwStats,
+  Wait,
   WaiterState,
 } from './store.js'
 
 interface Hold {
   expiresAt: number
   fence: number
-  count: number
+  /** The acquisitions holding through it (lua ar:/aw:); released one by one, freed with the last. */
+  ops: string[]
 }
 interface Waiter {
   mode: RwMode
   heartbeat: number
   /** Lease length when the lock is handed over: min(ttl, waiter ttl), as in Lua. */
   ttlMs: number
+  /** The acquisitions waiting on the token (handed the lock together). */
+  ops: string[]
 }
 /** One lock's state: the in-memory twin of the R, X, Q, W and M keys of lua/lib/rwlock.lua. */
 interface RwState {
@@ -58,57 +62,82 @@ export class MemoryRwLocks {
   acquire(space: KeySpace, r: RwAcquireRequest): RwAcquireReply {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
+    this.admit(space, lock, now)
     const mine = lock.holds[r.mode].get(r.token)
     if (mine) {
-      mine.count += 1
-      mine.expiresAt = Math.max(mine.expiresAt, now + r.ttlMs)
+      if (!mine.ops.includes(r.op)) {
+        mine.ops.push(r.op)
+        mine.expiresAt = Math.max(mine.expiresAt, now + r.ttlMs)
+      }
       return { granted: true, fence: mine.fence, expiresAt: mine.expiresAt, now }
     }
     const write = lock.holds.write.get(r.token)
     if (r.mode === 'read' && write) {
-      const hold = { expiresAt: now + r.ttlMs, fence: write.fence, count: 1 }
+      const hold = { expiresAt: now + r.ttlMs, fence: write.fence, ops: [r.op] }
       lock.holds.read.set(r.token, hold)
       return { granted: true, fence: hold.fence, expiresAt: hold.expiresAt, now }
     }
     if (r.mode === 'write' && lock.holds.read.has(r.token)) return { granted: false, refused: 'upgrade', now }
 
-    const granted = this.admit(space, lock, now).get(r.token)
-    if (granted) return { granted: true, fence: granted.fence, expiresAt: granted.expiresAt, now }
-
-    if (lock.queue.has(r.token)) return { granted: false, refused: 'waiting', now }
+    const waiting = lock.queue.get(r.token)
+    if (waiting) {
+      if (waiting.mode !== r.mode) return { granted: false, refused: 'waiting', now }
+      if (!waiting.ops.includes(r.op)) {
+        if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(lock), now }
+        waiting.ops.push(r.op)
+        waiting.heartbeat = now + r.waiterTtlMs
+      }
+      return {
+        granted: false,
+        position: queuePosition(lock.queue, r.token),
+        nextExpiry: nextExpiry(lock),
+        now,
+      }
+    }
     if (
       lock.queue.size === 0 &&
       lock.holds.write.size === 0 &&
       (r.mode === 'read' || lock.holds.read.size === 0)
     ) {
-      const hold = { expiresAt: now + r.ttlMs, fence: this.nextFence(lock), count: 1 }
+      const hold = { expiresAt: now + r.ttlMs, fence: this.nextFence(lock), ops: [r.op] }
       lock.holds[r.mode].set(r.token, hold)
       return { granted: true, fence: hold.fence, expiresAt: hold.expiresAt, now }
     }
     if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(lock), now }
     const heartbeat = now + r.waiterTtlMs
-    lock.queue.set(r.token, { mode: r.mode, heartbeat, ttlMs: Math.min(r.ttlMs, r.waiterTtlMs) })
+    lock.queue.set(r.token, {
+      mode: r.mode,
+      heartbeat,
+      ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
+      ops: [r.op],
+    })
     return { granted: false, position: lock.queue.size - 1, nextExpiry: nextExpiry(lock), now }
   }
 
-  release(space: KeySpace, token: string, mode: RwMode): ReleaseResult {
+  release(space: KeySpace, token: string, mode: RwMode, op: string): ReleaseResult {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
-    let result: ReleaseResult = 'none'
-    const held = lock.holds[mode].get(token)
-    if (held) {
-      if (held.count > 1) {
-        held.count -= 1
-        return 'decremented'
-      }
-      lock.holds[mode].delete(token)
-      result = 'freed'
-    } else if (lock.queue.delete(token)) {
-      result = 'dequeued'
-    }
+    const result = this.giveBack(lock, token, mode, op)
     this.admit(space, lock, now)
     this.settle(space, lock)
     return result
+  }
+
+  /** lua rwlock-release.lua give_back(): one acquisition of the hold or the wait goes. */
+  private giveBack(lock: RwState, token: string, mode: RwMode, op: string): ReleaseResult {
+    const held = lock.holds[mode].get(token)
+    if (held) {
+      if (!held.ops.includes(op)) return 'none'
+      held.ops = held.ops.filter((id) => id !== op)
+      if (held.ops.length > 0) return 'decremented'
+      lock.holds[mode].delete(token)
+      return 'freed'
+    }
+    const waiting = lock.queue.get(token)
+    if (!waiting || waiting.mode !== mode || !waiting.ops.includes(op)) return 'none'
+    waiting.ops = waiting.ops.filter((id) => id !== op)
+    if (waiting.ops.length === 0) lock.queue.delete(token)
+    return 'dequeued'
   }
 
   renew(space: KeySpace, mode: RwMode, ttlMs: number, tokens: readonly string[]): RenewReply {
@@ -123,15 +152,16 @@ export class MemoryRwLocks {
     return { now, expiresAt }
   }
 
-  recheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): RecheckReply {
+  recheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): RecheckReply {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
     this.admit(space, lock, now)
-    const states = tokens.map((token): WaiterState => {
-      const held = lock.holds.write.get(token) ?? lock.holds.read.get(token)
-      if (held) return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
+    const states = waits.map(({ token, op = token }): WaiterState => {
+      for (const held of [lock.holds.write.get(token), lock.holds.read.get(token)]) {
+        if (held?.ops.includes(op)) return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
+      }
       const waiter = lock.queue.get(token)
-      if (!waiter) return { state: 'gone' }
+      if (!waiter?.ops.includes(op)) return { state: 'gone' }
       waiter.heartbeat = now + waiterTtlMs
       return { state: 'queued', position: queuePosition(lock.queue, token) }
     })
@@ -178,19 +208,20 @@ export class MemoryRwLocks {
 
   /** lua admit(): nothing while a writer holds; a writer at the head only when no reader holds; else
    * the whole run of readers at the head, up to the first queued writer. */
-  private admit(space: KeySpace, lock: RwState, now: number): Map<string, Grant> {
-    const granted = new Map<string, Grant>()
-    if (lock.holds.write.size > 0) return granted
+  private admit(space: KeySpace, lock: RwState, now: number): void {
+    const granted: Grant[] = []
+    let taken = 0
+    if (lock.holds.write.size > 0) return
     for (const [token, waiter] of lock.queue) {
-      if (waiter.mode === 'write' && (granted.size > 0 || lock.holds.read.size > 0)) break
+      if (waiter.mode === 'write' && (taken > 0 || lock.holds.read.size > 0)) break
       lock.queue.delete(token)
-      const hold = { expiresAt: now + waiter.ttlMs, fence: this.nextFence(lock), count: 1 }
+      const hold = { expiresAt: now + waiter.ttlMs, fence: this.nextFence(lock), ops: waiter.ops }
       lock.holds[waiter.mode].set(token, hold)
-      granted.set(token, { token, fence: hold.fence, expiresAt: hold.expiresAt })
+      taken++
+      for (const op of waiter.ops) granted.push({ token, op, fence: hold.fence, expiresAt: hold.expiresAt })
       if (waiter.mode === 'write') break
     }
-    if (granted.size > 0) this.publish(space, [...granted.values()])
-    return granted
+    if (granted.length > 0) this.publish(space, granted)
   }
 
   /** lua settle(): forget a lock once nothing is held or queued. */

@@ -15,6 +15,7 @@ import type {
   RwStats,
   Store,
   Unsubscribe,
+  Wait,
   WaiterState,
 } from './store.js'
 
@@ -37,13 +38,15 @@ export function createMemoryStore(options?: MemoryStoreOptions): Store {
 interface Holder {
   expiresAt: number
   fence: number
-  count: number
+  /** A reentrant owner's acquisitions holding through the token (lua a:<tok>); undefined for a fresh
+   * token, which is its own acquisition. */
+  ops: string[] | undefined
 }
 interface Waiter {
   heartbeat: number
   ttlMs: number
-  /** Extra acquires by the same owner while this token waits (lua k:<tok>). */
-  extra: number
+  /** A reentrant owner's acquisitions waiting on the token (lua t:<tok>); undefined for a fresh token. */
+  ops: string[] | undefined
 }
 /** One name's state: the in-memory twin of the H, Q, W and M keys. */
 interface PermitSet {
@@ -75,22 +78,40 @@ class MemoryStore implements Store {
 
   constructor(readonly prefix: string) {}
 
+  /** lua permit-acquire.lua for one token: a token that holds or waits gets its grant or place back
+   * (with a new `op`, the acquisition re-enters or waits with the owner's); a fresh one takes a permit
+   * or queues. */
   async acquire(space: KeySpace, r: AcquireRequest): Promise<AcquireReply> {
     const now = nowMs()
     const set = this.open(space, now)
+    const permits = this.limit(space, r.permits)
+    this.admit(space, set, permits, now)
     const held = set.holders.get(r.token)
     if (held) {
-      held.count += 1
-      held.expiresAt = Math.max(held.expiresAt, now + r.ttlMs)
+      if (r.op !== undefined && !held.ops?.includes(r.op)) {
+        held.ops = [...(held.ops ?? []), r.op]
+        held.expiresAt = Math.max(held.expiresAt, now + r.ttlMs)
+      }
       return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now, holders: set.holders.size }
     }
-    const permits = this.limit(space, r.permits)
-    const mine = this.admit(space, set, permits, now).get(r.token)
-    if (mine)
-      return { granted: true, fence: mine.fence, expiresAt: mine.expiresAt, now, holders: set.holders.size }
-    const queued = set.queue.get(r.token)
-    if (!queued && set.holders.size + set.queue.size < permits) {
-      const holder = { expiresAt: now + r.ttlMs, fence: nextFence(set), count: 1 }
+    const waiting = set.queue.get(r.token)
+    if (waiting) {
+      let position = queuePosition(set.queue, r.token)
+      if (r.op !== undefined && !waiting.ops?.includes(r.op)) {
+        if (!r.enqueue) position = -1
+        else {
+          waiting.ops = [...(waiting.ops ?? []), r.op]
+          waiting.heartbeat = now + r.waiterTtlMs
+        }
+      }
+      return { granted: false, position, nextExpiry: nextExpiry(set), now }
+    }
+    if (set.queue.size === 0 && set.holders.size < permits) {
+      const holder = {
+        expiresAt: now + r.ttlMs,
+        fence: nextFence(set),
+        ops: r.op === undefined ? undefined : [r.op],
+      }
       set.holders.set(r.token, holder)
       return {
         granted: true,
@@ -100,46 +121,46 @@ class MemoryStore implements Store {
         holders: set.holders.size,
       }
     }
-    if (!queued && !r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
+    if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
     // As in Lua: a permit handed over later starts with at most the heartbeat ttl, renewed from there.
-    if (queued) {
-      queued.heartbeat = now + r.waiterTtlMs
-      queued.extra++ // the same owner again while its token waits (see lua permit-acquire)
-    } else {
-      set.queue.set(r.token, {
-        heartbeat: now + r.waiterTtlMs,
-        ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
-        extra: 0,
-      })
-    }
+    set.queue.set(r.token, {
+      heartbeat: now + r.waiterTtlMs,
+      ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
+      ops: r.op === undefined ? undefined : [r.op],
+    })
     return {
       granted: false,
-      position: queuePosition(set.queue, r.token),
+      position: set.queue.size - 1,
       nextExpiry: nextExpiry(set),
       now,
-      lastFence: set.lastFence,
     }
   }
 
-  async release(space: KeySpace, token: string, permits: number): Promise<ReleaseResult> {
+  /** lua permit-release.lua for one token. */
+  async release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult> {
     const now = nowMs()
     const set = this.open(space, now)
     let result: ReleaseResult = 'none'
     const held = set.holders.get(token)
     if (held) {
-      if (held.count > 1) {
-        held.count -= 1
-        return 'decremented'
+      if (op !== undefined && held.ops) {
+        if (!held.ops.includes(op)) return 'none'
+        held.ops = held.ops.filter((id) => id !== op)
+        if (held.ops.length > 0) return 'decremented'
       }
       set.holders.delete(token)
       result = 'freed'
     } else {
       const waiter = set.queue.get(token)
-      if (waiter && waiter.extra > 0) {
-        waiter.extra--
-        return 'dequeued'
+      if (waiter) {
+        if (op !== undefined && waiter.ops) {
+          if (!waiter.ops.includes(op)) return 'none'
+          waiter.ops = waiter.ops.filter((id) => id !== op)
+          if (waiter.ops.length > 0) return 'dequeued'
+        }
+        set.queue.delete(token)
+        result = 'dequeued'
       }
-      if (set.queue.delete(token)) result = 'dequeued'
     }
     this.admit(space, set, this.limit(space, permits), now)
     this.settle(space, set)
@@ -162,16 +183,17 @@ class MemoryStore implements Store {
     space: KeySpace,
     permits: number,
     waiterTtlMs: number,
-    tokens: readonly string[],
+    waits: readonly Wait[],
   ): Promise<RecheckReply> {
     const now = nowMs()
     const set = this.open(space, now)
     this.admit(space, set, this.limit(space, permits), now)
-    const states = tokens.map((token): WaiterState => {
+    const states = waits.map(({ token, op }): WaiterState => {
       const held = set.holders.get(token)
-      if (held) return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
+      if (held && (op === undefined || held.ops?.includes(op)))
+        return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
       const waiter = set.queue.get(token)
-      if (!waiter) return { state: 'gone' }
+      if (!waiter || (op !== undefined && !waiter.ops?.includes(op))) return { state: 'gone' }
       waiter.heartbeat = now + waiterTtlMs
       return { state: 'queued', position: queuePosition(set.queue, token) }
     })
@@ -208,8 +230,8 @@ class MemoryStore implements Store {
     return this.rw.acquire(space, request)
   }
 
-  async rwRelease(space: KeySpace, token: string, mode: RwMode): Promise<ReleaseResult> {
-    return this.rw.release(space, token, mode)
+  async rwRelease(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult> {
+    return this.rw.release(space, token, mode, op)
   }
 
   async rwRenew(
@@ -221,8 +243,8 @@ class MemoryStore implements Store {
     return this.rw.renew(space, mode, ttlMs, tokens)
   }
 
-  async rwRecheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): Promise<RecheckReply> {
-    return this.rw.recheck(space, waiterTtlMs, tokens)
+  async rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): Promise<RecheckReply> {
+    return this.rw.recheck(space, waiterTtlMs, waits)
   }
 
   async rwInspect(space: KeySpace): Promise<RwStats> {
@@ -279,19 +301,19 @@ class MemoryStore implements Store {
   }
 
   /** lua admit(): hand free permits to the head of the queue and notify asynchronously. */
-  private admit(space: KeySpace, set: PermitSet, permits: number, now: number): Map<string, Grant> {
-    const granted = new Map<string, Grant>()
+  private admit(space: KeySpace, set: PermitSet, permits: number, now: number): void {
+    const granted: Grant[] = []
     let free = permits - set.holders.size
     for (const [token, waiter] of set.queue) {
       if (free <= 0) break
       set.queue.delete(token)
-      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), count: 1 + waiter.extra }
+      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), ops: waiter.ops }
       set.holders.set(token, holder)
-      granted.set(token, { token, fence: holder.fence, expiresAt: holder.expiresAt })
+      for (const op of waiter.ops ?? [token])
+        granted.push({ token, op, fence: holder.fence, expiresAt: holder.expiresAt })
       free--
     }
-    if (granted.size > 0) this.publish(space, [...granted.values()])
-    return granted
+    if (granted.length > 0) this.publish(space, granted)
   }
 
   /** Tell the space's subscribers about grants. */

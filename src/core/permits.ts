@@ -1,10 +1,13 @@
 import { randomBytes } from 'node:crypto'
+import { debuglog } from 'node:util'
 import { AcquireTimeoutError, type LeaseLostError } from './errors.js'
 import { emit } from './events.js'
 import type { KeySpace } from './keys.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
-import type { AcquireReply, Grant, RecheckReply, ReleaseResult, RenewReply, Store } from './store.js'
-import { type WaitGroup, type Waiter, waitGroup } from './wait-room.js'
+import type { AcquireReply, Grant, RecheckReply, ReleaseResult, RenewReply, Store, Wait } from './store.js'
+import { type WaitClient, type WaitGroup, type Waiter, waitGroup } from './wait-room.js'
+
+const debug = debuglog('tollgate:acquire')
 
 export interface AcquireOptions {
   /** Abort the wait; the acquire rejects with the signal's reason and leaves the queue. */
@@ -38,11 +41,24 @@ export function newToken(): string {
   return TOKEN_PREFIX + tokenCounter.toString(36)
 }
 
+/** One acquire call's identity in the store: a fresh token (its own acquisition), or a reentrant
+ * owner's token with an acquisition id of its own. */
+export interface Acquisition {
+  token: string
+  op: string | undefined
+}
+
 /**
  * The client side of a fair queue in the store: take a hold at once or wait for it in the global FIFO
  * queue, with wake-ups by notification (G5, G10). Subclasses say which scripts do the work.
+ *
+ * `owner` undefined: every attempt is a fresh token (mutex, semaphore). `owner` set: the token is the
+ * owner's (reentrant mutex, read/write lock), and every attempt has its own acquisition id, so a call
+ * that the store ran twice (a resend) counts once, and a grant reaches only the wait it was made for
+ * (G12). A grant whose lease already ran out when it reached us (the process was frozen) is given
+ * back and never returned: acquire() queues again, tryAcquire() reports no permit.
  */
-export abstract class LockClient implements LeaseContext {
+export abstract class LockClient implements LeaseContext, WaitClient {
   readonly store: Store
   readonly space: KeySpace
   readonly kind: string
@@ -63,25 +79,47 @@ export abstract class LockClient implements LeaseContext {
     this.onLost = settings.onLost
   }
 
-  /** Take a hold for `token` now, or (enqueue) join the queue. */
-  protected abstract attempt(token: string, enqueue: boolean, reentrant: boolean): Promise<AcquireReply>
-  /** Batched heartbeat + state of this process's waiting tokens. */
-  protected abstract recheckTokens(tokens: readonly string[]): Promise<RecheckReply>
+  /** Take a hold for the acquisition now, or (enqueue) join the queue. */
+  protected abstract attempt(acquisition: Acquisition, enqueue: boolean): Promise<AcquireReply>
+  /** Batched heartbeat + state of this client's waits (the wait group calls it). */
+  abstract recheckWaits(waits: readonly Wait[]): Promise<RecheckReply>
   abstract renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
-  /** Release a hold or leave the queue; a no-op for a token that has neither (G3). */
-  abstract releaseToken(token: string): Promise<unknown>
+  /** Release a hold (one acquisition of it) or leave the queue; a no-op for an acquisition that has
+   * neither (G3, G12). */
+  abstract releaseToken(token: string, op?: string): Promise<unknown>
 
-  async tryAcquire(token: string, reentrant: boolean): Promise<Lease | undefined> {
-    const reply = await this.attempt(token, false, reentrant)
-    if (!reply.granted) {
-      emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'busy' })
-      return undefined
-    }
-    emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
-    return new PermitLease(this, token, reply.fence, reply.expiresAt, reply.holders)
+  private acquisition(owner: string | undefined): Acquisition {
+    return owner === undefined ? { token: newToken(), op: undefined } : { token: owner, op: newToken() }
   }
 
-  async acquire(token: string, reentrant: boolean, options: AcquireOptions = {}): Promise<Lease> {
+  /** Whether a lease ending at `expiresAt` (store clock) still runs now. */
+  private live(expiresAt: number): boolean {
+    return expiresAt - this.store.clockOffsetMs > Date.now()
+  }
+
+  /** Give back a grant that expired before it reached us; failures are harmless (it expired). */
+  private async giveBack(acquisition: Acquisition): Promise<void> {
+    debug('%s: a grant expired before it reached us (frozen process?), giving it back', this.space.name)
+    await this.releaseToken(acquisition.token, acquisition.op).catch(() => {})
+  }
+
+  private lease(acquisition: Acquisition, fence: number, expiresAt: number, holders?: number): PermitLease {
+    return new PermitLease(this, acquisition.token, fence, expiresAt, holders, acquisition.op)
+  }
+
+  async tryAcquire(owner: string | undefined): Promise<Lease | undefined> {
+    const acquisition = this.acquisition(owner)
+    const reply = await this.attempt(acquisition, false)
+    if (reply.granted && !this.live(reply.expiresAt)) await this.giveBack(acquisition)
+    else if (reply.granted) {
+      emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
+      return this.lease(acquisition, reply.fence, reply.expiresAt, reply.holders)
+    }
+    emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'busy' })
+    return undefined
+  }
+
+  async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
     signal?.throwIfAborted()
@@ -89,15 +127,25 @@ export abstract class LockClient implements LeaseContext {
     // The wait group (subscription, timers) is joined only once a call leaves us queued: an
     // uncontended acquire is one script call and touches nothing else.
     let group: WaitGroup | undefined
-    let wake: () => void = () => {}
-    const waiter: Waiter = { token, grant: undefined, gone: false, afterFence: 0, wake: () => wake() }
-    let queued = false
+    /** The acquisition that may be in the queue (or granted meanwhile): given back on failure. */
+    let queued: Acquisition | undefined
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
     try {
-      for (;;) {
-        const reply = await this.attempt(token, true, reentrant)
+      for (let attempts = 0; ; attempts++) {
+        if (attempts > 0) {
+          // Queueing again (evicted, or a grant that expired on its way): within the same bounds.
+          signal?.throwIfAborted()
+          if (Date.now() - started >= timeoutMs)
+            throw new AcquireTimeoutError(this.space.name, Date.now() - started)
+        }
+        const acquisition = this.acquisition(owner)
+        const reply = await this.attempt(acquisition, true)
         if (reply.granted) {
-          const lease = new PermitLease(this, token, reply.fence, reply.expiresAt, reply.holders)
+          if (!this.live(reply.expiresAt)) {
+            await this.giveBack(acquisition)
+            continue
+          }
+          const lease = this.lease(acquisition, reply.fence, reply.expiresAt, reply.holders)
           // Aborted while the call was in flight: the caller is gone, so the permit goes straight back.
           if (signal?.aborted) {
             lease.release().catch(() => {})
@@ -106,39 +154,56 @@ export abstract class LockClient implements LeaseContext {
           outcome = 'acquired'
           return lease
         }
-        queued = true
-        waiter.gone = false
-        waiter.afterFence = reply.lastFence ?? 0
+        queued = acquisition
+        let wake: () => void = () => {}
+        const waiter: Waiter = {
+          token: acquisition.token,
+          op: acquisition.op ?? acquisition.token,
+          client: this,
+          grant: undefined,
+          gone: false,
+          wake: () => wake(),
+        }
         if (!group) {
           group = waitGroup(this.store, this.space)
-          group.recheckTokens = (tokens) => this.recheckTokens(tokens)
-          group.waiterTtlMs = this.waiterTtlMs
-          // A grant that reached the group before this registration is kept for us there; one
-          // published before the subscription was active is found by the re-check right after it.
-          group.add(waiter)
           const joined = group
+          // A grant published before the subscription was active is found by the re-check right after it.
           if (!joined.isSubscribed) void joined.subscribed.then(() => joined.recheckSoon())
         }
-        group.hint(reply.nextExpiry, reply.now)
-        const grant = await this.waitForChange(waiter, signal, started, timeoutMs, (fn) => {
-          wake = fn
-        })
-        if (grant) {
-          const lease = new PermitLease(this, token, grant.fence, grant.expiresAt)
-          // A handed-over permit starts with at most waiterTtlMs; auto-renewal stretches it on its own
-          // schedule, otherwise stretch it to the full ttlMs now (not needed when ttlMs fits).
-          if (!this.autoRenew && this.ttlMs > this.waiterTtlMs) await lease.renew()
-          outcome = 'acquired'
-          return lease
+        // A grant that reached the group before this registration is kept for us there.
+        group.add(waiter)
+        let grant: Grant | undefined
+        try {
+          group.hint(reply.nextExpiry, reply.now)
+          grant = await this.waitForChange(waiter, signal, started, timeoutMs, (fn) => {
+            wake = fn
+          })
+        } finally {
+          group.remove(waiter)
         }
-        // Fell out of the queue (our heartbeat lapsed, e.g. a frozen event loop): queue again.
+        if (!grant) {
+          // Fell out of the queue (our heartbeat lapsed, e.g. a frozen event loop): queue again.
+          queued = undefined
+          continue
+        }
+        if (!this.live(grant.expiresAt)) {
+          // Handed to us while we were frozen, and run out since: give it back and queue again.
+          queued = undefined
+          await this.giveBack(acquisition)
+          continue
+        }
+        const lease = this.lease(acquisition, grant.fence, grant.expiresAt)
+        // A handed-over permit starts with at most waiterTtlMs; auto-renewal stretches it on its own
+        // schedule, otherwise stretch it to the full ttlMs now (not needed when ttlMs fits).
+        if (!this.autoRenew && this.ttlMs > this.waiterTtlMs) await lease.renew()
+        outcome = 'acquired'
+        return lease
       }
     } catch (error) {
       outcome = error instanceof AcquireTimeoutError ? 'timeout' : signal?.aborted ? 'aborted' : 'error'
       throw error
     } finally {
-      group?.remove(waiter)
-      if (outcome !== 'acquired' && queued) this.leaveQueue(token)
+      if (outcome !== 'acquired' && queued) this.leaveQueue(queued)
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: Date.now() - started, outcome })
     }
   }
@@ -192,8 +257,8 @@ export abstract class LockClient implements LeaseContext {
   /** Leave the queue after a timeout or abort. If a permit was handed to us meanwhile, this gives it
    * back (the release script frees it and hands it on). A failure here is harmless: our heartbeat
    * stops and the entry falls out within waiterTtlMs. */
-  private leaveQueue(token: string): void {
-    this.releaseToken(token).catch(() => {})
+  private leaveQueue(acquisition: Acquisition): void {
+    this.releaseToken(acquisition.token, acquisition.op).catch(() => {})
   }
 }
 
@@ -201,12 +266,7 @@ export abstract class LockClient implements LeaseContext {
 export class PermitClient extends LockClient {
   private currentPermits: number
 
-  /** `reentrant`: tokens may hold re-entry counts (the reentrant mutex); releases then look for them. */
-  constructor(
-    settings: PermitSettings,
-    permits: number,
-    private readonly reentrant = false,
-  ) {
+  constructor(settings: PermitSettings, permits: number) {
     super(settings)
     this.currentPermits = permits
   }
@@ -219,30 +279,26 @@ export class PermitClient extends LockClient {
     this.currentPermits = permits
   }
 
-  protected attempt(token: string, enqueue: boolean, reentrant: boolean): Promise<AcquireReply> {
-    return this.store.acquire(this.space, this.request(token, enqueue, reentrant))
+  protected attempt({ token, op }: Acquisition, enqueue: boolean): Promise<AcquireReply> {
+    return this.store.acquire(this.space, {
+      token,
+      op,
+      ttlMs: this.ttlMs,
+      permits: this.currentPermits,
+      enqueue,
+      waiterTtlMs: this.waiterTtlMs,
+    })
   }
 
-  protected recheckTokens(tokens: readonly string[]): Promise<RecheckReply> {
-    return this.store.recheck(this.space, this.currentPermits, this.waiterTtlMs, tokens)
+  recheckWaits(waits: readonly Wait[]): Promise<RecheckReply> {
+    return this.store.recheck(this.space, this.currentPermits, this.waiterTtlMs, waits)
   }
 
   renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
     return this.store.renew(this.space, ttlMs, tokens)
   }
 
-  releaseToken(token: string): Promise<ReleaseResult> {
-    return this.store.release(this.space, token, this.currentPermits, this.reentrant)
-  }
-
-  private request(token: string, enqueue: boolean, reentrant: boolean) {
-    return {
-      token,
-      ttlMs: this.ttlMs,
-      permits: this.currentPermits,
-      enqueue,
-      waiterTtlMs: this.waiterTtlMs,
-      reentrant,
-    }
+  releaseToken(token: string, op?: string): Promise<ReleaseResult> {
+    return this.store.release(this.space, token, this.currentPermits, op)
   }
 }

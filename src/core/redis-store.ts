@@ -19,6 +19,7 @@ import {
   type RwStats,
   type Store,
   type Unsubscribe,
+  type Wait,
   type WaiterState,
 } from './store.js'
 
@@ -150,16 +151,16 @@ class RedisStore implements Store {
     return this.batched(
       'tgPermitAcquire',
       space,
-      [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.reentrant ? 1 : 0],
+      [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
       r.token,
-      !r.reentrant,
+      r.op === undefined,
       acquireRow,
       // Grants (and queue places) whose reply came too late are handed straight back: nothing is lost.
       (late, tokens) =>
         tokens.forEach((token, i) => {
           const [code, position] = late[i + 1] as number[]
           if (code === 1 || position !== -1) {
-            this.release(space, token, r.permits, r.reentrant).catch((error) =>
+            this.release(space, token, r.permits, r.op).catch((error) =>
               debug('late release failed: %o', error),
             )
           }
@@ -167,17 +168,17 @@ class RedisStore implements Store {
     ) as Promise<AcquireReply>
   }
 
-  release(space: KeySpace, token: string, permits: number, reentrant = false): Promise<ReleaseResult> {
+  release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult> {
     return this.batched(
       'tgPermitRelease',
       space,
-      [permits, reentrant ? 1 : 0],
+      [permits, op ?? ''],
       token,
-      !reentrant,
+      op === undefined,
       releaseRow,
       undefined,
-      // Wake our own waiters now; the same grants still arrive by pub/sub for every process (duplicates
-      // are ignored by the wait group).
+      // Wake our own waiters now; the same grants still arrive by pub/sub for every process (the wait
+      // group takes a grant once, for the acquisition it names).
       (reply) => {
         if (reply[0]) this.deliver(space.channel, reply[0] as string)
       },
@@ -193,12 +194,12 @@ class RedisStore implements Store {
     space: KeySpace,
     permits: number,
     waiterTtlMs: number,
-    tokens: readonly string[],
+    waits: readonly Wait[],
   ): Promise<RecheckReply> {
     const [now, nextExpiry, ...rows] = (await this.call('tgPermitRecheck', space, [
       permits,
       waiterTtlMs,
-      ...tokens,
+      ...waitArgs(waits),
     ])) as [number, number, ...number[][]]
     return { now, nextExpiry, states: rows.map(waiterState) }
   }
@@ -216,12 +217,14 @@ class RedisStore implements Store {
     const reply = (await this.call(
       'tgRwAcquire',
       space,
-      [r.token, RW_MODES[r.mode], r.ttlMs, r.enqueue ? 1 : 0, r.waiterTtlMs],
+      [r.token, RW_MODES[r.mode], r.ttlMs, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op],
       // A grant (or queue entry) whose reply came too late is handed straight back: nothing is lost.
       (late) => {
         const [code, position] = late as number[]
         if (code === 1 || (code === 0 && position !== -1)) {
-          this.rwRelease(space, r.token, r.mode).catch((error) => debug('late release failed: %o', error))
+          this.rwRelease(space, r.token, r.mode, r.op).catch((error) =>
+            debug('late release failed: %o', error),
+          )
         }
       },
     )) as number[]
@@ -231,8 +234,8 @@ class RedisStore implements Store {
     return { granted: false, refused: code === -1 ? 'upgrade' : 'waiting', now }
   }
 
-  async rwRelease(space: KeySpace, token: string, mode: RwMode): Promise<ReleaseResult> {
-    const result = (await this.call('tgRwRelease', space, [token, RW_MODES[mode]])) as number
+  async rwRelease(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult> {
+    const result = (await this.call('tgRwRelease', space, [token, RW_MODES[mode], op])) as number
     return RELEASE_RESULTS[result] ?? 'none'
   }
 
@@ -250,12 +253,11 @@ class RedisStore implements Store {
     return { now: now as number, expiresAt }
   }
 
-  async rwRecheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): Promise<RecheckReply> {
-    const [now, nextExpiry, ...rows] = (await this.call('tgRwRecheck', space, [waiterTtlMs, ...tokens])) as [
-      number,
-      number,
-      ...number[][],
-    ]
+  async rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): Promise<RecheckReply> {
+    const [now, nextExpiry, ...rows] = (await this.call('tgRwRecheck', space, [
+      waiterTtlMs,
+      ...waitArgs(waits),
+    ])) as [number, number, ...number[][]]
     return { now, nextExpiry, states: rows.map(waiterState) }
   }
 
@@ -333,7 +335,7 @@ class RedisStore implements Store {
    * parsed in one turn shares one call. The script takes the tokens in order. Every call of a name
    * still reaches Redis in call order: a call joins the open batch of its kind only if nothing of that
    * name was queued after it, and other calls of the name (renew, recheck, ...) wait behind a queued
-   * batch. `joinable` = false (reentrant tokens) never shares a call; nor does a token already in the
+   * batch. `joinable` = false (a reentrant owner's call) never shares a call; nor does a token already in the
    * open batch (a second release of it must find it gone).
    */
   private batched(
@@ -508,10 +510,15 @@ function acquireReply(row: number[], now: number): AcquireReply {
     const [, fence, expiresAt, holders] = row as [number, number, number, number]
     return { granted: true, fence, expiresAt, holders, now }
   }
-  const [, position, nextExpiry, lastFence] = row as [number, number, number, number | undefined]
-  return lastFence === undefined
-    ? { granted: false, position, nextExpiry, now }
-    : { granted: false, position, nextExpiry, lastFence, now }
+  const [, position, nextExpiry] = row as [number, number, number]
+  return { granted: false, position, nextExpiry, now }
+}
+
+/** Re-check arguments: a token and its acquisition id ('' = the token is its own) per wait. */
+function waitArgs(waits: readonly Wait[]): string[] {
+  const args: string[] = []
+  for (const wait of waits) args.push(wait.token, wait.op ?? '')
+  return args
 }
 
 function waiterState(row: number[]): WaiterState {

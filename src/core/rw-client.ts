@@ -1,6 +1,6 @@
 import { LockUpgradeError } from './errors.js'
-import { LockClient, type PermitSettings } from './permits.js'
-import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode } from './store.js'
+import { type Acquisition, LockClient, newToken, type PermitSettings } from './permits.js'
+import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode, Wait } from './store.js'
 
 /**
  * One side (read or write) of a read/write lock (lua/rwlock-*.lua): the generic wait loop of
@@ -16,9 +16,10 @@ export class RwClient extends LockClient {
     super({ ...settings, kind: `${settings.kind}-${mode}` })
   }
 
-  protected async attempt(token: string, enqueue: boolean): Promise<AcquireReply> {
+  protected async attempt({ token, op }: Acquisition, enqueue: boolean): Promise<AcquireReply> {
     const reply = await this.store.rwAcquire(this.space, {
       token,
+      op: op ?? newToken(),
       mode: this.mode,
       ttlMs: this.ttlMs,
       enqueue,
@@ -28,15 +29,15 @@ export class RwClient extends LockClient {
     return reply
   }
 
-  protected recheckTokens(tokens: readonly string[]): Promise<RecheckReply> {
-    return this.store.rwRecheck(this.space, this.waiterTtlMs, tokens)
+  recheckWaits(waits: readonly Wait[]): Promise<RecheckReply> {
+    return this.store.rwRecheck(this.space, this.waiterTtlMs, waits)
   }
 
   renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
     return this.store.rwRenew(this.space, this.mode, ttlMs, tokens)
   }
 
-  releaseToken(token: string): Promise<ReleaseResult> {
-    return this.store.rwRelease(this.space, token, this.mode)
+  releaseToken(token: string, op: string = token): Promise<ReleaseResult> {
+    return this.store.rwRelease(this.space, token, this.mode, op)
   }
 }

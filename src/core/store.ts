@@ -15,15 +15,18 @@ export interface Store {
   /** True while wake-up notifications are being delivered; waiters poll with backoff otherwise. */
   readonly notificationsHealthy: boolean
 
+  /** Idempotent (G12): a token that already holds or waits gets its grant or place back unchanged,
+   * unless `op` is an acquisition it has not seen (then it re-enters or waits with the owner). */
   acquire(space: KeySpace, request: AcquireRequest): Promise<AcquireReply>
-  /** `reentrant`: the token may hold re-entry counts (only then are they looked for). */
-  release(space: KeySpace, token: string, permits: number, reentrant?: boolean): Promise<ReleaseResult>
+  /** Give back a token's permit or leave the queue. With `op` (a reentrant owner's acquisition), only
+   * that acquisition goes; the permit is freed when the owner's last one does. Idempotent (G12). */
+  release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult>
   renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
   recheck(
     space: KeySpace,
     permits: number,
     waiterTtlMs: number,
-    tokens: readonly string[],
+    waits: readonly Wait[],
   ): Promise<RecheckReply>
   inspect(space: KeySpace): Promise<PermitStats>
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Raising admits
@@ -32,11 +35,11 @@ export interface Store {
   /** Read/write lock: take `mode` now, re-enter it, downgrade (read while holding write), or (enqueue)
    * join the lock's FIFO queue. An upgrade (write while holding only read) is refused, not queued. */
   rwAcquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply>
-  /** Give back one count of a token's hold of `mode`, or take the token out of the queue. */
-  rwRelease(space: KeySpace, token: string, mode: RwMode): Promise<ReleaseResult>
+  /** Give back one acquisition of a token's hold of `mode`, or take it out of the queue. */
+  rwRelease(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult>
   rwRenew(space: KeySpace, mode: RwMode, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
-  /** Heartbeat + state of waiting tokens of either mode (the store knows each waiter's mode). */
-  rwRecheck(space: KeySpace, waiterTtlMs: number, tokens: readonly string[]): Promise<RecheckReply>
+  /** Heartbeat + state of waits of either mode (the store knows each waiter's mode). */
+  rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): Promise<RecheckReply>
   rwInspect(space: KeySpace): Promise<RwStats>
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
   subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
@@ -48,19 +51,29 @@ export type Unsubscribe = () => void
 
 export interface AcquireRequest {
   token: string
+  /** The acquisition id of one call of a reentrant owner (the token is then the owner's, shared by
+   * its calls): each call has its own, so a resent call is told from another call of the owner.
+   * Absent: the token is fresh and is its own acquisition. */
+  op?: string | undefined
   ttlMs: number
   permits: number
-  /** false = tryAcquire: never join the queue. */
+  /** false = tryAcquire: never join the queue (nor an owner's wait). */
   enqueue: boolean
   waiterTtlMs: number
-  /** Remember the fencing token so that re-entry by the same token returns it. */
-  reentrant: boolean
+}
+
+/** One waiting acquisition: a token, and for a reentrant owner the acquisition id. */
+export interface Wait {
+  token: string
+  op?: string | undefined
 }
 
 export type RwMode = 'read' | 'write'
 
 export interface RwAcquireRequest {
   token: string
+  /** This call's acquisition id (see AcquireRequest.op); the read/write lock always has one. */
+  op: string
   mode: RwMode
   ttlMs: number
   /** false = tryAcquire: never join the queue. */
@@ -71,7 +84,8 @@ export interface RwAcquireRequest {
 export type RwAcquireReply =
   | AcquireReply
   /** 'upgrade': the token holds only a read lock and asked for write (it would wait for itself);
-   * 'waiting': the token already waits for this lock (an owner waits at most once per lock). */
+   * 'waiting': the token already waits for this lock in the other mode (an owner waits in one mode
+   * at a time; another call in the same mode waits with it). */
   | { granted: false; refused: 'upgrade' | 'waiting'; now: number }
 
 export interface RwStats {
@@ -87,11 +101,10 @@ export type AcquireReply =
   /** holders: live holders of the name right after the grant, when the store reports it. */
   | { granted: true; fence: number; expiresAt: number; now: number; holders?: number }
   /** position: 0-based place in the queue, -1 when not queued (try mode); nextExpiry: 0 = no holder. */
-  /** lastFence (when queued): the name's last fencing token at enqueue; a grant meant for this wait
-   * carries a larger one, so a late message about an earlier grant to the same token is ignored. */
-  | { granted: false; position: number; nextExpiry: number; now: number; lastFence?: number }
+  | { granted: false; position: number; nextExpiry: number; now: number }
 
-/** 'freed' the permit, 'decremented' a reentry count, 'dequeued' a waiter, or found 'none'. */
+/** 'freed' the permit, 'decremented' (dropped one of the owner's acquisitions, others still hold),
+ * 'dequeued' a waiter, or found 'none'. */
 export type ReleaseResult = 'freed' | 'decremented' | 'dequeued' | 'none'
 
 export interface RenewReply {
@@ -100,8 +113,11 @@ export interface RenewReply {
   expiresAt: number[]
 }
 
+/** A permit handed to a waiting acquisition (one per acquisition that waited on the token). */
 export interface Grant {
   token: string
+  /** The acquisition it is for: the token itself for a fresh token. */
+  op: string
   fence: number
   expiresAt: number
 }
@@ -126,12 +142,14 @@ export interface PermitStats {
   limit: number | undefined
 }
 
+/** A grant message: lines "<token> <fence> <expiresAt>[ <acquisition> ...]" (see lua/lib/permits.lua). */
 export function parseGrants(message: string): Grant[] {
   const grants: Grant[] = []
   for (const line of message.split('\n')) {
-    const [token, fence, expiresAt] = line.split(' ')
-    if (token && fence && expiresAt)
-      grants.push({ token, fence: Number(fence), expiresAt: Number(expiresAt) })
+    const [token, fence, expiresAt, ...ops] = line.split(' ')
+    if (!token || !fence || !expiresAt) continue
+    for (const op of ops.length > 0 ? ops : [token])
+      grants.push({ token, op, fence: Number(fence), expiresAt: Number(expiresAt) })
   }
   return grants
 }

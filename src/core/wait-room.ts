@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
 import type { KeySpace } from './keys.js'
-import type { Grant, RecheckReply, Store, Unsubscribe } from './store.js'
+import type { Grant, RecheckReply, Store, Unsubscribe, Wait } from './store.js'
 
 const debug = debuglog('tollgate:wait')
 
@@ -14,14 +14,26 @@ const MAX_UNCLAIMED = 1024
 /** A lease that just expired on the server is re-checked this long after its expiry. */
 const EXPIRY_SLACK_MS = 2
 
-/** A local waiter: settled by a grant (message or re-check) or told that it fell out of the queue. */
+/** Who heart-beats a waiter, and how often: the primitive that queued it, with its own options. */
+export interface WaitClient {
+  readonly waiterTtlMs: number
+  /** One batched call that heart-beats these waits and reports their state. */
+  recheckWaits(waits: readonly Wait[]): Promise<RecheckReply>
+}
+
+/**
+ * A local waiter: one acquisition waiting in the queue, settled by a grant (message or re-check) or
+ * told that it fell out of the queue. It is known by its acquisition id, which no other wait ever has
+ * (G12): a grant reaches the wait it was made for, once, and a copy of an earlier grant of the same
+ * owner (a reply and a pub/sub message both carry it) can never settle a later wait.
+ */
 export interface Waiter {
   readonly token: string
+  /** The acquisition id: the token itself for a fresh token. */
+  readonly op: string
+  readonly client: WaitClient
   grant: Grant | undefined
   gone: boolean
-  /** Grants with a fence at or below this predate the wait (late messages about an earlier grant to
-   * the same reentrant token) and are ignored. */
-  afterFence: number
   /** Called whenever grant or gone changes. */
   wake: () => void
 }
@@ -33,8 +45,10 @@ export interface Waiter {
  * there), the waiters' heartbeat interval, or a backoff while notifications are down.
  */
 export class WaitGroup {
-  /** Local waiters by token; several when one reentrant owner waits in several calls at once. */
-  readonly waiters = new Map<string, Waiter[]>()
+  /** Local waiters by acquisition id. */
+  readonly waiters = new Map<string, Waiter>()
+  /** Waiters per client: each is heart-beaten by its own client, on its own schedule. */
+  private readonly clients = new Map<WaitClient, number>()
   /** Resolves once grants published from now on will reach us. */
   readonly subscribed: Promise<void>
   isSubscribed = false
@@ -44,16 +58,12 @@ export class WaitGroup {
   private nextExpiryLocal = 0
   private backoffMs = BACKOFF_MIN_MS
   private checking = false
-  /** Grants for tokens nobody here waits for (yet): other processes' waiters, or ours racing ahead. */
+  /** Grants, by acquisition id, that nobody here waits for (yet): other processes' waiters, or ours
+   * racing ahead of the reply that queued them. */
   private readonly unclaimed = new Map<string, Grant>()
   /** A re-check was asked for while one was running: run again right after it. */
   private rerun = false
   private linger: NodeJS.Timeout | undefined
-  waiterTtlMs = 10_000
-  /** One batched call that heart-beats these tokens and reports their state (set by the primitive). */
-  recheckTokens: (tokens: readonly string[]) => Promise<RecheckReply> = async () => {
-    throw new Error('no re-check set for this wait group')
-  }
 
   constructor(
     private readonly store: Store,
@@ -70,28 +80,26 @@ export class WaitGroup {
       .catch((error: unknown) => debug('subscription of %s failed: %o', space.name, error))
   }
 
-  /** Register a waiter. Several waiters may share a token (one reentrant owner acquiring in several
-   * calls at once): a grant for the token wakes each of them. */
+  /** Register a waiter (a grant for it that arrived first is taken now). */
   add(waiter: Waiter): void {
     clearTimeout(this.linger)
     this.linger = undefined
-    const list = this.waiters.get(waiter.token)
-    if (list) list.push(waiter)
-    else this.waiters.set(waiter.token, [waiter])
-    const early = this.unclaimed.get(waiter.token)
+    this.waiters.set(waiter.op, waiter)
+    this.clients.set(waiter.client, (this.clients.get(waiter.client) ?? 0) + 1)
+    const early = this.unclaimed.get(waiter.op)
     if (early) {
-      this.unclaimed.delete(waiter.token)
-      if (!waiter.grant && early.fence > waiter.afterFence) waiter.grant = early
+      this.unclaimed.delete(waiter.op)
+      if (early.token === waiter.token && !waiter.grant) waiter.grant = early
     }
   }
 
   /** Unregister a waiter; a no-op for one that is not registered. */
   remove(waiter: Waiter): void {
-    const list = this.waiters.get(waiter.token)
-    const index = list?.indexOf(waiter) ?? -1
-    if (!list || index < 0) return
-    list.splice(index, 1)
-    if (list.length === 0) this.waiters.delete(waiter.token)
+    if (this.waiters.get(waiter.op) !== waiter) return
+    this.waiters.delete(waiter.op)
+    const left = (this.clients.get(waiter.client) ?? 1) - 1
+    if (left > 0) this.clients.set(waiter.client, left)
+    else this.clients.delete(waiter.client)
     if (this.waiters.size === 0) this.idle()
   }
 
@@ -115,26 +123,32 @@ export class WaitGroup {
   }
 
   private onGrant(grant: Grant): void {
-    const list = this.waiters.get(grant.token)
-    if (!list) {
+    const waiter = this.waiters.get(grant.op)
+    if (!waiter || waiter.token !== grant.token) {
       // Possibly ours, arriving before the waiter registered (its queued reply came on another
-      // connection): keep a bounded number of such grants for add() to find.
-      this.unclaimed.set(grant.token, grant)
+      // connection): keep a bounded number of such grants for add() to find. A copy of a grant that
+      // was already taken stays here unclaimed: no later wait has its acquisition id.
+      this.unclaimed.set(grant.op, grant)
       if (this.unclaimed.size > MAX_UNCLAIMED)
         this.unclaimed.delete(this.unclaimed.keys().next().value as string)
       return
     }
-    for (const waiter of list) {
-      if (waiter.grant || grant.fence <= waiter.afterFence) continue
-      waiter.grant = grant
-      waiter.wake()
-    }
+    if (waiter.grant || waiter.gone) return
+    waiter.grant = grant
+    waiter.wake()
+  }
+
+  /** The shortest heartbeat ttl among the clients with waiters here. */
+  private heartbeatTtl(): number {
+    let ttl = Number.POSITIVE_INFINITY
+    for (const client of this.clients.keys()) ttl = Math.min(ttl, client.waiterTtlMs)
+    return ttl
   }
 
   private schedule(): void {
     if (this.waiters.size === 0) return
     const now = Date.now()
-    let at = now + this.waiterTtlMs / 3
+    let at = now + this.heartbeatTtl() / 3
     if (this.nextExpiryLocal > 0) at = Math.min(at, this.nextExpiryLocal)
     if (!this.store.notificationsHealthy || !this.isSubscribed) {
       at = Math.min(at, now + this.backoffMs)
@@ -161,35 +175,48 @@ export class WaitGroup {
       return
     }
     this.checking = true
-    const tokens = [...this.waiters]
-      .filter(([, list]) => list.some((w) => !w.grant && !w.gone))
-      .map(([t]) => t)
+    // Each client heart-beats its own waiters, with its own options (one call per client; usually one).
+    const byClient = new Map<WaitClient, Waiter[]>()
+    for (const waiter of this.waiters.values()) {
+      if (waiter.grant || waiter.gone) continue
+      const list = byClient.get(waiter.client)
+      if (list) list.push(waiter)
+      else byClient.set(waiter.client, [waiter])
+    }
     try {
-      if (tokens.length > 0) {
-        const reply = await this.recheckTokens(tokens)
+      let nextExpiryLocal = 0
+      for (const [client, waiters] of byClient) {
+        const reply = await client.recheckWaits(
+          waiters.map(({ token, op }) => ({ token, op: op === token ? undefined : op })),
+        )
         reply.states.forEach((state, i) => {
-          for (const waiter of this.waiters.get(tokens[i] as string) ?? []) {
-            if (waiter.grant || waiter.gone) continue
-            if (state.state === 'granted') {
-              waiter.grant = { token: waiter.token, fence: state.fence, expiresAt: state.expiresAt }
-              waiter.wake()
-            } else if (state.state === 'gone') {
-              waiter.gone = true
-              waiter.wake()
+          const waiter = waiters[i] as Waiter
+          if (waiter.grant || waiter.gone) return
+          if (state.state === 'granted') {
+            waiter.grant = {
+              token: waiter.token,
+              op: waiter.op,
+              fence: state.fence,
+              expiresAt: state.expiresAt,
             }
-          }
-        })
-        this.nextExpiryLocal =
-          reply.nextExpiry > 0 ? Date.now() + (reply.nextExpiry - reply.now) + EXPIRY_SLACK_MS : 0
-      }
-    } catch (error) {
-      if ((this.store as { closed?: boolean }).closed) {
-        // The store was closed: let every waiter try once more, which fails them with the store's error.
-        for (const list of this.waiters.values()) {
-          for (const waiter of list) {
+            waiter.wake()
+          } else if (state.state === 'gone') {
             waiter.gone = true
             waiter.wake()
           }
+        })
+        if (reply.nextExpiry > 0) {
+          const at = Date.now() + (reply.nextExpiry - reply.now) + EXPIRY_SLACK_MS
+          nextExpiryLocal = nextExpiryLocal === 0 ? at : Math.min(nextExpiryLocal, at)
+        }
+      }
+      if (byClient.size > 0) this.nextExpiryLocal = nextExpiryLocal
+    } catch (error) {
+      if ((this.store as { closed?: boolean }).closed) {
+        // The store was closed: let every waiter try once more, which fails them with the store's error.
+        for (const waiter of this.waiters.values()) {
+          waiter.gone = true
+          waiter.wake()
         }
         return
       }

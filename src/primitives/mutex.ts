@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
 import type { Lease } from '../core/lease.js'
-import { type AcquireOptions, type LockClient, newToken, PermitClient } from '../core/permits.js'
+import { type AcquireOptions, type LockClient, PermitClient } from '../core/permits.js'
 import type { Store } from '../core/store.js'
 import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
 import { ownerScope } from './owner-scope.js'
@@ -35,12 +35,12 @@ export function freshOwnerCalls(client: LockClient): Omit<Mutex, 'name'> {
   return {
     acquire: (opts) => {
       checkAcquireOptions(opts)
-      return client.acquire(newToken(), false, opts)
+      return client.acquire(undefined, opts)
     },
-    tryAcquire: () => client.tryAcquire(newToken(), false),
+    tryAcquire: () => client.tryAcquire(undefined),
     withLease: async (fn, opts) => {
       checkAcquireOptions(opts)
-      return runHolding(await client.acquire(newToken(), false, opts), fn)
+      return runHolding(await client.acquire(undefined, opts), fn)
     },
   }
 }
@@ -58,19 +58,19 @@ export interface ReentrantMutexOptions extends LockOptions {
  */
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
   const { owner, ...lockOptions } = options ?? {}
-  const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1, true)
+  const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1)
   const scope = ownerScope(store, client.space, owner)
 
   return {
     name,
     acquire: (opts) => {
       checkAcquireOptions(opts)
-      return client.acquire(scope.token(), true, opts)
+      return client.acquire(scope.token(), opts)
     },
-    tryAcquire: () => client.tryAcquire(scope.token(), true),
+    tryAcquire: () => client.tryAcquire(scope.token()),
     withLease: async (fn, opts) => {
       checkAcquireOptions(opts)
-      const lease = await client.acquire(scope.token(), true, opts)
+      const lease = await client.acquire(scope.token(), opts)
       return scope.run(lease.token, () => runHolding(lease, fn))
     },
   }

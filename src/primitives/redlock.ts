@@ -376,7 +376,6 @@ class RedlockClient implements LeaseContext {
       permits: 1,
       enqueue: false,
       waiterTtlMs: UNUSED_WAITER_TTL_MS,
-      reentrant: false,
     }
     const result: AttemptResult = {
       token,

@@ -59,12 +59,12 @@ export function createReadWriteLock(
       mode,
       acquire: (opts?: AcquireOptions) => {
         checkAcquireOptions(opts)
-        return client.acquire(scope.token(), true, opts)
+        return client.acquire(scope.token(), opts)
       },
-      tryAcquire: () => client.tryAcquire(scope.token(), true),
+      tryAcquire: () => client.tryAcquire(scope.token()),
       withLease: async <T>(fn: (lease: Lease) => T | Promise<T>, opts?: AcquireOptions) => {
         checkAcquireOptions(opts)
-        const lease = await client.acquire(scope.token(), true, opts)
+        const lease = await client.acquire(scope.token(), opts)
         return scope.run(lease.token, () => runHolding(lease, fn))
       },
     }

@@ -67,7 +67,6 @@ describeStores('calls in one event-loop turn', (fx) => {
       permits: 2,
       enqueue: false,
       waiterTtlMs: 5_000,
-      reentrant: false,
     })
     const got = await Promise.all([store.acquire(space, request('a')), store.acquire(space, request('b'))])
     expect(got.map((reply) => reply.granted)).toEqual([true, true])
@@ -89,7 +88,6 @@ describeStores('calls in one event-loop turn', (fx) => {
       permits,
       enqueue,
       waiterTtlMs: 5_000,
-      reentrant: false,
     })
     // A later tryAcquire never beats an earlier queued acquire.
     const one = keySpace(prefix, 'sem', 'order-1')
@@ -140,7 +138,6 @@ describeStores('calls in one event-loop turn', (fx) => {
       permits: 301,
       enqueue: false,
       waiterTtlMs: 5_000,
-      reentrant: false,
     })
     // One long lease keeps the holder set (and its 300 expired entries) alive.
     expect((await store.acquire(space, request('keep', 10_000))).granted).toBe(true)

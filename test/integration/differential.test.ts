@@ -1,0 +1,336 @@
+// G11 and G12 by difference: seeded random sequences of acquire, tryAcquire, release, abort, timeout,
+// renew, bursts of calls in one event-loop turn (batched on Redis) and lease expiry, with fixed
+// owners, fresh owners and reentrancy, run step by step on the memory store and on Redis at once.
+// After every step both must agree on the holders and the queue, on what every call came to, and on
+// the order of the fencing tokens handed out. A failure prints the seed and the step; run one seed
+// with TOLLGATE_DIFF_SEED=<n>, print every step with TOLLGATE_DIFF_PRINT=1.
+import { describe, expect, it } from 'vitest'
+import { keySpace } from '../../src/core/keys.js'
+import {
+  AcquireTimeoutError,
+  createMemoryStore,
+  createReadWriteLock,
+  createReentrantMutex,
+  createSemaphore,
+  type Lease,
+  LockUpgradeError,
+  type Store,
+} from '../../src/index.js'
+import { sleep, storeFor } from '../helpers/contract.js'
+import { uniquePrefix } from '../helpers/redis.js'
+
+type Family = 'rmutex' | 'sem' | 'rw'
+const NAME = 'diff'
+const STEPS = 40
+const SEEDS = process.env.TOLLGATE_DIFF_SEED ? [Number(process.env.TOLLGATE_DIFF_SEED)] : [11, 36]
+
+/** mulberry32: a small seeded PRNG, so a failing sequence can be replayed. */
+function prng(seed: number): () => number {
+  let a = seed >>> 0
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0
+    let t = a
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+interface Side {
+  acquire(options?: { timeoutMs?: number; signal?: AbortSignal }): Promise<Lease>
+  tryAcquire(): Promise<Lease | undefined>
+}
+
+/** The lock objects of one family on one store, by actor name. `M` is mortal: short, never renewed. */
+function actorsOf(family: Family, store: Store): Record<string, Side> {
+  const long = { ttlMs: 5000 }
+  const mortal = { ttlMs: 200, autoRenew: false }
+  if (family === 'rmutex') {
+    return {
+      A: createReentrantMutex(store, NAME, { owner: 'A', ...long }),
+      B: createReentrantMutex(store, NAME, { owner: 'B', ...long }),
+      F: createReentrantMutex(store, NAME, long), // a fresh owner per call
+      M: createReentrantMutex(store, NAME, { owner: 'M', ...mortal }),
+    }
+  }
+  if (family === 'sem') {
+    return {
+      S: createSemaphore(store, NAME, { permits: 2, ...long }),
+      T: createSemaphore(store, NAME, { permits: 2, ...long, waiterTtlMs: 3000 }),
+      M: createSemaphore(store, NAME, { permits: 2, ...mortal }),
+    }
+  }
+  const a = createReadWriteLock(store, NAME, { owner: 'A', ...long })
+  const b = createReadWriteLock(store, NAME, { owner: 'B', ...long })
+  const f = createReadWriteLock(store, NAME, long)
+  const m = createReadWriteLock(store, NAME, { owner: 'M', ...mortal })
+  return { Ar: a.read, Aw: a.write, Br: b.read, Bw: b.write, Fr: f.read, Fw: f.write, Mw: m.write }
+}
+
+/** What one call came to. */
+interface Call {
+  actor: string
+  /** Who owns it in the store: a fixed owner's name, or the call itself for a fresh owner. */
+  owner?: string
+  status: string
+  lease?: Lease
+  abort?: AbortController
+  /** A short acquire: the run is not settled before its timeout has fired (local ms). */
+  until?: number
+}
+
+/** One store's run of a sequence: its lock objects and every call made so far. */
+class Run {
+  readonly calls: Call[] = []
+  readonly actors: Record<string, Side>
+  constructor(
+    readonly family: Family,
+    readonly store: Store,
+  ) {
+    this.actors = actorsOf(family, store)
+  }
+
+  track(call: Call, pending: Promise<Lease | undefined>): void {
+    // A fresh owner (F, and every semaphore call) is its own; the others are fixed owners.
+    call.owner =
+      this.family === 'sem' || call.actor.startsWith('F') ? `#${this.calls.length}` : call.actor.slice(0, 1)
+    this.calls.push(call)
+    pending.then(
+      (lease) => {
+        call.status = lease ? 'granted' : 'none'
+        call.lease = lease
+      },
+      (error: unknown) => {
+        call.status =
+          error instanceof AcquireTimeoutError
+            ? 'timeout'
+            : error instanceof LockUpgradeError
+              ? `refused:${error.reason}`
+              : call.abort?.signal.aborted
+                ? 'aborted'
+                : `error:${(error as Error).name}`
+      },
+    )
+  }
+
+  /** What the store must report, derived from the calls alone: one holder per owner with a granted
+   * call (a reader per owner with a granted read), one queued per owner with a waiting call. */
+  expected(): string {
+    const owners = (status: string, mode?: 'r' | 'w') =>
+      new Set(
+        this.calls
+          .filter((c) => c.status === status && (!mode || c.actor.endsWith(mode)))
+          .map((c) => c.owner),
+      ).size
+    if (this.family === 'rw')
+      return `readers=${owners('granted', 'r')} writer=${owners('granted', 'w') > 0} queued=${owners('pending')}`
+    return `holders=${owners('granted')} queued=${owners('pending')}`
+  }
+
+  async stats(): Promise<string> {
+    const kind = this.family === 'rw' ? 'rw' : this.family
+    const space = keySpace(this.store.prefix, kind, NAME)
+    if (this.family === 'rw') {
+      const s = await this.store.rwInspect(space)
+      return `readers=${s.readers} writer=${s.writer} queued=${s.queued}`
+    }
+    const s = await this.store.inspect(space)
+    return `holders=${s.holders} queued=${s.queued}`
+  }
+
+  /** Statuses and fence ranks of every call, and the store's counts. */
+  async snapshot(): Promise<string> {
+    const fences = [...new Set(this.calls.flatMap((c) => (c.lease ? [c.lease.fencingToken] : [])))].sort(
+      (x, y) => x - y,
+    )
+    const calls = this.calls.map((c, i) => {
+      const rank = c.lease ? `#${fences.indexOf(c.lease.fencingToken)}` : ''
+      return `${i}:${c.status}${rank}`
+    })
+    return `${await this.stats()} | ${calls.join(' ')}`
+  }
+}
+
+/** The steps of a sequence, as functions applied to each run in the same way. */
+function sequence(family: Family, seed: number): { label: string; apply(run: Run): Promise<void> }[] {
+  const random = prng(seed)
+  const pick = <T>(list: T[]): T => list[Math.floor(random() * list.length)] as T
+  const names =
+    family === 'rmutex'
+      ? ['A', 'B', 'F']
+      : family === 'sem'
+        ? ['S', 'T']
+        : ['Ar', 'Aw', 'Br', 'Bw', 'Fr', 'Fw']
+  const steps: { label: string; apply(run: Run): Promise<void> }[] = []
+  for (let i = 0; i < STEPS; i++) {
+    const roll = random()
+    const actor = pick(names)
+    // Indexes are drawn now (the same for both runs) and resolved against each run's calls.
+    const choice = random()
+    if (roll < 0.22) {
+      steps.push({
+        label: `acquire ${actor}`,
+        apply: async (run) =>
+          run.track({ actor, status: 'pending' }, run.actors[actor]!.acquire({ timeoutMs: 4000 })),
+      })
+    } else if (roll < 0.29) {
+      steps.push({
+        label: `acquire ${actor} (60 ms)`,
+        apply: async (run) =>
+          run.track(
+            { actor, status: 'pending', until: Date.now() + 60 },
+            run.actors[actor]!.acquire({ timeoutMs: 60 }),
+          ),
+      })
+    } else if (roll < 0.37) {
+      steps.push({
+        label: `acquire ${actor} (abortable)`,
+        apply: async (run) => {
+          const abort = new AbortController()
+          run.track(
+            { actor, status: 'pending', abort },
+            run.actors[actor]!.acquire({ signal: abort.signal, timeoutMs: 4000 }),
+          )
+        },
+      })
+    } else if (roll < 0.47) {
+      steps.push({
+        label: `tryAcquire ${actor}`,
+        apply: async (run) => run.track({ actor, status: 'pending' }, run.actors[actor]!.tryAcquire()),
+      })
+    } else if (roll < 0.55) {
+      const others = [pick(names), pick(names)]
+      steps.push({
+        label: `burst ${actor} ${others.join(' ')}`,
+        apply: async (run) => {
+          for (const who of [actor, ...others])
+            run.track({ actor: who, status: 'pending' }, run.actors[who]!.acquire({ timeoutMs: 4000 }))
+        },
+      })
+    } else if (roll < 0.62) {
+      // The owner of a waiting call asks again, at once or only if free: same-owner concurrency.
+      const again = random() < 0.5
+      steps.push({
+        label: again ? 'acquire again for a waiting owner' : 'tryAcquire for a waiting owner',
+        apply: async (run) => {
+          const waiting = run.calls.filter((c) => c.status === 'pending')
+          const who = waiting[Math.floor(choice * waiting.length)]?.actor
+          if (!who) return
+          const side = run.actors[who]!
+          run.track(
+            { actor: who, status: 'pending' },
+            again ? side.acquire({ timeoutMs: 4000 }) : side.tryAcquire(),
+          )
+        },
+      })
+    } else if (roll < 0.85) {
+      steps.push({
+        label: 'release one',
+        apply: async (run) => {
+          const held = run.calls.filter((c) => c.status === 'granted')
+          const call = held[Math.floor(choice * held.length)]
+          if (!call) return
+          call.status = 'released'
+          await call.lease!.release()
+        },
+      })
+    } else if (roll < 0.9) {
+      steps.push({
+        label: 'abort one',
+        apply: async (run) => {
+          const waiting = run.calls.filter((c) => c.status === 'pending' && c.abort)
+          const call = waiting[Math.floor(choice * waiting.length)]
+          if (!call) return
+          call.abort!.abort()
+        },
+      })
+    } else if (roll < 0.95) {
+      steps.push({
+        label: 'renew one',
+        apply: async (run) => {
+          const held = run.calls.filter((c) => c.status === 'granted')
+          const call = held[Math.floor(choice * held.length)]
+          if (!call) return
+          await call.lease!.renew().then(
+            () => {},
+            () => {
+              call.status = 'lost'
+            },
+          )
+        },
+      })
+    } else {
+      const mortal = family === 'rw' ? 'Mw' : 'M'
+      steps.push({
+        label: `expire (${mortal} takes it if free, for 200 ms)`,
+        apply: async (run) => {
+          run.track({ actor: mortal, status: 'pending' }, run.actors[mortal]!.tryAcquire())
+          await sleep(400)
+          const call = run.calls.at(-1)!
+          if (call.status === 'granted') call.status = 'expired'
+        },
+      })
+    }
+  }
+  return steps
+}
+
+/** Wait until a run's snapshot stops changing (every call settled or waiting, grants delivered). */
+async function settle(run: Run): Promise<string> {
+  let last = ''
+  let stable = 0
+  const deadline = Date.now() + 3000
+  const timeoutsFired = Math.max(0, ...run.calls.map((c) => (c.status === 'pending' && c.until) || 0)) + 20
+  while (Date.now() < deadline) {
+    const now = await run.snapshot()
+    stable = now === last ? stable + 1 : 0
+    if (stable >= 3 && Date.now() > timeoutsFired) return now
+    last = now
+    await sleep(20)
+  }
+  return last
+}
+
+async function cleanUp(run: Run): Promise<void> {
+  for (const call of run.calls) {
+    call.abort?.abort()
+    await call.lease?.release().catch(() => {})
+  }
+  await sleep(50)
+  for (const call of run.calls) await call.lease?.release().catch(() => {})
+  await run.store.close()
+}
+
+for (const kind of ['standalone', 'cluster'] as const) {
+  describe(`memory and Redis agree step by step [${kind}]`, () => {
+    for (const family of ['rmutex', 'sem', 'rw'] as Family[]) {
+      const seeds = kind === 'cluster' ? SEEDS.slice(0, 1) : SEEDS
+      for (const seed of seeds) {
+        it(`G11 G12: ${family}, seed ${seed}`, async () => {
+          const prefix = uniquePrefix().slice(0, -1)
+          const memory = new Run(family, createMemoryStore({ prefix }))
+          const redis = new Run(family, storeFor(kind, prefix).store)
+          const steps = sequence(family, seed)
+          const log: string[] = []
+          try {
+            for (const [i, step] of steps.entries()) {
+              await Promise.all([step.apply(memory), step.apply(redis)])
+              const [m, r] = await Promise.all([settle(memory), settle(redis)])
+              const expected = memory.expected()
+              log.push(`${i} ${step.label}\n  memory ${m}\n  redis  ${r}\n  calls  ${expected}`)
+              const where = `at step ${i} (${step.label}); seed ${seed} (TOLLGATE_DIFF_SEED=${seed})`
+              if (m !== r) throw new Error(`memory and ${kind} differ ${where}\n${log.join('\n')}`)
+              // Both agree; they must also agree with what the calls add up to (no lost or extra count).
+              if (!m.startsWith(`${expected} |`))
+                throw new Error(`the stores disagree with the calls ${where}\n${log.join('\n')}`)
+            }
+            if (process.env.TOLLGATE_DIFF_PRINT) console.log(`${family} seed ${seed}\n${log.join('\n')}`)
+            expect(log).toHaveLength(STEPS)
+          } finally {
+            await Promise.all([cleanUp(memory), cleanUp(redis)])
+          }
+        }, 120_000)
+      }
+    }
+  })
+}
