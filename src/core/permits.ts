@@ -15,6 +15,11 @@ export interface AcquireOptions {
   /** Give up after this many ms with AcquireTimeoutError (default: the primitive's acquireTimeoutMs;
    * Infinity waits until a permit is free or the signal aborts). */
   timeoutMs?: number
+  /** Called once if the call could not be granted at once and joined the queue. Return false to give
+   * up there and then: the call leaves the queue and rejects with AcquireTimeoutError (waitedMs ~0).
+   * Lets a caller bound how many wait (the middleware's maxQueue) without counting calls that are
+   * only on their way to the store. */
+  onQueued?: () => boolean | void
 }
 
 export interface PermitSettings {
@@ -129,6 +134,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     let group: WaitGroup | undefined
     /** The acquisition that may be in the queue (or granted meanwhile): given back on failure. */
     let queued: Acquisition | undefined
+    /** onQueued was called (once per acquire, at the first queueing). */
+    let announced = false
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
     try {
       for (let attempts = 0; ; attempts++) {
@@ -155,6 +162,11 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           return lease
         }
         queued = acquisition
+        if (!announced) {
+          announced = true
+          if (options.onQueued?.() === false)
+            throw new AcquireTimeoutError(this.space.name, Date.now() - started)
+        }
         let wake: () => void = () => {}
         const waiter: Waiter = {
           token: acquisition.token,

@@ -1,9 +1,10 @@
 import { createHash } from 'node:crypto'
-import { AcquireTimeoutError, ConfigError, StoreUnavailableError } from '../core/errors.js'
+import { AcquireTimeoutError, ConfigError } from '../core/errors.js'
 import type { Lease } from '../core/lease.js'
 import { createMemoryStore } from '../core/memory-store.js'
 import { defined, isPlainObjectOrUndefined, nonEmptyString, positiveInt } from '../core/options.js'
 import type { Store } from '../core/store.js'
+import { type StoreHealth, storeHealth } from './store-health.js'
 import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
 import { createSemaphore, type Semaphore } from '../primitives/semaphore.js'
 
@@ -106,7 +107,6 @@ export const DEFAULT_BUCKET = '-'
 /** Keys longer than this (after trimming) are replaced by their digest before any use. */
 const MAX_KEY_LENGTH = 256
 const MAX_CACHED_GATES = 10_000
-const FAIL_OPEN_LOG_WINDOW_MS = 10_000
 const SILENT: Logger = { warn() {}, error() {} }
 
 let defaultStore: Store | undefined
@@ -143,7 +143,7 @@ export type AdmitResult =
 export interface Gate {
   /** Permits of the bucket; undefined for a read/write lock (no RateLimit headers then). */
   readonly permits: number | undefined
-  acquire(options: { signal: AbortSignal; timeoutMs: number }): Promise<Lease>
+  acquire(options: { signal: AbortSignal; timeoutMs: number; onQueued: () => boolean | void }): Promise<Lease>
   tryAcquire(): Promise<Lease | undefined>
 }
 
@@ -237,15 +237,18 @@ export class Admission<Req> {
     inFlight: 0,
     queued: 0,
   }
+  /** Requests of each bucket waiting in the store's queue (not those whose call is on its way). */
   private readonly waiting = new Map<string, number>()
-  private failOpenLoggedAt = 0
-  private failOpenSuppressed = 0
+  /** Whether the store is known down (shared by every admission on the store). */
+  readonly health: StoreHealth
 
   constructor(
     readonly config: ResolvedConfig<Req>,
     /** The gate and bucket of a request. */
     private readonly gateFor: (req: Req) => { key: string; gate: Gate; keyed: boolean },
-  ) {}
+  ) {
+    this.health = storeHealth(config.store)
+  }
 
   async admit(req: Req, signal: AbortSignal): Promise<AdmitResult> {
     const started = Date.now()
@@ -269,36 +272,58 @@ export class Admission<Req> {
       return { outcome: 'rejected', rejection: { reason, status, retryAfterS, key, permits: gate.permits } }
     }
 
-    const waiting = this.waiting.get(key) ?? 0
+    const storeFailed = (): AdmitResult => {
+      this.counters.storeErrors++
+      if (this.config.failOpen || this.config.dryRun) {
+        this.counters.failedOpen++
+        return { outcome: 'passed', info: info(undefined), left: 0 }
+      }
+      return reject('store_unavailable')
+    }
+    // The store is known down: answer now, without waiting for another timeout (G14).
+    if (this.health.down) {
+      this.health.failedFast++
+      return storeFailed()
+    }
+
     let lease: Lease | undefined
+    let queueFull = false
+    let counted = false
+    // Counted only once the store put the request in its queue: a request whose call is merely on its
+    // way is not waiting for anything.
+    const onQueued = () => {
+      const waiting = this.waiting.get(key) ?? 0
+      if (waiting >= this.config.maxQueue) {
+        queueFull = true
+        return false
+      }
+      this.waiting.set(key, waiting + 1)
+      this.counters.queued++
+      counted = true
+      return true
+    }
     try {
       if (this.config.maxWaitMs === 0) {
         lease = await gate.tryAcquire()
         if (!lease) return reject('timeout')
       } else {
-        if (waiting >= this.config.maxQueue) return reject('queue_full')
-        this.waiting.set(key, waiting + 1)
-        this.counters.queued++
         try {
-          lease = await gate.acquire({ signal, timeoutMs: this.config.maxWaitMs })
+          lease = await gate.acquire({ signal, timeoutMs: this.config.maxWaitMs, onQueued })
         } finally {
-          this.counters.queued--
-          const left = (this.waiting.get(key) ?? 1) - 1
-          if (left > 0) this.waiting.set(key, left)
-          else this.waiting.delete(key)
+          if (counted) {
+            this.counters.queued--
+            const left = (this.waiting.get(key) ?? 1) - 1
+            if (left > 0) this.waiting.set(key, left)
+            else this.waiting.delete(key)
+          }
         }
       }
     } catch (error) {
+      if (queueFull) return reject('queue_full')
       if (error instanceof AcquireTimeoutError) return reject('timeout')
       if (signal.aborted) throw error // the client left: nothing to answer
-      this.counters.storeErrors++
-      if (this.config.failOpen || this.config.dryRun) {
-        this.counters.failedOpen++
-        this.logFailOpen(error)
-        return { outcome: 'passed', info: info(undefined), left: 0 }
-      }
-      this.config.logger.error('tollgate: store unavailable, rejecting', { name: this.config.name, error })
-      return reject('store_unavailable')
+      this.health.failed(error, this.config.logger)
+      return storeFailed()
     }
     this.counters.admitted++
     this.counters.inFlight++
@@ -365,21 +390,6 @@ export class Admission<Req> {
       retryAfterSeconds: rejection.retryAfterS,
     })
     return { status: rejection.status, headers, body }
-  }
-
-  private logFailOpen(error: unknown): void {
-    const now = Date.now()
-    if (now - this.failOpenLoggedAt < FAIL_OPEN_LOG_WINDOW_MS) {
-      this.failOpenSuppressed++
-      return
-    }
-    this.config.logger.warn('tollgate: store unavailable, letting requests through (failOpen)', {
-      name: this.config.name,
-      suppressedSinceLastLog: this.failOpenSuppressed,
-      error: error instanceof StoreUnavailableError ? error.message : String(error),
-    })
-    this.failOpenLoggedAt = now
-    this.failOpenSuppressed = 0
   }
 }
 

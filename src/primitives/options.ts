@@ -66,7 +66,9 @@ export function lockSettings(
 }
 
 /** Validate per-call acquire options. */
-export function checkAcquireOptions(options: { signal?: AbortSignal; timeoutMs?: number } | undefined): void {
+export function checkAcquireOptions(
+  options: { signal?: AbortSignal; timeoutMs?: number; onQueued?: () => boolean | void } | undefined,
+): void {
   if (options === undefined) return
   isPlainObjectOrUndefined('acquire options', options)
   const { timeoutMs, signal } = options
@@ -79,6 +81,9 @@ export function checkAcquireOptions(options: { signal?: AbortSignal; timeoutMs?:
   }
   if (signal !== undefined && !(signal instanceof AbortSignal))
     throw new ConfigError('signal', 'an AbortSignal', signal)
+  const { onQueued } = options as { onQueued?: unknown }
+  if (onQueued !== undefined && typeof onQueued !== 'function')
+    throw new ConfigError('onQueued', 'a function', onQueued)
 }
 
 function isStore(value: unknown): value is Store {
