@@ -3,6 +3,7 @@
 import { readFileSync } from 'node:fs'
 import { ConfigError } from '../core/errors.js'
 import { loadConfig, parseFlags, USAGE } from './config.js'
+import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'
 
 export interface CliIo {
@@ -47,6 +48,11 @@ export async function startFromArgs(
     urls = await gateway.listen()
   } catch (error) {
     await gateway.close() // e.g. EADDRINUSE: let go of Redis too, or the process would linger
+    if (error instanceof RedisAccessError) {
+      io.stderr(`tollgate: ${error.message}`)
+      io.stderr('tollgate: see docs/gateway.md, "Redis ACL"')
+      return 2
+    }
     throw error
   }
   const { url, adminUrl } = urls

@@ -7,6 +7,7 @@ import { parseArgs } from 'node:util'
 import { parse as parseYaml } from 'yaml'
 import { z } from 'zod'
 import { ConfigError } from '../core/errors.js'
+import { isCanonicalPrefix, normalizeHost, PATH_DEFAULTS, type PathOptions } from './target.js'
 
 export type Per = 'global' | 'route' | 'tenant' | 'ip'
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
@@ -50,8 +51,24 @@ export interface RouteConfig {
   /** undefined: this route is not limited. */
   concurrency: ConcurrencyConfig | undefined
   rwlock: RwLockConfig | undefined
-  /** Upstream silent this long (no response, or a stalled body) -> 504 and the socket is closed. */
-  upstreamTimeoutMs: number
+  timeouts: TimeoutsConfig
+  /** Read request bodies up to this many bytes before admission (larger: 413); 0 = stream them. */
+  requestBufferBytes: number
+}
+
+/** Every bound on how long a request may hold a permit (G14). */
+export interface TimeoutsConfig {
+  /** Upstream silent this long (no response headers, or a stalled body) -> 504; also the WebSocket
+   * handshake bound. */
+  upstreamMs: number
+  /** A client that takes no response byte for this long is cut (nginx send_timeout). */
+  sendMs: number
+  /** No request body byte for this long -> 408 (nginx client_body_timeout). */
+  clientBodyMs: number
+  /** The whole request (headers and body) must have arrived within this long of its start -> 408. */
+  requestMs: number
+  /** A WebSocket with no byte either way for this long is closed. */
+  websocketIdleMs: number
 }
 
 export type StoreConfig =
@@ -71,6 +88,8 @@ export interface GatewayConfig {
   logLevel: LogLevel
   /** Take the client address from X-Forwarded-For (per: ip, and the X-Forwarded-For sent upstream). */
   trustProxy: boolean
+  /** How request paths are made canonical before routing (docs/gateway.md, "Paths"). */
+  paths: PathOptions
   /** Matched in order: the first route that matches a request serves it. */
   routes: readonly RouteConfig[]
 }
@@ -94,6 +113,13 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   maxQueue: 100,
   failOpen: false,
   upstreamTimeoutMs: 30_000,
+  sendTimeoutMs: 60_000,
+  clientBodyTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  websocketIdleTimeoutMs: 60_000,
+  requestBufferBytes: 0,
+  mergeSlashes: PATH_DEFAULTS.mergeSlashes,
+  escapedSlashes: PATH_DEFAULTS.escapedSlashes,
 })
 
 /** A ConfigError carrying every problem found, each as `path: expected ...`. */
@@ -128,6 +154,12 @@ const bool = z.boolean({ error: 'expected true or false' })
 const host = z
   .string({ error: 'expected a host name or address' })
   .min(1, { error: 'expected a host name or address' })
+const matchHost = z
+  .string({ error: 'expected a host name' })
+  .refine((value) => normalizeHost(value) !== undefined, {
+    error: 'expected a host name (letters, digits, - and .), an IPv4 address or [IPv6]',
+  })
+const maxWait = intIn(0, 600_000, 'expected an integer of milliseconds from 0 to 600000')
 const statusCode = intIn(400, 599, 'expected an HTTP error status from 400 to 599')
 const headerName = z
   .string({ error: 'expected an HTTP header name' })
@@ -135,9 +167,13 @@ const headerName = z
 const routeName = z
   .string({ error: 'expected a name of letters, digits and . _ : / -' })
   .regex(/^[\w.:/-]{1,64}$/, { error: 'expected a name of letters, digits and . _ : / -' })
-const httpUrl = z.string({ error: 'expected an http:// or https:// URL' }).refine(isHttpUrl, {
-  error: 'expected an http:// or https:// URL',
-})
+const httpUrl = z
+  .string({ error: 'expected an http:// or https:// URL' })
+  .refine(isHttpUrl, { error: 'expected an http:// or https:// URL' })
+  .refine((url) => !hasCredentials(url), {
+    error: 'credentials (user:password@) in the upstream URL are not supported: the gateway never sends them',
+  })
+  .refine((url) => !/[?#]/.test(url), { error: 'expected an upstream URL without a query or fragment' })
 const redisUrl = z.string({ error: 'expected a redis:// or rediss:// URL' }).refine(isRedisUrl, {
   error: 'expected a redis:// or rediss:// URL',
 })
@@ -161,7 +197,7 @@ const concurrencySchema = z.strictObject({
   permits: positiveInt(1_000_000).optional(),
   per: per.optional(),
   tenantHeader: headerName.optional(),
-  maxWaitMs: ms(0).optional(),
+  maxWaitMs: maxWait.optional(),
   maxQueue: positiveInt(1_000_000).optional(),
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
@@ -173,12 +209,21 @@ const concurrencySchema = z.strictObject({
 })
 const rwlockSchema = z.strictObject({
   resourcePattern: regexSource.optional(),
-  maxWaitMs: ms(0).optional(),
+  maxWaitMs: maxWait.optional(),
   maxQueue: positiveInt(1_000_000).optional(),
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
 })
-const timeoutsSchema = z.strictObject({ upstreamMs: ms().optional() })
+const timeoutsSchema = z.strictObject({
+  upstreamMs: ms().optional(),
+  sendMs: ms().optional(),
+  clientBodyMs: ms().optional(),
+  requestMs: ms().optional(),
+  websocketIdleMs: ms().optional(),
+})
+const bufferSchema = z.strictObject({
+  maxBytes: intIn(1, 1_073_741_824, 'expected a number of bytes from 1 to 1073741824'),
+})
 const orFalse = <T extends z.ZodType>(schema: T, what: string) =>
   z.union([schema, z.literal(false)], { error: `expected ${what} or false` })
 
@@ -188,9 +233,13 @@ const routeSchema = z.strictObject({
     {
       pathPrefix: z
         .string({ error: 'expected a path starting with /' })
-        .startsWith('/', { error: 'expected a path starting with /' }),
+        .startsWith('/', { error: 'expected a path starting with /' })
+        .refine((prefix) => !prefix.startsWith('/') || isCanonicalPrefix(prefix), {
+          error:
+            'expected a canonical path: no dot segments, repeated slashes, ";", "?", "#", backslashes, encoded slashes or needless escapes',
+        }),
       methods: z.array(method, { error: 'expected a list of HTTP methods' }).min(1).optional(),
-      host: host.optional(),
+      host: matchHost.optional(),
     },
     { error: 'expected an object with pathPrefix' },
   ),
@@ -199,6 +248,7 @@ const routeSchema = z.strictObject({
   concurrency: orFalse(concurrencySchema, 'a concurrency object').optional(),
   rwlock: orFalse(rwlockSchema, 'an rwlock object').optional(),
   timeouts: timeoutsSchema.optional(),
+  requestBuffer: orFalse(bufferSchema, 'a requestBuffer object').optional(),
 })
 
 const fileSchema = z.strictObject(
@@ -226,6 +276,13 @@ const fileSchema = z.strictObject(
         concurrency: orFalse(concurrencySchema, 'a concurrency object').optional(),
         rwlock: orFalse(rwlockSchema, 'an rwlock object').optional(),
         timeouts: timeoutsSchema.optional(),
+        requestBuffer: orFalse(bufferSchema, 'a requestBuffer object').optional(),
+      })
+      .optional(),
+    paths: z
+      .strictObject({
+        mergeSlashes: bool.optional(),
+        escapedSlashes: z.enum(['reject', 'keep'], { error: 'expected reject or keep' }).optional(),
       })
       .optional(),
     routes: z.array(routeSchema, { error: 'expected a list of routes' }).optional(),
@@ -258,6 +315,14 @@ export interface GatewayFlags {
   adminHost?: string
   ttlMs?: number
   timeoutMs?: number
+  sendTimeoutMs?: number
+  clientBodyTimeoutMs?: number
+  requestTimeoutMs?: number
+  websocketIdleTimeoutMs?: number
+  requestBufferBytes?: number
+  commandTimeoutMs?: number
+  mergeSlashes?: boolean
+  escapedSlashes?: 'reject' | 'keep'
   shutdownGraceMs?: number
   failOpen?: boolean
   trustProxy?: boolean
@@ -284,6 +349,14 @@ const FLAG_OPTIONS = {
   'admin-host': { type: 'string' },
   'ttl-ms': { type: 'string' },
   'timeout-ms': { type: 'string' },
+  'send-timeout-ms': { type: 'string' },
+  'client-body-timeout-ms': { type: 'string' },
+  'request-timeout-ms': { type: 'string' },
+  'websocket-idle-timeout-ms': { type: 'string' },
+  'request-buffer-bytes': { type: 'string' },
+  'command-timeout-ms': { type: 'string' },
+  'merge-slashes': { type: 'string' },
+  'escaped-slashes': { type: 'string' },
   'shutdown-grace-ms': { type: 'string' },
   'fail-open': { type: 'boolean' },
   'trust-proxy': { type: 'boolean' },
@@ -313,6 +386,14 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --admin-host <addr>         admin listen address (default ${GATEWAY_DEFAULTS.adminHost})
   --ttl-ms <n>                lease length; a dead replica's permits come back after it (default ${GATEWAY_DEFAULTS.ttlMs})
   --timeout-ms <n>            upstream silent this long -> 504 (default ${GATEWAY_DEFAULTS.upstreamTimeoutMs})
+  --send-timeout-ms <n>       a client that reads nothing this long is cut (default ${GATEWAY_DEFAULTS.sendTimeoutMs})
+  --client-body-timeout-ms <n>  no request body byte this long -> 408 (default ${GATEWAY_DEFAULTS.clientBodyTimeoutMs})
+  --request-timeout-ms <n>    the whole request must arrive within this long -> 408 (default ${GATEWAY_DEFAULTS.requestTimeoutMs})
+  --websocket-idle-timeout-ms <n>  close a WebSocket silent both ways this long (default ${GATEWAY_DEFAULTS.websocketIdleTimeoutMs})
+  --request-buffer-bytes <n>  read bodies up to n bytes before taking a permit, 413 above (default 0 = stream)
+  --command-timeout-ms <n>    a Redis call slower than this fails (default ${GATEWAY_DEFAULTS.commandTimeoutMs})
+  --merge-slashes <on|off>    collapse repeated slashes in paths (default on)
+  --escaped-slashes <reject|keep>  %2F and %5C in paths: 400, or keep them encoded (default reject)
   --shutdown-grace-ms <n>     SIGTERM waits this long for in-flight requests (default ${GATEWAY_DEFAULTS.shutdownGraceMs})
   --fail-open                 let requests through while Redis is unavailable (default: reject with 503)
   --trust-proxy               take the client address from X-Forwarded-For
@@ -324,17 +405,23 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
 Exit codes: 0 after a clean shutdown, 2 for bad flags or config, 1 for anything else.
 `
 
-function checkFlag<T>(flag: string, raw: string, value: unknown, schema: z.ZodType<T>): T {
+function checkFlag<T>(flag: string, raw: string, value: unknown, schema: z.ZodType<T, unknown>): T {
   const result = schema.safeParse(value)
   if (result.success) return result.data
   throw new GatewayConfigError([
     { path: `--${flag}`, message: `${result.error.issues[0]?.message} (got "${raw}")` },
   ])
 }
+/** Plain decimal digits only: `1e3`, `0x10`, `+5` or ` 5` are not numbers of milliseconds or permits. */
 const numberFlag = <T>(flag: string, raw: string | undefined, schema: z.ZodType<T>): T | undefined =>
-  raw === undefined ? undefined : checkFlag(flag, raw, raw.trim() === '' ? Number.NaN : Number(raw), schema)
-const stringFlag = <T>(flag: string, raw: string | undefined, schema: z.ZodType<T>): T | undefined =>
-  raw === undefined ? undefined : checkFlag(flag, raw, raw, schema)
+  raw === undefined
+    ? undefined
+    : checkFlag(flag, raw, /^\d{1,16}$/.test(raw) ? Number(raw) : Number.NaN, schema)
+const stringFlag = <T>(
+  flag: string,
+  raw: string | undefined,
+  schema: z.ZodType<T, unknown>,
+): T | undefined => (raw === undefined ? undefined : checkFlag(flag, raw, raw, schema))
 
 /** Parse argv (without node and the script). Throws GatewayConfigError naming the flag. */
 export function parseFlags(argv: readonly string[]): GatewayFlags {
@@ -371,6 +458,26 @@ export function parseFlags(argv: readonly string[]): GatewayFlags {
     adminHost: stringFlag('admin-host', v['admin-host'], host),
     ttlMs: numberFlag('ttl-ms', v['ttl-ms'], ms()),
     timeoutMs: numberFlag('timeout-ms', v['timeout-ms'], ms()),
+    sendTimeoutMs: numberFlag('send-timeout-ms', v['send-timeout-ms'], ms()),
+    clientBodyTimeoutMs: numberFlag('client-body-timeout-ms', v['client-body-timeout-ms'], ms()),
+    requestTimeoutMs: numberFlag('request-timeout-ms', v['request-timeout-ms'], ms()),
+    websocketIdleTimeoutMs: numberFlag('websocket-idle-timeout-ms', v['websocket-idle-timeout-ms'], ms()),
+    requestBufferBytes: numberFlag(
+      'request-buffer-bytes',
+      v['request-buffer-bytes'],
+      intIn(0, 1_073_741_824, 'expected a number of bytes from 0 to 1073741824'),
+    ),
+    commandTimeoutMs: numberFlag('command-timeout-ms', v['command-timeout-ms'], ms()),
+    mergeSlashes: stringFlag(
+      'merge-slashes',
+      v['merge-slashes'],
+      z.enum(['on', 'off'], { error: 'expected on or off' }).transform((value) => value === 'on'),
+    ),
+    escapedSlashes: stringFlag(
+      'escaped-slashes',
+      v['escaped-slashes'],
+      z.enum(['reject', 'keep'], { error: 'expected reject or keep' }),
+    ),
     shutdownGraceMs: numberFlag('shutdown-grace-ms', v['shutdown-grace-ms'], ms(0)),
     failOpen: v['fail-open'],
     trustProxy: v['trust-proxy'],
@@ -500,7 +607,17 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
     const { maxWaitMs, maxQueue, failOpen } = concurrencyFlags
     baseRwlock = { ...(baseRwlock || {}), ...dropUndefined({ maxWaitMs, maxQueue, failOpen }) }
   }
-  const baseTimeout = flags.timeoutMs ?? defaults.timeouts?.upstreamMs ?? d.upstreamTimeoutMs
+  const baseTimeouts: TimeoutsConfig = {
+    upstreamMs: flags.timeoutMs ?? defaults.timeouts?.upstreamMs ?? d.upstreamTimeoutMs,
+    sendMs: flags.sendTimeoutMs ?? defaults.timeouts?.sendMs ?? d.sendTimeoutMs,
+    clientBodyMs: flags.clientBodyTimeoutMs ?? defaults.timeouts?.clientBodyMs ?? d.clientBodyTimeoutMs,
+    requestMs: flags.requestTimeoutMs ?? defaults.timeouts?.requestMs ?? d.requestTimeoutMs,
+    websocketIdleMs:
+      flags.websocketIdleTimeoutMs ?? defaults.timeouts?.websocketIdleMs ?? d.websocketIdleTimeoutMs,
+  }
+  const bufferOf = (value: { maxBytes: number } | false | undefined) =>
+    value === undefined ? undefined : value === false ? 0 : value.maxBytes
+  const baseBuffer = flags.requestBufferBytes ?? bufferOf(defaults.requestBuffer) ?? d.requestBufferBytes
 
   const fileRoutes = file.routes ?? [{ name: 'default', match: { pathPrefix: '/' } }]
   if (fileRoutes.length === 0) issues.push({ path: 'routes', message: 'expected at least one route' })
@@ -550,12 +667,13 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
       name,
       pathPrefix: route.match.pathPrefix,
       methods: route.match.methods?.map((m) => m.toUpperCase()),
-      host: route.match.host?.toLowerCase(),
+      host: normalizeHost(route.match.host),
       upstream: new URL(target),
       stripPrefix: route.stripPrefix ?? false,
       concurrency,
       rwlock,
-      upstreamTimeoutMs: route.timeouts?.upstreamMs ?? baseTimeout,
+      timeouts: { ...baseTimeouts, ...dropUndefined(route.timeouts ?? {}) },
+      requestBufferBytes: bufferOf(route.requestBuffer) ?? baseBuffer,
     })
   })
   // per: global is one bucket for several routes: they must agree on what it is.
@@ -583,11 +701,15 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
     admin,
     store,
     prefix: flags.prefix ?? file.redis?.prefix ?? d.prefix,
-    commandTimeoutMs: file.redis?.commandTimeoutMs ?? d.commandTimeoutMs,
+    commandTimeoutMs: flags.commandTimeoutMs ?? file.redis?.commandTimeoutMs ?? d.commandTimeoutMs,
     ttlMs: flags.ttlMs ?? file.ttlMs ?? d.ttlMs,
     shutdownGraceMs: flags.shutdownGraceMs ?? file.shutdownGraceMs ?? d.shutdownGraceMs,
     logLevel: flags.logLevel ?? file.logLevel ?? d.logLevel,
     trustProxy: flags.trustProxy ?? file.trustProxy ?? d.trustProxy,
+    paths: {
+      mergeSlashes: flags.mergeSlashes ?? file.paths?.mergeSlashes ?? d.mergeSlashes,
+      escapedSlashes: flags.escapedSlashes ?? file.paths?.escapedSlashes ?? d.escapedSlashes,
+    },
     routes,
   }
 }
@@ -625,6 +747,15 @@ function isHttpUrl(value: string): boolean {
   try {
     const url = new URL(value)
     return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== ''
+  } catch {
+    return false
+  }
+}
+
+function hasCredentials(value: string): boolean {
+  try {
+    const url = new URL(value)
+    return url.username !== '' || url.password !== ''
   } catch {
     return false
   }

@@ -22,11 +22,14 @@ export interface GatewayMetrics {
   readonly upstreamErrors: Counter<'route' | 'kind'>
   /** Responses by route and status class (2xx, 4xx, ...), including rejections and 502/504. */
   readonly responses: Counter<'route' | 'class'>
+  /** Requests the gateway answered by itself before or instead of forwarding (400, 404, 408, 413). */
+  readonly refused: Counter<'reason'>
 }
 
+/** `queuedOf(route)`: requests of the route waiting in the store's queue right now (read at scrape time). */
 export function createMetrics(
   routes: readonly string[],
-  options: { processMetrics?: boolean } = {},
+  options: { processMetrics?: boolean; queuedOf?: (route: string) => number } = {},
 ): GatewayMetrics {
   const registry = new Registry()
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry })
@@ -41,9 +44,13 @@ export function createMetrics(
     }),
     queued: new Gauge({
       name: 'tollgate_requests_queued',
-      help: 'Requests waiting for a permit right now',
+      help: 'Requests waiting in the queue for a permit right now',
       labelNames: ['route'],
       registers,
+      collect() {
+        if (!options.queuedOf) return
+        for (const route of routes) this.set({ route }, options.queuedOf(route))
+      },
     }),
     admitted: new Counter({
       name: 'tollgate_admitted_total',
@@ -92,6 +99,12 @@ export function createMetrics(
       name: 'tollgate_responses_total',
       help: 'Responses sent, by route and status class',
       labelNames: ['route', 'class'],
+      registers,
+    }),
+    refused: new Counter({
+      name: 'tollgate_refused_total',
+      help: 'Requests the gateway answered itself: bad_target, bad_host, duplicate_host, no_route, body_timeout, too_large, draining',
+      labelNames: ['reason'],
       registers,
     }),
   }

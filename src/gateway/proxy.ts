@@ -1,10 +1,15 @@
-// The one module that imports the proxy library (http-proxy-3, API-compatible with http-proxy; see
-// docs/gateway.md for why). Everything the gateway needs from a proxy is the small `Proxy` interface
-// below, so swapping the library touches this file only.
+// The one module that talks to upstreams: undici's Pool.dispatch() (Node's own HTTP client, by the
+// Node.js core team), chosen by measurement (docs/gateway.md, "Proxy core"): no IncomingMessage or
+// ClientRequest per request, keep-alive pools, and request bodies framed by undici itself (it sends
+// Content-Length or chunked and refuses Transfer-Encoding, Upgrade or Expect given as headers), so
+// no client framing can reach the upstream as a second request (G13). Which headers are sent is
+// decided by the caller (headers.ts); this module moves bytes, enforces the upstream and send
+// timeouts, and maps failures to 502/504 (or a cut connection once the response has started).
 import http from 'node:http'
-import https from 'node:https'
-import type { Duplex } from 'node:stream'
-import { createProxyServer } from 'http-proxy-3'
+import type { Duplex, Readable } from 'node:stream'
+import { Pool } from 'undici'
+import type { Dispatcher } from 'undici'
+import { clientResponseHeaders } from './headers.js'
 
 export type UpstreamErrorKind = 'refused' | 'unresolved' | 'timeout' | 'reset' | 'other'
 
@@ -12,149 +17,321 @@ export interface UpstreamError {
   kind: UpstreamErrorKind
   /** 502 for refused/unresolved/reset/other, 504 for a timeout. */
   status: 502 | 504
-  /** The errno-style code, e.g. ECONNREFUSED. */
+  /** The errno-style or undici code, e.g. ECONNREFUSED, UND_ERR_HEADERS_TIMEOUT. */
   code: string | undefined
   /** False when the response had already started: the client connection was cut instead. */
   answered: boolean
 }
 
-export interface WebOptions {
-  target: URL
-  /** The upstream may stay silent (no response headers, or a stalled body) this long. */
-  timeoutMs: number
-  /** Called at most once, after the error response was sent (or the client connection cut). */
-  onError(error: UpstreamError): void
-  /** Called when the upstream's response headers are about to be copied to the client. */
-  onResponse?(headers: http.IncomingHttpHeaders): void
+/** What to send upstream: decided by the caller, sent as is. */
+export interface Outgoing {
+  method: string
+  /** Path and query, e.g. /api/x?y=1 (the upstream's base path already prepended). */
+  path: string
+  /** Flat [name, value, ...] list, Host included, hop-by-hop headers already removed. */
+  headers: string[]
+  /** null: no body. A length-less stream or iterable is sent chunked. */
+  body: Readable | AsyncIterable<Buffer> | Buffer | null
+  /** Declared length of a streamed body (sent as Content-Length; undici checks it). */
+  contentLength: number | undefined
 }
 
-export type WsOptions = Pick<WebOptions, 'target' | 'onError'>
+export interface WebOptions {
+  /** The upstream may stay silent this long: before the response headers, and between body chunks. */
+  timeoutMs: number
+  /** A client that accepts no response bytes for this long is cut (nginx send_timeout). */
+  sendTimeoutMs: number
+  /** Response headers to add (e.g. Connection: close while draining). */
+  extraHeaders?: () => Record<string, string> | undefined
+  /** Called at most once, after the error response was sent (or the client connection cut). */
+  onError(error: UpstreamError): void
+  /** A request body that failed on the client's side (e.g. its body timeout): answered with this status. */
+  clientError?(error: Error): number | undefined
+  /** Upstream status, when its response starts. */
+  onResponse?(status: number): void
+}
+
+export interface WsOptions {
+  /** The upstream must answer the upgrade within this long (504 otherwise). */
+  handshakeTimeoutMs: number
+  /** No byte in either direction for this long closes both sides. */
+  idleTimeoutMs: number
+  onError(error: UpstreamError): void
+  /** The tunnel is open (101 relayed). */
+  onOpen?(): void
+}
 
 export interface Proxy {
   /** Forward a request; the response (or a short 502/504) goes to `res`. Never throws. */
-  web(req: http.IncomingMessage, res: http.ServerResponse, options: WebOptions): void
-  /** Forward an Upgrade request (WebSocket); errors close the socket. Never throws. */
-  ws(req: http.IncomingMessage, socket: Duplex, head: Buffer, options: WsOptions): void
-  /** Upstream sockets open right now (in use + idle keep-alive), for tests and metrics. */
+  web(target: URL, res: http.ServerResponse, request: Outgoing, options: WebOptions): void
+  /** Forward an Upgrade request over `socket` (the client's). Never throws. */
+  ws(
+    target: URL,
+    socket: Duplex,
+    head: Buffer,
+    request: Outgoing & { upgrade: string },
+    options: WsOptions,
+  ): void
+  /** Upstream sockets open right now (busy + idle keep-alive), for tests and metrics. */
   openSockets(): number
-  /** Close the idle keep-alive sockets to upstreams. */
-  close(): void
+  /** Close every pool (idle sockets at once, busy ones when their request ends). */
+  close(): Promise<void>
 }
 
-interface Pending {
-  options: WebOptions | WsOptions
-  timedOut: boolean
-  reported: boolean
-}
+/** Errors the caller made on purpose (the client left): nothing to report. */
+class ClientGone extends Error {}
 
-/** One proxy per gateway: keep-alive agents to every upstream, X-Forwarded-* headers added. */
-export function createProxy(): Proxy {
-  // LIFO keeps a few hot sockets busy and lets the rest time out; maxSockets bounds what one gateway
-  // can open to one upstream (requests beyond it queue in the agent, still holding their permit).
-  const agentOptions = { keepAlive: true, maxSockets: 1024, maxFreeSockets: 256, scheduling: 'lifo' } as const
-  const httpAgent = new http.Agent(agentOptions)
-  const httpsAgent = new https.Agent(agentOptions)
-  const proxy = createProxyServer({ xfwd: true, ws: true })
-  const pending = new WeakMap<http.IncomingMessage, Pending>()
-
-  const report = (req: http.IncomingMessage, target: http.ServerResponse | Duplex, error: unknown) => {
-    const state = pending.get(req)
-    if (!state || state.reported) return
-    state.reported = true
-    const code = (error as NodeJS.ErrnoException | undefined)?.code
-    const kind: UpstreamErrorKind = state.timedOut
-      ? 'timeout'
-      : code === 'ECONNREFUSED'
-        ? 'refused'
-        : code === 'ENOTFOUND' || code === 'EAI_AGAIN'
-          ? 'unresolved'
-          : code === 'ETIMEDOUT'
-            ? 'timeout'
-            : code === 'ECONNRESET' || code === 'EPIPE'
-              ? 'reset'
-              : 'other'
-    const status = kind === 'timeout' ? 504 : 502
-    let answered = false
-    if (target instanceof http.ServerResponse) {
-      if (!target.headersSent && !target.destroyed) {
-        const body = status === 504 ? 'upstream timed out\n' : 'upstream unavailable\n'
-        target.writeHead(status, {
-          'content-type': 'text/plain; charset=utf-8',
-          'content-length': Buffer.byteLength(body),
-        })
-        target.end(body)
-        answered = true
-      } else {
-        target.destroy()
-      }
-    } else if (!target.destroyed) {
-      target.end(
-        `HTTP/1.1 ${status} ${http.STATUS_CODES[status]}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`,
-      )
+/** Per-origin keep-alive pools; requests beyond `connections` queue in the pool (holding their permit). */
+export function createProxy(options: { connections?: number } = {}): Proxy {
+  const pools = new Map<string, Pool>()
+  const poolFor = (target: URL): Pool => {
+    let pool = pools.get(target.origin)
+    if (!pool) {
+      pool = new Pool(target.origin, {
+        connections: options.connections ?? 1024,
+        pipelining: 1,
+        keepAliveTimeout: 4000,
+        connect: { timeout: 10_000 },
+      })
+      pools.set(target.origin, pool)
     }
-    state.options.onError({ kind, status, code, answered })
+    return pool
   }
 
-  // Always listen: an 'error' without a listener would crash the process.
-  proxy.on('error', (error, req, res) => report(req, res, error))
-  // Also fires when the request was destroyed because the client left; nothing to report then.
-  proxy.on('econnreset', () => {})
-
-  proxy.on('proxyReq', (proxyReq, req, res) => {
-    const state = pending.get(req)
-    if (!state) return
-    proxyReq.on('timeout', () => {
-      state.timedOut = true
-    })
-    // The client left before the response was complete: the upstream request goes too, so its
-    // socket is closed rather than left streaming into nowhere (http-proxy 1.x leaks it, #1586).
-    res.once('close', () => {
-      if (!res.writableFinished) proxyReq.destroy()
-    })
-  })
-  proxy.on('proxyRes', (proxyRes, req, res) => {
-    const state = pending.get(req)
-    if (state && 'onResponse' in state.options) state.options.onResponse?.(proxyRes.headers)
-    // The upstream died or timed out mid-body: cut the client connection so it sees a truncated
-    // response instead of waiting forever.
-    proxyRes.once('close', () => {
-      if (!proxyRes.complete && !res.destroyed) res.destroy()
-    })
-  })
-
-  const agentFor = (target: URL) => (target.protocol === 'https:' ? httpsAgent : httpAgent)
-
   return {
-    web(req, res, options) {
-      pending.set(req, { options, timedOut: false, reported: false })
-      proxy.web(
-        req,
-        res,
-        { target: options.target, agent: agentFor(options.target), proxyTimeout: options.timeoutMs },
-        (error) => report(req, res, error),
-      )
+    web(target, res, request, opts) {
+      forwardWeb(poolFor(target), res, request, opts)
     },
-    ws(req, socket, head, options) {
-      pending.set(req, { options, timedOut: false, reported: false })
-      socket.on('error', () => {})
-      // No proxyTimeout: a WebSocket may stay quiet for as long as it likes.
-      proxy.ws(req, socket, head, { target: options.target, agent: agentFor(options.target) }, (error) =>
-        report(req, socket, error),
-      )
+    ws(target, socket, head, request, opts) {
+      forwardWs(poolFor(target), socket, head, request, opts)
     },
     openSockets() {
       let count = 0
-      for (const agent of [httpAgent, httpsAgent]) {
-        for (const list of [agent.sockets, agent.freeSockets]) {
-          for (const sockets of Object.values(list)) count += sockets?.length ?? 0
-        }
-      }
+      for (const pool of pools.values()) count += pool.stats.connected
       return count
     },
-    close() {
-      httpAgent.destroy()
-      httpsAgent.destroy()
-      proxy.close()
+    async close() {
+      await Promise.allSettled([...pools.values()].map((pool) => pool.close()))
+      pools.clear()
     },
   }
+}
+
+function dispatchOptions(request: Outgoing, timeoutMs: number): Dispatcher.DispatchOptions {
+  const headers = request.headers
+  if (request.contentLength !== undefined) headers.push('content-length', String(request.contentLength))
+  return {
+    method: request.method as Dispatcher.HttpMethod,
+    path: request.path,
+    headers,
+    // undici also takes (async) iterables as bodies; its types list only streams and buffers.
+    body: request.body as Readable | Buffer | null,
+    headersTimeout: timeoutMs,
+    bodyTimeout: timeoutMs,
+  }
+}
+
+function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opts: WebOptions): void {
+  let controller: Dispatcher.DispatchController | undefined
+  let reported = false
+  let sendTimer: NodeJS.Timeout | undefined
+  const stall = () => {
+    // Nothing of the response was taken by the client for sendTimeoutMs: let it go.
+    sendTimer ??= setTimeout(() => res.destroy(), opts.sendTimeoutMs)
+  }
+  const moving = () => {
+    clearTimeout(sendTimer)
+    sendTimer = undefined
+  }
+  res.on('drain', () => {
+    moving()
+    if (controller?.paused) controller.resume()
+  })
+  res.once('close', () => {
+    moving()
+    // The client left before the response was complete: the upstream request goes too.
+    if (!res.writableFinished && controller && !controller.aborted)
+      controller.abort(new ClientGone('client closed'))
+  })
+  res.once('finish', moving)
+
+  const fail = (error: Error) => {
+    if (reported || error instanceof ClientGone) return
+    reported = true
+    const clientStatus = opts.clientError?.(error)
+    if (clientStatus !== undefined) {
+      if (!res.headersSent && !res.destroyed) {
+        res.writeHead(clientStatus, { 'content-type': 'text/plain; charset=utf-8', connection: 'close' })
+        res.end(`${http.STATUS_CODES[clientStatus] ?? 'error'}\n`)
+      } else res.destroy()
+      return
+    }
+    const failure = classify(error)
+    let answered = false
+    if (!res.headersSent && !res.destroyed) {
+      const body = failure.status === 504 ? 'upstream timed out\n' : 'upstream unavailable\n'
+      res.writeHead(failure.status, {
+        'content-type': 'text/plain; charset=utf-8',
+        'content-length': Buffer.byteLength(body),
+      })
+      res.end(body)
+      answered = true
+    } else {
+      res.destroy()
+    }
+    opts.onError({ ...failure, answered })
+  }
+
+  try {
+    pool.dispatch(dispatchOptions(request, opts.timeoutMs), {
+      onRequestStart(ctl) {
+        controller = ctl
+        if (res.destroyed) ctl.abort(new ClientGone('client closed'))
+      },
+      onResponseStart(_ctl, statusCode, headers) {
+        if (statusCode < 200) return // 1xx informational: not relayed (103 would need writeEarlyHints)
+        opts.onResponse?.(statusCode)
+        const out = clientResponseHeaders(headers)
+        const extra = opts.extraHeaders?.()
+        if (extra) Object.assign(out, extra)
+        res.writeHead(statusCode, out)
+      },
+      onResponseData(ctl, chunk) {
+        if (!res.write(chunk)) {
+          ctl.pause()
+          stall()
+        }
+      },
+      onResponseEnd() {
+        res.end()
+        // Everything is written, but a client that does not read keeps it buffered: bounded too.
+        if (res.writableLength > 0 || res.writableNeedDrain) stall()
+      },
+      onResponseError(_ctl, error) {
+        fail(error)
+      },
+    })
+  } catch (error) {
+    fail(error as Error)
+  }
+}
+
+function forwardWs(
+  pool: Pool,
+  socket: Duplex,
+  head: Buffer,
+  request: Outgoing & { upgrade: string },
+  opts: WsOptions,
+): void {
+  let written = false
+  let reported = false
+  let controller: Dispatcher.DispatchController | undefined
+  socket.once('close', () => {
+    if (controller && !controller.aborted) controller.abort(new ClientGone('client closed'))
+  })
+  const fail = (error: Error) => {
+    if (reported || error instanceof ClientGone) return
+    reported = true
+    const failure = classify(error)
+    if (!written && !socket.destroyed) {
+      written = true
+      socket.end(rawHead(failure.status, { 'content-length': '0' }), () => socket.destroy())
+    } else socket.destroy()
+    opts.onError({ ...failure, answered: !written })
+  }
+  try {
+    pool.dispatch(
+      { ...dispatchOptions(request, opts.handshakeTimeoutMs), upgrade: request.upgrade },
+      {
+        onRequestStart(ctl) {
+          controller = ctl
+          if (socket.destroyed) ctl.abort(new ClientGone('client closed'))
+        },
+        onRequestUpgrade(_ctl, statusCode, headers, upstream) {
+          written = true
+          if (socket.destroyed) {
+            upstream.destroy()
+            return
+          }
+          const out: Record<string, string | string[]> = {
+            ...clientResponseHeaders(headers),
+            connection: 'Upgrade',
+            upgrade: request.upgrade,
+          }
+          socket.write(rawHead(statusCode, out))
+          if (head.length > 0) upstream.write(head)
+          tunnel(socket, upstream, opts.idleTimeoutMs)
+          opts.onOpen?.()
+        },
+        // The upstream refused the upgrade with an ordinary response: relay it, then close.
+        onResponseStart(_ctl, statusCode, headers) {
+          if (statusCode < 200) return
+          written = true
+          socket.write(rawHead(statusCode, { ...clientResponseHeaders(headers), connection: 'close' }))
+        },
+        onResponseData(_ctl, chunk) {
+          socket.write(chunk)
+        },
+        onResponseEnd() {
+          socket.end(() => socket.destroy())
+        },
+        onResponseError(_ctl, error) {
+          fail(error)
+        },
+      },
+    )
+  } catch (error) {
+    fail(error as Error)
+  }
+}
+
+/** Pipe two sockets both ways. Either side ending ends the other, which gets a moment to follow before
+ * both are destroyed (a silent half-open peer holds nothing); no byte for idleMs closes both. */
+function tunnel(client: Duplex, upstream: Duplex, idleMs: number): void {
+  const GRACE_MS = 1000
+  upstream.on('error', () => {})
+  const destroyBoth = () => {
+    client.destroy()
+    upstream.destroy()
+  }
+  const ended = (other: Duplex) => () => {
+    other.end()
+    setTimeout(destroyBoth, GRACE_MS).unref()
+  }
+  client.pipe(upstream, { end: false })
+  upstream.pipe(client, { end: false })
+  client.once('end', ended(upstream))
+  upstream.once('end', ended(client))
+  client.once('close', () => upstream.destroy())
+  upstream.once('close', () => client.destroy())
+  // A socket's idle timer runs while neither a read nor a write completes on it: the client socket
+  // sees both directions.
+  const socket = client as Duplex & { setTimeout?(ms: number, fn: () => void): void }
+  socket.setTimeout?.(idleMs, destroyBoth)
+}
+
+function rawHead(status: number, headers: Record<string, string | string[]>): string {
+  let head = `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\n`
+  for (const [name, value] of Object.entries(headers)) {
+    for (const one of Array.isArray(value) ? value : [value]) head += `${name}: ${one}\r\n`
+  }
+  return `${head}\r\n`
+}
+
+function classify(error: Error): Omit<UpstreamError, 'answered'> {
+  const code = (error as NodeJS.ErrnoException).code
+  const kind: UpstreamErrorKind =
+    code === 'ECONNREFUSED'
+      ? 'refused'
+      : code === 'ENOTFOUND' || code === 'EAI_AGAIN'
+        ? 'unresolved'
+        : code === 'UND_ERR_HEADERS_TIMEOUT' ||
+            code === 'UND_ERR_BODY_TIMEOUT' ||
+            code === 'UND_ERR_CONNECT_TIMEOUT' ||
+            code === 'ETIMEDOUT'
+          ? 'timeout'
+          : code === 'UND_ERR_SOCKET' || code === 'ECONNRESET' || code === 'EPIPE'
+            ? 'reset'
+            : 'other'
+  return { kind, status: kind === 'timeout' ? 504 : 502, code }
 }

@@ -39,7 +39,14 @@ describe('gateway flags', () => {
     expect(config.routes[0]).toMatchObject({
       name: 'default',
       pathPrefix: '/',
-      upstreamTimeoutMs: GATEWAY_DEFAULTS.upstreamTimeoutMs,
+      timeouts: {
+        upstreamMs: GATEWAY_DEFAULTS.upstreamTimeoutMs,
+        sendMs: 60_000,
+        clientBodyMs: 10_000,
+        requestMs: 60_000,
+        websocketIdleMs: 60_000,
+      },
+      requestBufferBytes: 0,
       concurrency: {
         permits: 10,
         per: 'global',
@@ -67,6 +74,14 @@ describe('gateway flags', () => {
       '--admin-host=::1',
       '--ttl-ms=1000',
       '--timeout-ms=500',
+      '--send-timeout-ms=501',
+      '--client-body-timeout-ms=502',
+      '--request-timeout-ms=503',
+      '--websocket-idle-timeout-ms=504',
+      '--request-buffer-bytes=4096',
+      '--command-timeout-ms=505',
+      '--merge-slashes=off',
+      '--escaped-slashes=keep',
       '--shutdown-grace-ms=0',
       '--fail-open',
       '--trust-proxy',
@@ -83,9 +98,12 @@ describe('gateway flags', () => {
       shutdownGraceMs: 0,
       logLevel: 'warn',
       trustProxy: true,
+      commandTimeoutMs: 505,
+      paths: { mergeSlashes: false, escapedSlashes: 'keep' },
     })
     expect(config.routes[0]).toMatchObject({
-      upstreamTimeoutMs: 500,
+      timeouts: { upstreamMs: 500, sendMs: 501, clientBodyMs: 502, requestMs: 503, websocketIdleMs: 504 },
+      requestBufferBytes: 4096,
       concurrency: {
         permits: 3,
         per: 'tenant',
@@ -110,6 +128,13 @@ describe('gateway flags', () => {
     ],
     [['--tenant-header', 'x y'], '--tenant-header: expected an HTTP header name'],
     [['--max-wait-ms', ''], '--max-wait-ms: expected an integer of milliseconds >= 0'],
+    // Numbers are plain decimal digits: exponents, hex, signs and spaces are not.
+    [['--permits', '1e3'], '--permits: expected a positive integer (got "1e3")'],
+    [['--permits', '0x10'], '--permits: expected a positive integer (got "0x10")'],
+    [['--permits', ' 5'], '--permits: expected a positive integer'],
+    [['--upstream', 'http://user:pass@u:1'], '--upstream: credentials (user:password@) in the upstream URL'],
+    [['--upstream', 'http://u:1/?a=1'], '--upstream: expected an upstream URL without a query or fragment'],
+    [['--merge-slashes', 'yes'], '--merge-slashes: expected on or off'],
     [['--nope'], '--nope: unknown flag'],
     [['--port'], '--port: expected a value'],
     [['serve'], 'serve: unexpected argument'],
@@ -146,7 +171,7 @@ describe('gateway config file', () => {
     expect(exportRoute).toMatchObject({
       methods: ['GET', 'POST'],
       host: 'api.example.com',
-      upstreamTimeoutMs: 120_000,
+      timeouts: { upstreamMs: 120_000 },
       concurrency: {
         permits: 2,
         per: 'tenant',
@@ -161,7 +186,10 @@ describe('gateway config file', () => {
     expect(docs!.concurrency).toMatchObject({ permits: 10, per: 'global' })
     expect(health!.concurrency).toBeUndefined()
     expect(health!.rwlock).toBeUndefined()
-    expect(api).toMatchObject({ concurrency: { permits: 50, per: 'route' }, upstreamTimeoutMs: 30_000 })
+    expect(api).toMatchObject({
+      concurrency: { permits: 50, per: 'route' },
+      timeouts: { upstreamMs: 30_000 },
+    })
     expect(api!.upstream.port).toBe('3000')
   })
 
@@ -208,13 +236,36 @@ describe('gateway config file', () => {
         'routes[1].match.pathPrefix: expected a path starting with /',
         'routes[1].concurrency.permits: expected a positive integer',
         'routes[1].concurrency.per: expected one of global, route, tenant, ip',
-        'routes[1].concurrency.maxWaitMs: expected an integer of milliseconds >= 0',
+        'routes[1].concurrency.maxWaitMs: expected an integer of milliseconds from 0 to 600000',
         'routes[1].extra: unknown field',
         'routes[0].rwlock.resourcePattern: expected a valid regular expression',
         'routes[2].match.methods: expected a non-empty list',
         'routes[2].concurrency.overrides.vip: expected a positive integer',
         'routes[2].timeouts.upstreamMs: expected a positive integer',
         'surprise: unknown field',
+      ].sort(),
+    )
+  })
+
+  it('rejects a maxWaitMs over 600000, hosts that are not host names, non-canonical prefixes and upstream credentials', () => {
+    const message = problem(() =>
+      validateConfigFile({
+        defaults: { upstream: 'http://user:secret@u:1' },
+        routes: [
+          { match: { pathPrefix: '/a', host: 'a b' }, concurrency: { maxWaitMs: 600_001 } },
+          { match: { pathPrefix: '/b/../c' }, rwlock: { maxWaitMs: 700_000 } },
+          { match: { pathPrefix: '/d//e' } },
+        ],
+      }),
+    )
+    expect(message.split('\n').sort()).toEqual(
+      [
+        'defaults.upstream: credentials (user:password@) in the upstream URL are not supported: the gateway never sends them',
+        'routes[0].match.host: expected a host name (letters, digits, - and .), an IPv4 address or [IPv6]',
+        'routes[0].concurrency.maxWaitMs: expected an integer of milliseconds from 0 to 600000',
+        'routes[1].match.pathPrefix: expected a canonical path: no dot segments, repeated slashes, ";", "?", "#", backslashes, encoded slashes or needless escapes',
+        'routes[1].rwlock.maxWaitMs: expected an integer of milliseconds from 0 to 600000',
+        'routes[2].match.pathPrefix: expected a canonical path: no dot segments, repeated slashes, ";", "?", "#", backslashes, encoded slashes or needless escapes',
       ].sort(),
     )
   })

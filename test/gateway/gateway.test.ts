@@ -62,7 +62,7 @@ describe('createGateway()', () => {
     const upstream = await startUpstream()
     const { url } = await start({ trustProxy: true, defaults: { upstream: upstream.url } })
     const seen = JSON.parse((await get(`${url}/headers`, { 'x-forwarded-for': '10.1.2.3' })).body)
-    expect(seen['x-forwarded-for']).toBe('10.1.2.3,127.0.0.1')
+    expect(seen['x-forwarded-for']).toBe('10.1.2.3, 127.0.0.1')
   })
 
   it('routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {

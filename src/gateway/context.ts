@@ -1,0 +1,26 @@
+// What every part of one gateway shares: its config, routes, metrics, proxy, logger and the
+// bookkeeping that shutdown waits on. Built once by server.ts.
+import type { Duplex } from 'node:stream'
+import type { Logger as PinoLogger } from 'pino'
+import type { GatewayConfig } from './config.js'
+import type { GatewayMetrics } from './metrics.js'
+import type { Proxy } from './proxy.js'
+import type { LiveRoute } from './routes.js'
+
+export interface GatewayContext {
+  readonly config: GatewayConfig
+  readonly routes: readonly LiveRoute[]
+  readonly metrics: GatewayMetrics
+  readonly proxy: Proxy
+  readonly logger: PinoLogger
+  /** True once shutdown began: new requests get Connection: close, new upgrades 503. */
+  draining: boolean
+  /** Requests and WebSockets not closed yet (shutdown waits for them, then for their releases). */
+  active: number
+  /** Releases in flight (shutdown awaits them before closing the store). */
+  readonly releases: Set<Promise<void>>
+  /** Client sockets of open WebSocket tunnels. */
+  readonly tunnels: Set<Duplex>
+  /** Called whenever `active` drops, so a drain can notice it reached 0. */
+  onSettled(): void
+}

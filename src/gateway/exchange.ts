@@ -1,0 +1,336 @@
+// One request, from arrival to the close of its response: canonical target, route, body bounds,
+// admission (every lease of the route, in order), forwarding, and the release of every lease exactly
+// once when the response closes (G3, G13, G14).
+import http from 'node:http'
+import { whenLost } from '../core/lease.js'
+import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../middleware/shared.js'
+import type { GatewayContext } from './context.js'
+import { countHeader, upstreamRequestHeaders } from './headers.js'
+import type { Outgoing, UpstreamError } from './proxy.js'
+import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
+import { canonicalTarget, normalizeHost } from './target.js'
+import { statusClass } from './metrics.js'
+
+/** A request body that stalled (client_body_timeout) or took too long overall (request timeout). */
+export class ClientBodyTimeout extends Error {
+  readonly code = 'ERR_TOLLGATE_CLIENT_BODY_TIMEOUT'
+}
+
+/** Per-request state, from arrival to the response's close. */
+export interface Exchange {
+  route: LiveRoute | undefined
+  started: number
+  admittedAt: number | undefined
+  waitMs: number
+  /** Leases held right now, with the admission each came from. */
+  held: { admission: Admission<RequestFacts>; info: TollgateInfo }[]
+  /** Counted in tollgate_requests_in_flight. */
+  inFlight: boolean
+  /** Waiting in admitChain(): a close must abort the wait. */
+  admitting: boolean
+  upstreamError: UpstreamError | undefined
+  /** Why the gateway answered by itself (400, 404, 408, 413, ...), for the access log. */
+  refused: string | undefined
+}
+
+/** What admitting a request through every admission of its route came to. */
+export type ChainResult =
+  | { outcome: 'admitted'; headers: Record<string, string>; fencingToken: number | undefined }
+  | { outcome: 'rejected'; admission: Admission<RequestFacts>; rejection: Rejection }
+  | { outcome: 'gone' }
+
+export function newExchange(route: LiveRoute | undefined): Exchange {
+  return {
+    route,
+    started: performance.now(),
+    admittedAt: undefined,
+    waitMs: 0,
+    held: [],
+    inFlight: false,
+    admitting: false,
+    upstreamError: undefined,
+    refused: undefined,
+  }
+}
+
+/** A request understood: what routing and admission see, and the parts of its canonical target. */
+export interface Understood {
+  ok: true
+  facts: RequestFacts
+  route: LiveRoute | undefined
+  /** Canonical path (what the upstream gets, before stripPrefix). */
+  path: string
+  /** Raw query with its '?', or ''. */
+  query: string
+  /** Host header to send upstream (the absolute-form target's authority wins over Host). */
+  host: string | undefined
+}
+
+/** A request the gateway answers at once (400, or 200 for OPTIONS *). */
+export interface Misunderstood {
+  ok: false
+  status: number
+  reason: string
+  headers?: Record<string, string>
+}
+
+/** The request as admission and routing see it, or the status to answer at once. */
+export function understand(ctx: GatewayContext, req: http.IncomingMessage): Understood | Misunderstood {
+  const method = req.method ?? 'GET'
+  // RFC 9112 §3.2: a request with more than one Host field line is answered 400.
+  if (countHeader(req.rawHeaders, 'host') > 1) return { ok: false, status: 400, reason: 'duplicate_host' }
+  const target = canonicalTarget(req.url ?? '/', method, ctx.config.paths)
+  if (target.kind === 'invalid') return { ok: false, status: 400, reason: 'bad_target' }
+  if (target.kind === 'asterisk') {
+    const allow = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
+    return { ok: false, status: 200, reason: 'options_asterisk', headers: { allow } }
+  }
+  const rawHost = target.host ?? req.headers.host
+  const host = rawHost === undefined ? undefined : normalizeHost(rawHost)
+  if (rawHost !== undefined && host === undefined) return { ok: false, status: 400, reason: 'bad_host' }
+  const facts: RequestFacts = {
+    method,
+    match: target.match,
+    headers: req.headers,
+    clientAddress: clientAddress(req, ctx.config.trustProxy),
+  }
+  const route = matchRoute(ctx.routes, method, target.match, host)
+  return {
+    ok: true,
+    facts,
+    route,
+    path: target.path,
+    query: target.query,
+    host: target.host ?? req.headers.host,
+  }
+}
+
+/**
+ * Take the request's leases from every admission of its route, in order. A rejection gives back
+ * what was taken before it; so does a client that leaves. Never rejects.
+ */
+export async function admitChain(
+  ctx: GatewayContext,
+  facts: RequestFacts,
+  exchange: Exchange,
+  signal: AbortSignal,
+  abort: () => void,
+): Promise<ChainResult> {
+  const { metrics } = ctx
+  const name = exchange.route!.config.name
+  let headers: Record<string, string> = {}
+  let fencingToken: number | undefined
+  exchange.admitting = true
+  try {
+    for (const admission of exchange.route!.admissions) {
+      let result: AdmitResult
+      try {
+        result = await admission.admit(facts, signal)
+      } catch (error) {
+        if (signal.aborted) return { outcome: 'gone' } // the client left while waiting
+        release(ctx, exchange) // what earlier admissions of the chain took goes back
+        throw error // a bug (e.g. a throwing key function): answered with 500 by the caller
+      }
+      if (result.outcome === 'rejected') {
+        const { reason } = result.rejection
+        metrics.rejected.inc({ route: name, reason })
+        if (reason === 'store_unavailable') metrics.storeErrors.inc({ route: name })
+        release(ctx, exchange)
+        return signal.aborted
+          ? { outcome: 'gone' }
+          : { outcome: 'rejected', admission, rejection: result.rejection }
+      }
+      const { info, left } = result
+      exchange.waitMs += info.waitedMs
+      if (!info.lease) {
+        // Passed without a lease: the store failed and failOpen is on.
+        metrics.storeErrors.inc({ route: name })
+        metrics.failedOpen.inc({ route: name })
+      } else {
+        exchange.held.push({ admission, info })
+        whenLost(info.lease, (error) => {
+          metrics.leaseLost.inc({ route: name })
+          if (admission.lost(info, error)) abort()
+        })
+        fencingToken ??= info.fencingToken // the first lease taken: the resource lock's, if any
+      }
+      headers = { ...headers, ...admission.policyHeaders(info.name, info.permits, left) }
+      if (signal.aborted) {
+        release(ctx, exchange) // the client left while we were being admitted
+        return { outcome: 'gone' }
+      }
+    }
+  } finally {
+    exchange.admitting = false
+  }
+  if (exchange.held.length > 0) {
+    metrics.admitted.inc({ route: name })
+    metrics.waitSeconds.observe({ route: name }, exchange.waitMs / 1000)
+    metrics.inFlight.inc({ route: name })
+    exchange.inFlight = true
+    exchange.admittedAt = performance.now()
+  }
+  return { outcome: 'admitted', headers, fencingToken }
+}
+
+/** Give every held lease back (once) and remember the pending releases so shutdown can await them. */
+export function release(ctx: GatewayContext, exchange: Exchange): void {
+  if (exchange.inFlight) {
+    exchange.inFlight = false
+    ctx.metrics.inFlight.dec({ route: exchange.route!.config.name })
+  }
+  for (const { admission, info } of exchange.held.splice(0)) {
+    admission.release(info) // counts, and logs a failed release; the lease then expires by itself
+    const pending = info.lease?.release()
+    if (pending) {
+      const tracked = pending.catch(() => {}).finally(() => ctx.releases.delete(tracked))
+      ctx.releases.add(tracked)
+    }
+  }
+}
+
+/** The request to send upstream: canonical path (minus a stripped prefix) under the upstream's base path. */
+export function outgoing(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  route: LiveRoute,
+  parts: { path: string; query: string; host: string | undefined },
+  fencingToken: number | undefined,
+  body: Outgoing['body'],
+  contentLength: number | undefined,
+): Outgoing {
+  const config = route.config
+  let path = parts.path
+  if (config.stripPrefix && config.pathPrefix !== '/') {
+    const rest = path.slice(
+      config.pathPrefix.endsWith('/') ? config.pathPrefix.length - 1 : config.pathPrefix.length,
+    )
+    path = rest.startsWith('/') ? rest : `/${rest}`
+  }
+  const base = config.upstream.pathname.replace(/\/$/, '')
+  const headers = upstreamRequestHeaders(
+    req.rawHeaders,
+    {
+      clientAddress: req.socket.remoteAddress,
+      host: parts.host,
+      port: req.socket.localPort,
+      proto: 'http',
+      trustProxy: ctx.config.trustProxy,
+      fencingToken,
+    },
+    parts.host ?? config.upstream.host,
+  )
+  return { method: req.method ?? 'GET', path: `${base}${path}${parts.query}`, headers, body, contentLength }
+}
+
+/** One access-log line and the response metrics, when the response has closed. */
+export function finished(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  exchange: Exchange,
+): void {
+  const now = performance.now()
+  // 499: the client closed the connection before a response was sent (nginx's convention).
+  const status = res.headersSent ? res.statusCode : 499
+  const route = exchange.route?.config.name ?? 'unmatched'
+  if (exchange.route) ctx.metrics.responses.inc({ route, class: statusClass(status) })
+  if (ctx.logger.isLevelEnabled('info')) {
+    ctx.logger.info(
+      {
+        route,
+        method: req.method,
+        url: req.url,
+        status,
+        waitMs: round(exchange.waitMs),
+        holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
+        durationMs: round(now - exchange.started),
+        ...(exchange.upstreamError ? { upstreamError: exchange.upstreamError.kind } : {}),
+        ...(exchange.refused ? { refused: exchange.refused } : {}),
+        ...(res.writableFinished ? {} : { aborted: true }),
+      },
+      'request',
+    )
+  }
+}
+
+export function clientAddress(req: http.IncomingMessage, trustProxy: boolean): string | undefined {
+  if (trustProxy) {
+    const forwarded = req.headers['x-forwarded-for']
+    // The rightmost entry is the one our trusted proxy appended; clients can write anything left of it.
+    const last = (Array.isArray(forwarded) ? forwarded.at(-1) : forwarded)?.split(',').at(-1)?.trim()
+    if (last) return last
+  }
+  return req.socket.remoteAddress
+}
+
+/**
+ * The request body as an async iterable that fails with ClientBodyTimeout when no byte came for
+ * `idleMs` (nginx client_body_timeout) or the request is not complete by `deadline` (local ms).
+ */
+export async function* timedBody(
+  req: http.IncomingMessage,
+  idleMs: number,
+  deadline: number,
+): AsyncGenerator<Buffer> {
+  const iterator = req[Symbol.asyncIterator]() as AsyncIterator<Buffer>
+  for (;;) {
+    let timer: NodeJS.Timeout | undefined
+    const wait = Math.max(0, Math.min(idleMs, deadline - Date.now()))
+    const stalled = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new ClientBodyTimeout(
+              wait === idleMs
+                ? 'no request body byte within the body timeout'
+                : 'request not complete within the request timeout',
+            ),
+          ),
+        wait,
+      )
+    })
+    try {
+      const next = await Promise.race([iterator.next(), stalled])
+      if (next.done) return
+      yield next.value
+    } finally {
+      clearTimeout(timer)
+    }
+  }
+}
+
+/** Read a body of at most `maxBytes` into memory (with the same bounds as timedBody). */
+export async function bufferBody(
+  req: http.IncomingMessage,
+  maxBytes: number,
+  idleMs: number,
+  deadline: number,
+): Promise<Buffer | 'too_large'> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of timedBody(req, idleMs, deadline)) {
+    size += chunk.length
+    if (size > maxBytes) return 'too_large'
+    chunks.push(chunk)
+  }
+  return Buffer.concat(chunks, size)
+}
+
+export function reply(
+  res: http.ServerResponse,
+  status: number,
+  body: string,
+  headers: Record<string, string> = {},
+): void {
+  res.writeHead(status, {
+    'content-type': 'text/plain; charset=utf-8',
+    'content-length': Buffer.byteLength(body),
+    ...headers,
+  })
+  res.end(body)
+}
+
+function round(ms: number): number {
+  return Math.round(ms * 10) / 10
+}

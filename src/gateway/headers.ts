@@ -1,0 +1,175 @@
+// Which headers cross the gateway (G13). RFC 9110 §7.6.1: hop-by-hop headers, and every header the
+// Connection header names, are for one connection only and never forwarded, in either direction.
+// At the edge (no trustProxy), headers that claim to say who the client is or what it asked for are
+// client-written and dropped; the gateway writes its own X-Forwarded-*. The fencing token header is
+// only ever the gateway's, in any spelling (CGI-style servers read '_' as '-').
+
+export const FENCING_HEADER = 'x-tollgate-fencing-token'
+
+/** Never forwarded upstream. `upgrade` is re-added by the WebSocket path itself. */
+const REQUEST_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'http2-settings',
+  'expect', // answered by the gateway itself (100 Continue after admission)
+  'host', // set from the canonical target
+  'content-length', // set again from what the body is
+])
+
+/** Never relayed to the client. */
+const RESPONSE_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'http2-settings',
+])
+
+/** Dropped at the edge unless trustProxy: client-written claims about the client or the request. */
+const FORWARDING = [
+  'forwarded',
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-port',
+  'x-forwarded-proto',
+  'x-forwarded-prefix',
+  'x-real-ip',
+  'true-client-ip',
+  'x-client-ip',
+  'x-original-url',
+  'x-rewrite-url',
+]
+const FORWARDING_SET = new Set(FORWARDING)
+
+/** Names the gateway writes itself, compared with '_' read as '-' (any spelling is dropped). */
+const OWN = new Set([
+  FENCING_HEADER,
+  'x-forwarded-for',
+  'x-forwarded-host',
+  'x-forwarded-port',
+  'x-forwarded-proto',
+])
+
+/** Header names listed in Connection values (lower-case), or undefined. */
+export function connectionTokens(values: readonly string[]): Set<string> | undefined {
+  let tokens: Set<string> | undefined
+  for (const value of values) {
+    for (const token of value.split(',')) {
+      const name = token.trim().toLowerCase()
+      if (name !== '' && name !== 'close' && name !== 'keep-alive') (tokens ??= new Set()).add(name)
+    }
+  }
+  return tokens
+}
+
+export interface ForwardedInfo {
+  /** The client's address as the gateway sees it (the TCP peer). */
+  clientAddress: string | undefined
+  /** Host the client asked for (Host header, or the absolute-form target's authority). */
+  host: string | undefined
+  /** The port the gateway listens on (never taken from Host). */
+  port: number | undefined
+  proto: 'http' | 'https'
+  /** Keep and extend the client's X-Forwarded-* (the gateway is behind a trusted proxy). */
+  trustProxy: boolean
+  /** The lease's fencing token, if the request holds one. */
+  fencingToken: number | undefined
+  /** Extra headers, e.g. the request id. */
+  extra?: readonly [string, string][]
+}
+
+/**
+ * The request headers for the upstream, as a flat [name, value, ...] list in the client's order and
+ * spelling: hop-by-hop and Connection-named headers removed, forwarding headers replaced, the fencing
+ * token set. `host` is the Host header to send.
+ */
+export function upstreamRequestHeaders(
+  rawHeaders: readonly string[],
+  info: ForwardedInfo,
+  host: string,
+): string[] {
+  const connection: string[] = []
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    if ((rawHeaders[i] as string).length === 10 && (rawHeaders[i] as string).toLowerCase() === 'connection')
+      connection.push(rawHeaders[i + 1] as string)
+  }
+  const named = connection.length > 0 ? connectionTokens(connection) : undefined
+  const out: string[] = ['host', host]
+  const forwardedFor: string[] = []
+  /** With trustProxy, the X-Forwarded-Host/-Port/-Proto of the proxy in front are kept. */
+  const kept = new Set<string>()
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string
+    const lower = name.toLowerCase()
+    if (REQUEST_HOP.has(lower) || named?.has(lower)) continue
+    if (lower.includes('_') && OWN.has(lower.replaceAll('_', '-'))) continue
+    if (lower === FENCING_HEADER) continue
+    if (FORWARDING_SET.has(lower)) {
+      if (!info.trustProxy) continue
+      if (lower === 'x-forwarded-for') {
+        forwardedFor.push(rawHeaders[i + 1] as string)
+        continue
+      }
+      if (lower === 'x-forwarded-host' || lower === 'x-forwarded-port' || lower === 'x-forwarded-proto')
+        kept.add(lower)
+    }
+    out.push(name, rawHeaders[i + 1] as string)
+  }
+  if (info.clientAddress) forwardedFor.push(info.clientAddress)
+  if (forwardedFor.length > 0) out.push('x-forwarded-for', forwardedFor.join(', '))
+  if (info.host && !kept.has('x-forwarded-host')) out.push('x-forwarded-host', info.host)
+  if (info.port !== undefined && !kept.has('x-forwarded-port'))
+    out.push('x-forwarded-port', String(info.port))
+  if (!kept.has('x-forwarded-proto')) out.push('x-forwarded-proto', info.proto)
+  if (info.fencingToken !== undefined) out.push(FENCING_HEADER, String(info.fencingToken))
+  for (const [name, value] of info.extra ?? []) out.push(name, value)
+  return out
+}
+
+/** Response headers for the client: hop-by-hop and Connection-named ones removed. */
+export function clientResponseHeaders(
+  headers: Record<string, string | string[] | undefined>,
+): Record<string, string | string[]> {
+  const connection = headers.connection
+  const named =
+    connection === undefined
+      ? undefined
+      : connectionTokens(Array.isArray(connection) ? connection : [connection])
+  const out: Record<string, string | string[]> = {}
+  for (const name in headers) {
+    const value = headers[name]
+    if (value === undefined || RESPONSE_HOP.has(name) || named?.has(name)) continue
+    out[name] = value
+  }
+  return out
+}
+
+/** The first value of a header the client may have repeated (`T, T` or two lines: `T`). */
+export function firstValue(raw: string | string[] | undefined): string | undefined {
+  const value = Array.isArray(raw) ? raw[0] : raw
+  if (value === undefined) return undefined
+  const comma = value.indexOf(',')
+  return (comma === -1 ? value : value.slice(0, comma)).trim()
+}
+
+/** How many times a header appears in rawHeaders (case-insensitive). */
+export function countHeader(rawHeaders: readonly string[], lowerName: string): number {
+  let n = 0
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i] as string
+    if (name.length === lowerName.length && name.toLowerCase() === lowerName) n++
+  }
+  return n
+}

@@ -1,0 +1,129 @@
+// Routes with what serving them needs: matching on the canonical path (target.ts), and the admissions
+// a request takes in order (the read/write lock of its resource, then its concurrency permit).
+import type { Store } from '../core/store.js'
+import {
+  type Admission,
+  type Logger,
+  normalizeKey,
+  rwlockAdmission,
+  semaphoreAdmission,
+} from '../middleware/shared.js'
+import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config.js'
+import { firstValue } from './headers.js'
+import { underPrefix } from './target.js'
+
+/** What admission needs to know about a request: decided once, before routing. */
+export interface RequestFacts {
+  method: string
+  /** The canonical path without `;` parameters: what routes and locks are matched on. */
+  match: string
+  /** The request's header values (for tenant keys). */
+  headers: Record<string, string | string[] | undefined>
+  /** The client address the buckets of `per: ip` use. */
+  clientAddress: string | undefined
+}
+
+export interface LiveRoute {
+  config: RouteConfig
+  admissions: Admission<RequestFacts>[]
+}
+
+export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger): LiveRoute[] {
+  let global: Admission<RequestFacts> | undefined
+  return config.routes.map((route) => {
+    const admissions: Admission<RequestFacts>[] = []
+    if (route.rwlock) admissions.push(rwlockFor(route, route.rwlock, config, store, logger))
+    const concurrency = route.concurrency
+    if (concurrency?.per === 'global') {
+      global ??= semaphoreFor('global', concurrency, config, store, logger)
+      admissions.push(global)
+    } else if (concurrency) {
+      admissions.push(semaphoreFor(route.name, concurrency, config, store, logger))
+    }
+    return { config: route, admissions }
+  })
+}
+
+/**
+ * The first route that matches the method, host and path. A route that allows GET also serves HEAD
+ * (RFC 9110 §9.3.2: HEAD is GET without the body). `host` is normalised (normalizeHost).
+ */
+export function matchRoute(
+  routes: readonly LiveRoute[],
+  method: string,
+  path: string,
+  host: string | undefined,
+): LiveRoute | undefined {
+  for (const route of routes) {
+    const { pathPrefix, methods } = route.config
+    if (methods && !methods.includes(method) && !(method === 'HEAD' && methods.includes('GET'))) continue
+    if (route.config.host && host !== route.config.host) continue
+    if (underPrefix(path, pathPrefix)) return route
+  }
+  return undefined
+}
+
+function semaphoreFor(
+  name: string,
+  concurrency: ConcurrencyConfig,
+  config: GatewayConfig,
+  store: Store,
+  logger: Logger,
+): Admission<RequestFacts> {
+  const { per, overrides } = concurrency
+  const header = concurrency.tenantHeader
+  const key =
+    per === 'tenant'
+      ? // A repeated tenant header (`T, T`, or two lines) counts as its first value, as documented.
+        (req: RequestFacts) => normalizeKey(firstValue(req.headers[header]))
+      : per === 'ip'
+        ? (req: RequestFacts) => normalizeKey(req.clientAddress)
+        : undefined
+  const hasOverrides = Object.keys(overrides).length > 0
+  return semaphoreAdmission<RequestFacts>({
+    store,
+    name,
+    permits: concurrency.permits,
+    key,
+    // Own keys only: a tenant id like 'constructor' must not find Object.prototype members.
+    permitsFor: hasOverrides
+      ? (bucket) => (Object.hasOwn(overrides, bucket) ? overrides[bucket] : undefined)
+      : undefined,
+    maxWaitMs: concurrency.maxWaitMs,
+    maxQueue: concurrency.maxQueue,
+    ttlMs: config.ttlMs,
+    statusCode: concurrency.statusCode,
+    failOpen: concurrency.failOpen,
+    logger,
+  })
+}
+
+/** GET/HEAD/OPTIONS share the read lock of the request's resource, other methods take its write lock.
+ * The resource is the canonical path (or what `resourcePattern` captures of it), so two spellings of
+ * one path are one lock (G13). */
+function rwlockFor(
+  route: RouteConfig,
+  rwlock: RwLockConfig,
+  config: GatewayConfig,
+  store: Store,
+  logger: Logger,
+): Admission<RequestFacts> {
+  const pattern = rwlock.resourcePattern
+  return rwlockAdmission<RequestFacts>(
+    {
+      store,
+      name: `${route.name}:rw`,
+      resource: (req) => {
+        const found = pattern?.exec(req.match)
+        return found ? (found[1] ?? found[0]) : req.match
+      },
+      maxWaitMs: rwlock.maxWaitMs,
+      maxQueue: rwlock.maxQueue,
+      ttlMs: config.ttlMs,
+      statusCode: rwlock.statusCode,
+      failOpen: rwlock.failOpen,
+      logger,
+    },
+    { method: (req) => req.method, path: (req) => req.match },
+  )
+}

@@ -1,0 +1,148 @@
+// Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
+import type http from 'node:http'
+import type { GatewayContext } from './context.js'
+import {
+  admitChain,
+  bufferBody,
+  ClientBodyTimeout,
+  type Exchange,
+  finished,
+  newExchange,
+  outgoing,
+  release,
+  reply,
+  timedBody,
+  type Understood,
+  understand,
+} from './exchange.js'
+import type { Outgoing } from './proxy.js'
+
+/** The abort reason of a request whose response closed (one object: no stack captured per request). */
+const RESPONSE_CLOSED = new Error('response closed')
+
+export function handleRequest(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+): void {
+  ctx.active++
+  const understood = understand(ctx, req)
+  const route = understood.ok ? understood.route : undefined
+  const exchange = newExchange(route)
+  // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
+  // an admitted request are released exactly once, whatever ends the response.
+  const gone = route && route.admissions.length > 0 ? new AbortController() : undefined
+  res.once('close', () => {
+    if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
+    release(ctx, exchange)
+    finished(ctx, req, res, exchange)
+    ctx.active--
+    ctx.onSettled()
+  })
+  if (ctx.draining) res.setHeader('connection', 'close')
+  if (!understood.ok) {
+    if (understood.status === 200) return reply(res, 200, '', understood.headers)
+    return refuse(ctx, res, exchange, understood.status, understood.reason)
+  }
+  if (!route) return refuse(ctx, res, exchange, 404, 'no_route')
+  serve(ctx, req, res, exchange, understood, gone).catch((error: unknown) => {
+    ctx.logger.error({ err: error }, 'request failed')
+    if (!res.headersSent) reply(res, 500, 'internal error\n')
+    else res.destroy()
+  })
+}
+
+const MESSAGES: Record<number, string> = {
+  400: 'bad request\n',
+  404: 'no route\n',
+  408: 'request timeout\n',
+  413: 'request body too large\n',
+}
+
+/** The gateway answers by itself. Errors close the connection (an unread body is not worth keeping it
+ * for); 404 keeps it. */
+function refuse(
+  ctx: GatewayContext,
+  res: http.ServerResponse,
+  exchange: Exchange,
+  status: number,
+  reason: string,
+): void {
+  exchange.refused = reason
+  ctx.metrics.refused.inc({ reason })
+  if (res.headersSent) return
+  reply(res, status, MESSAGES[status] ?? 'error\n', status === 404 ? {} : { connection: 'close' })
+}
+
+async function serve(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  exchange: Exchange,
+  understood: Understood,
+  gone: AbortController | undefined,
+): Promise<void> {
+  const route = understood.route!
+  const timeouts = route.config.timeouts
+  const deadline = Date.now() + timeouts.requestMs
+  const expectContinue = /^100-continue$/i.test(req.headers.expect ?? '')
+  const length = req.headers['content-length']
+  const declared = length === undefined ? undefined : Number(length)
+  const hasBody = req.headers['transfer-encoding'] !== undefined || (declared !== undefined && declared > 0)
+  let body: Outgoing['body'] = null
+  let contentLength = hasBody ? declared : undefined
+  const buffer = route.config.requestBufferBytes
+  if (hasBody && buffer > 0) {
+    // Read before a permit is taken (nginx proxy_request_buffering): a slow uploader holds nothing.
+    if (declared !== undefined && declared > buffer) return refuse(ctx, res, exchange, 413, 'too_large')
+    if (expectContinue) res.writeContinue()
+    let read: Buffer | 'too_large'
+    try {
+      read = await bufferBody(req, buffer, timeouts.clientBodyMs, deadline)
+    } catch (error) {
+      if (error instanceof ClientBodyTimeout) return refuse(ctx, res, exchange, 408, 'body_timeout')
+      throw error
+    }
+    if (read === 'too_large') return refuse(ctx, res, exchange, 413, 'too_large')
+    body = read
+    contentLength = read.length
+  } else if (hasBody) {
+    body = timedBody(req, timeouts.clientBodyMs, deadline)
+  }
+  const streamed = body !== null && !Buffer.isBuffer(body)
+
+  let fencingToken: number | undefined
+  if (gone) {
+    const result = await admitChain(ctx, understood.facts, exchange, gone.signal, () => res.destroy())
+    if (result.outcome === 'gone') return
+    if (result.outcome === 'rejected') {
+      if (res.headersSent) return
+      const answer = result.admission.rejectionResponse(result.rejection)
+      // The body was not read (or a 100 Continue will not come): close the connection after.
+      if (expectContinue || streamed) answer.headers.connection = 'close'
+      res.writeHead(answer.status, answer.headers)
+      res.end(answer.body)
+      return
+    }
+    fencingToken = result.fencingToken
+    for (const [name, value] of Object.entries(result.headers)) res.setHeader(name, value)
+  }
+  // Only now, admitted: a client that waits for it sends its body only when it will be used.
+  if (expectContinue && streamed) res.writeContinue()
+  const request = outgoing(ctx, req, route, understood, fencingToken, body, contentLength)
+  ctx.proxy.web(route.config.upstream, res, request, {
+    timeoutMs: timeouts.upstreamMs,
+    sendTimeoutMs: timeouts.sendMs,
+    extraHeaders: () => (ctx.draining ? { connection: 'close' } : undefined),
+    clientError: (error) => {
+      if (!(error instanceof ClientBodyTimeout)) return undefined
+      exchange.refused = 'body_timeout'
+      ctx.metrics.refused.inc({ reason: 'body_timeout' })
+      return 408
+    },
+    onError: (error) => {
+      exchange.upstreamError = error
+      ctx.metrics.upstreamErrors.inc({ route: route.config.name, kind: error.kind })
+    },
+  })
+}

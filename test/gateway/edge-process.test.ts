@@ -1,0 +1,170 @@
+// The hostile edge against the real `tollgate` binary: shutdown leaves no lease behind, a Redis that is
+// known down is answered fast (and logged once), and a Redis user without the rights the scripts need
+// is refused at start with the ACL rule to grant.
+import { Redis } from 'ioredis'
+import { afterEach, describe, expect, it } from 'vitest'
+import { aclRule } from '../../src/gateway/redis.js'
+import { eventually, keysUnder, sleep } from '../helpers/contract.js'
+import { metric, runGateway, spawnGateway } from '../helpers/gateway.js'
+import { rawConnect } from '../helpers/raw-http.js'
+import { startRecorder } from '../helpers/recorder.js'
+import { connectStandalone, connectTo, topology, uniquePrefix } from '../helpers/redis.js'
+import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
+
+const privates: RedisServerHandle[] = []
+afterEach(async () => {
+  await Promise.all(privates.splice(0).map((server) => server.stop()))
+})
+
+const redisUrl = ({ host, port }: { host: string; port: number }) => `redis://${host}:${port}`
+
+describe('gateway process edge', () => {
+  it('G14: SIGTERM gives open WebSockets the grace period, then leaves no key of its leases in Redis', async () => {
+    const upstream = await startRecorder()
+    const prefix = uniquePrefix().slice(0, -1)
+    const gateway = await spawnGateway([
+      '--upstream',
+      upstream.url,
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--redis',
+      redisUrl(topology().standalone),
+      '--prefix',
+      prefix,
+      '--permits',
+      '10',
+      '--shutdown-grace-ms',
+      '800',
+    ])
+    const port = Number(new URL(gateway.url).port)
+    const ws = await rawConnect(port)
+    ws.write('GET /ws/echo HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n')
+    await ws.waitFor(/101/)
+    const held = await rawConnect(port)
+    held.write('GET /hold HTTP/1.1\r\nHost: gw\r\n\r\n')
+    await eventually(() => upstream.requests.some((r) => r.url === '/hold'))
+    const redis = connectStandalone()
+    expect((await keysUnder(redis, prefix)).length).toBeGreaterThan(0)
+    gateway.kill('SIGTERM')
+    await sleep(200)
+    // Still within the grace period: the tunnel works.
+    ws.write('still-there')
+    await ws.waitFor(/still-there/)
+    const exit = await gateway.exited
+    expect(exit.code).toBe(0)
+    // Both were cut at the end of the grace period, and their leases were given back before exit.
+    expect(await keysUnder(redis, prefix)).toEqual([])
+  }, 20_000)
+
+  for (const failOpen of [false, true]) {
+    it(`G14: a Redis known down is answered at once${failOpen ? ' (through, with --fail-open)' : ' (503)'}, logged once, and /readyz ${failOpen ? 'stays ready' : 'says so'}`, async () => {
+      const upstream = await startRecorder()
+      const server = await startRedisServer()
+      privates.push(server)
+      const gateway = await spawnGateway([
+        '--upstream',
+        upstream.url,
+        '--port',
+        '0',
+        '--admin-port',
+        '0',
+        '--redis',
+        server.url,
+        '--prefix',
+        uniquePrefix().slice(0, -1),
+        '--command-timeout-ms',
+        '500',
+        ...(failOpen ? ['--fail-open'] : []),
+      ])
+      const call = async () => {
+        const at = Date.now()
+        const response = await fetch(`${gateway.url}/x`)
+        await response.text()
+        return { status: response.status, ms: Date.now() - at }
+      }
+      expect((await call()).status).toBe(200)
+      server.kill('SIGKILL')
+      await server.exited()
+      const first = await call()
+      expect(first.status).toBe(failOpen ? 200 : 503)
+      expect(first.ms).toBeLessThan(500 + 400) // the one request that found out waited commandTimeoutMs
+      const next = await Promise.all(Array.from({ length: 20 }, () => call()))
+      expect(new Set(next.map((r) => r.status))).toEqual(new Set([failOpen ? 200 : 503]))
+      expect(Math.max(...next.map((r) => r.ms))).toBeLessThan(200)
+      const ready = await fetch(`${gateway.adminUrl}/readyz`)
+      expect(ready.status).toBe(failOpen ? 200 : 503)
+      const outageLines = () =>
+        gateway.logs().filter((line) => String(line.msg).includes('store unavailable'))
+      expect(outageLines()).toHaveLength(1)
+      await server.restart()
+      await eventually(async () => (await call()).status === 200, 10_000, 100)
+      await eventually(() =>
+        gateway.logs().some((line) => String(line.msg).includes('store available again')),
+      )
+      const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+      expect(metric(text, 'tollgate_store_errors_total', { route: 'default' })).toBeGreaterThanOrEqual(21)
+      expect(outageLines()).toHaveLength(1)
+    }, 30_000)
+  }
+
+  it('a Redis user without channel rights is refused at start (exit 2) with the ACL rule to grant', async () => {
+    const upstream = await startRecorder()
+    const server = await startRedisServer()
+    privates.push(server)
+    const admin = connectTo(server)
+    const prefix = 'edge'
+    // No channels (the Redis 7 default for new users): releases could not PUBLISH their hand-offs.
+    await admin.call('ACL', 'SETUSER', 'nochan', 'on', '>pw', `~${prefix}:*`, 'resetchannels', '+@all')
+    const refused = runGateway([
+      '--upstream',
+      upstream.url,
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--redis',
+      `redis://nochan:pw@127.0.0.1:${server.port}`,
+      '--prefix',
+      prefix,
+    ])
+    expect((await refused.exited).code).toBe(2)
+    expect(refused.stderr()).toContain('ACL SETUSER')
+    expect(refused.stderr()).toContain(`&${prefix}:*`)
+    // Exactly the documented rule is enough.
+    await admin.call(
+      'ACL',
+      'SETUSER',
+      'gate',
+      'on',
+      '>pw',
+      'resetkeys',
+      'resetchannels',
+      '-@all',
+      ...aclRule(prefix).split(' '),
+    )
+    const gateway = await spawnGateway([
+      '--upstream',
+      upstream.url,
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--redis',
+      `redis://gate:pw@127.0.0.1:${server.port}`,
+      '--prefix',
+      prefix,
+      '--permits',
+      '1',
+      '--max-wait-ms',
+      '5000',
+    ])
+    const statuses = await Promise.all(
+      Array.from({ length: 5 }, async () => (await fetch(`${gateway.url}/x?ms=30`)).status),
+    )
+    expect(statuses).toEqual([200, 200, 200, 200, 200]) // queued ones were handed over (PUBLISH)
+    expect(gateway.stderr()).not.toContain('NOPERM')
+    await eventually(async () => (await keysUnder(admin as Redis, prefix)).length === 0)
+  }, 30_000)
+})
