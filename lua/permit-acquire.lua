@@ -67,7 +67,8 @@ local count = state % 2 == 1 and redis.call('ZCARD', H) or 0
 
 local permits = limit(ARGV[3])
 -- One call per token would purge up to 100 each time the set is full; a batch may need n.
-if count > 0 and count + n > permits then count = count - purge_holders(math.max(100, n)) end
+-- Expired holders go before the queue is served (as the memory store does) or when they fill the set.
+if count > 0 and (queued or count + n > permits) then count = count - purge_holders(math.max(100, n)) end
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a token of this call may be among them).
   purge_waiters()
@@ -111,7 +112,7 @@ for i, tok in ipairs(tokens) do
           -- The same owner asks again while its token waits: this acquisition waits with it.
           local base = spec or int(math.min(ttl, waiter_ttl))
           redis.call('HSET', M, 't:' .. tok, base .. ' ' .. op)
-          redis.call('ZADD', W, beat, tok)
+          redis.call('ZADD', W, 'GT', beat, tok)
           redis.call('PEXPIREAT', W, int(beat), 'GT')
           redis.call('PEXPIREAT', Q, int(beat), 'GT')
           redis.call('PEXPIREAT', M, int(beat), 'GT')

@@ -10,7 +10,7 @@
 --          | {-1} unknown (evicted or expired: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
 local count = redis.call('ZCARD', H)
-if count >= permits then count = count - purge_holders() end
+count = count - purge_holders()
 purge_waiters()
 admit(permits, count)
 local beat = NOW + waiter_ttl
@@ -28,7 +28,7 @@ for i = 4, #ARGV, 2 do
       if not has_op(ops, op) then rank = nil end
     end
     if rank then
-      redis.call('ZADD', W, beat, tok)
+      redis.call('ZADD', W, 'GT', beat, tok) -- never shortens the beat of a call with a longer one
       out[#out + 1] = { 0, rank }
       queued = true
     else

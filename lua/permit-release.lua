@@ -35,7 +35,8 @@ if op then
       end
     end
   else
-    local spec = redis.call('HGET', M, 't:' .. tok)
+    purge_waiters()
+    local spec = redis.call('ZSCORE', Q, tok) and redis.call('HGET', M, 't:' .. tok)
     if spec then
       local ttl, ops = parse_spec(spec)
       if ops then
@@ -67,6 +68,8 @@ if #freed > 0 then redis.call('ZREM', H, unpack(freed)) end
 
 local has_q, has_m, has_h = presence()
 if has_q and #others > 0 then
+  -- A waiter whose heartbeat lapsed is not waiting any more: nothing to dequeue (as in memory).
+  purge_waiters()
   local names = {}
   for j, i in ipairs(others) do names[j] = tokens[i] end
   local waiting = redis.call('ZMSCORE', Q, unpack(names))
@@ -90,8 +93,7 @@ if has_q then
   if #freed > 0 then drop_holder_fields(freed) end
   purge_waiters()
   local permits = limit(ARGV[2])
-  local count = redis.call('ZCARD', H)
-  if count >= permits then count = count - purge_holders() end
+  local count = redis.call('ZCARD', H) - purge_holders()
   out[1] = admit(permits, count)
   -- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
   if redis.call('EXISTS', Q) == 1 then return out end

@@ -1,16 +1,20 @@
 -- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
+-- A lease is live while its acquisition holds: for a reentrant owner, while the acquisition id is in
+-- the hold's list, so a lease the owner lost is never renewed through a later acquisition of the same
+-- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
--- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] tokens
--- Returns {now, expiresAt per token}; 0 for a token that no longer holds a permit (lost: G4).
+-- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
+-- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
 local exp = NOW + ttl
 local any = false
-for i = 3, #ARGV do
-  local held = redis.call('ZSCORE', H, ARGV[i])
-  if held and tonumber(held) > NOW then
+for i = 3, #ARGV, 2 do
+  local tok, op = ARGV[i], ARGV[i + 1]
+  local held = redis.call('ZSCORE', H, tok)
+  if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
     local at = math.max(tonumber(held), exp)
-    redis.call('ZADD', H, at, ARGV[i])
+    redis.call('ZADD', H, at, tok)
     out[#out + 1] = at
     any = true
   else
@@ -18,8 +22,8 @@ for i = 3, #ARGV do
   end
 end
 if any then
-  -- Both exist with an expiry whenever a live holder does (M only while someone waits or re-enters).
+  -- Both exist with an expiry whenever a live holder does (M keeps every holder's fence).
   redis.call('PEXPIREAT', H, int(exp), 'GT')
-  redis.call('PEXPIREAT', M, int(exp), 'GT')
+  expire_at_least(M, exp)
 end
 return out

@@ -45,7 +45,7 @@ if mode == 'w' and live_score(R, token) then
   return { -1, 0, 0, NOW }
 end
 
-local m, _, ops, raw = spec(token)
+local m, _, ops, raw = waiting_spec(token)
 if raw then
   if m ~= mode then return { -2, 0, 0, NOW } end
   if not has_op(ops, op) then
@@ -54,7 +54,7 @@ if raw then
     -- it and is handed the lock with it.
     redis.call('HSET', M, 'q:' .. token, raw .. ' ' .. op)
     local beat = NOW + waiter_ttl
-    redis.call('ZADD', W, beat, token)
+    redis.call('ZADD', W, 'GT', beat, token) -- never shortens the beat of a call with a longer one
     expire_at_least(Q, beat)
     expire_at_least(W, beat)
     expire_at_least(M, beat)

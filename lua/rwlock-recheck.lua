@@ -25,9 +25,9 @@ for i = 3, #ARGV, 2 do
   end
   if not found then
     local rank = redis.call('ZRANK', Q, tok)
-    local _, _, ops = spec(tok)
+    local _, _, ops = waiting_spec(tok)
     if rank and has_op(ops, op) then
-      redis.call('ZADD', W, beat, tok)
+      redis.call('ZADD', W, 'GT', beat, tok)
       out[#out + 1] = { 0, rank }
       queued = true
     else

@@ -28,7 +28,7 @@ local function give_back()
     redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field)
     return 1
   end
-  local m, ttl, ops, raw = spec(token)
+  local m, ttl, ops, raw = waiting_spec(token)
   if not raw or m ~= mode then return 0 end
   if ops ~= '' then
     if not has_op(ops, op) then return 0 end

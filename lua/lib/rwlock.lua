@@ -74,6 +74,19 @@ local function spec(tok)
   return string.sub(s, 1, 1), tonumber(string.sub(s, 3, space - 1)), string.sub(s, space + 1), s
 end
 
+-- The spec of a token that waits now, or nil. A spec whose queue entry is gone (every waiter's
+-- heartbeat lapsed while no script ran, so Q and W expired as keys) is forgotten here: the owner
+-- waits for nothing, and a later call of it must not join or be refused by a wait that is over.
+local function waiting_spec(tok)
+  local raw = redis.call('HGET', M, 'q:' .. tok)
+  if not raw then return nil end
+  if not redis.call('ZSCORE', Q, tok) then
+    redis.call('HDEL', M, 'q:' .. tok)
+    return nil
+  end
+  return spec(tok)
+end
+
 -- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per call.
 local function purge()
   for mode, key in pairs(HOLDS) do

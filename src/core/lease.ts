@@ -3,7 +3,7 @@ import { LeaseLostError } from './errors.js'
 import { emit } from './events.js'
 import type { KeySpace } from './keys.js'
 import { renewals } from './renewal.js'
-import type { RenewReply, Store } from './store.js'
+import type { Acquisition, RenewReply, Store } from './store.js'
 
 const debug = debuglog('tollgate:lease')
 
@@ -42,8 +42,8 @@ export interface LeaseContext {
    * expiry is a client-side estimate, like a RedLock's, says 0. */
   readonly clockOffsetMs?: number
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
-  /** Renew tokens of this primitive in one store call (the scheduler batches per context and ttl). */
-  renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  /** Renew leases of this primitive in one store call (the scheduler batches per context and ttl). */
+  renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
   /** Give a token's hold back (with `op`, one reentrant acquisition of it); must be a no-op for a
    * token or acquisition that no longer holds (G3, G12). */
   releaseToken(token: string, op?: string): Promise<unknown>
@@ -113,7 +113,7 @@ export class PermitLease implements Lease {
   renew(ttlMs = this.context.ttlMs): Promise<void> {
     if (this.lostWith) return Promise.reject(this.lostWith)
     const run = async () => {
-      const reply = await this.context.renewTokens(ttlMs, [this.token])
+      const reply = await this.context.renewTokens(ttlMs, [{ token: this.token, op: this.op }])
       this.applyRenewal(reply.now, reply.expiresAt[0] ?? 0)
       if (this.lostWith) throw this.lostWith
     }

@@ -8,7 +8,7 @@ import type {
   RwAcquireRequest,
   RwMode,
   RwStats,
-  Wait,
+  Acquisition,
   WaiterState,
 } from './store.js'
 
@@ -85,7 +85,7 @@ export class MemoryRwLocks {
       if (!waiting.ops.includes(r.op)) {
         if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(lock), now }
         waiting.ops.push(r.op)
-        waiting.heartbeat = now + r.waiterTtlMs
+        waiting.heartbeat = Math.max(waiting.heartbeat, now + r.waiterTtlMs)
       }
       return {
         granted: false,
@@ -140,19 +140,19 @@ export class MemoryRwLocks {
     return 'dequeued'
   }
 
-  renew(space: KeySpace, mode: RwMode, ttlMs: number, tokens: readonly string[]): RenewReply {
+  renew(space: KeySpace, mode: RwMode, ttlMs: number, acquisitions: readonly Acquisition[]): RenewReply {
     const now = this.clock.nowMs()
     const holds = this.locks.get(space.base)?.holds[mode]
-    const expiresAt = tokens.map((token) => {
+    const expiresAt = acquisitions.map(({ token, op = token }) => {
       const held = holds?.get(token)
-      if (!held || held.expiresAt <= now) return 0
+      if (!held || held.expiresAt <= now || !held.ops.includes(op)) return 0
       held.expiresAt = Math.max(held.expiresAt, now + ttlMs)
       return held.expiresAt
     })
     return { now, expiresAt }
   }
 
-  recheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): RecheckReply {
+  recheck(space: KeySpace, waiterTtlMs: number, waits: readonly Acquisition[]): RecheckReply {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
     this.admit(space, lock, now)
@@ -162,7 +162,7 @@ export class MemoryRwLocks {
       }
       const waiter = lock.queue.get(token)
       if (!waiter?.ops.includes(op)) return { state: 'gone' }
-      waiter.heartbeat = now + waiterTtlMs
+      waiter.heartbeat = Math.max(waiter.heartbeat, now + waiterTtlMs)
       return { state: 'queued', position: queuePosition(lock.queue, token) }
     })
     const reply = { now, nextExpiry: nextExpiry(lock), states }

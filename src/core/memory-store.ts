@@ -15,7 +15,7 @@ import type {
   RwStats,
   Store,
   Unsubscribe,
-  Wait,
+  Acquisition,
   WaiterState,
 } from './store.js'
 
@@ -101,7 +101,7 @@ class MemoryStore implements Store {
         if (!r.enqueue) position = -1
         else {
           waiting.ops = [...(waiting.ops ?? []), r.op]
-          waiting.heartbeat = now + r.waiterTtlMs
+          waiting.heartbeat = Math.max(waiting.heartbeat, now + r.waiterTtlMs)
         }
       }
       return { granted: false, position, nextExpiry: nextExpiry(set), now }
@@ -167,12 +167,13 @@ class MemoryStore implements Store {
     return result
   }
 
-  async renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
+  async renew(space: KeySpace, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
     const now = nowMs()
     const set = this.sets.get(space.base)
-    const expiresAt = tokens.map((token) => {
+    const expiresAt = holds.map(({ token, op }) => {
       const held = set?.holders.get(token)
       if (!held || held.expiresAt <= now) return 0
+      if (op !== undefined && held.ops && !held.ops.includes(op)) return 0
       held.expiresAt = Math.max(held.expiresAt, now + ttlMs)
       return held.expiresAt
     })
@@ -183,7 +184,7 @@ class MemoryStore implements Store {
     space: KeySpace,
     permits: number,
     waiterTtlMs: number,
-    waits: readonly Wait[],
+    waits: readonly Acquisition[],
   ): Promise<RecheckReply> {
     const now = nowMs()
     const set = this.open(space, now)
@@ -194,7 +195,7 @@ class MemoryStore implements Store {
         return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
       const waiter = set.queue.get(token)
       if (!waiter || (op !== undefined && !waiter.ops?.includes(op))) return { state: 'gone' }
-      waiter.heartbeat = now + waiterTtlMs
+      waiter.heartbeat = Math.max(waiter.heartbeat, now + waiterTtlMs)
       return { state: 'queued', position: queuePosition(set.queue, token) }
     })
     const reply = { now, nextExpiry: nextExpiry(set), states }
@@ -238,12 +239,16 @@ class MemoryStore implements Store {
     space: KeySpace,
     mode: RwMode,
     ttlMs: number,
-    tokens: readonly string[],
+    holds: readonly Acquisition[],
   ): Promise<RenewReply> {
-    return this.rw.renew(space, mode, ttlMs, tokens)
+    return this.rw.renew(space, mode, ttlMs, holds)
   }
 
-  async rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): Promise<RecheckReply> {
+  async rwRecheck(
+    space: KeySpace,
+    waiterTtlMs: number,
+    waits: readonly Acquisition[],
+  ): Promise<RecheckReply> {
     return this.rw.recheck(space, waiterTtlMs, waits)
   }
 

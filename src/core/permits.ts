@@ -4,7 +4,15 @@ import { AcquireTimeoutError, type LeaseLostError } from './errors.js'
 import { emit } from './events.js'
 import type { KeySpace } from './keys.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
-import type { AcquireReply, Grant, RecheckReply, ReleaseResult, RenewReply, Store, Wait } from './store.js'
+import type {
+  AcquireReply,
+  Grant,
+  RecheckReply,
+  ReleaseResult,
+  RenewReply,
+  Store,
+  Acquisition,
+} from './store.js'
 import { type WaitClient, type WaitGroup, type Waiter, waitGroup } from './wait-room.js'
 
 const debug = debuglog('tollgate:acquire')
@@ -46,13 +54,6 @@ export function newToken(): string {
   return TOKEN_PREFIX + tokenCounter.toString(36)
 }
 
-/** One acquire call's identity in the store: a fresh token (its own acquisition), or a reentrant
- * owner's token with an acquisition id of its own. */
-export interface Acquisition {
-  token: string
-  op: string | undefined
-}
-
 /**
  * The client side of a fair queue in the store: take a hold at once or wait for it in the global FIFO
  * queue, with wake-ups by notification (G5, G10). Subclasses say which scripts do the work.
@@ -87,8 +88,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
   /** Take a hold for the acquisition now, or (enqueue) join the queue. */
   protected abstract attempt(acquisition: Acquisition, enqueue: boolean): Promise<AcquireReply>
   /** Batched heartbeat + state of this client's waits (the wait group calls it). */
-  abstract recheckWaits(waits: readonly Wait[]): Promise<RecheckReply>
-  abstract renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  abstract recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply>
+  abstract renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
   /** Release a hold (one acquisition of it) or leave the queue; a no-op for an acquisition that has
    * neither (G3, G12). */
   abstract releaseToken(token: string, op?: string): Promise<unknown>
@@ -302,12 +303,12 @@ export class PermitClient extends LockClient {
     })
   }
 
-  recheckWaits(waits: readonly Wait[]): Promise<RecheckReply> {
+  recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply> {
     return this.store.recheck(this.space, this.currentPermits, this.waiterTtlMs, waits)
   }
 
-  renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
-    return this.store.renew(this.space, ttlMs, tokens)
+  renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
+    return this.store.renew(this.space, ttlMs, holds)
   }
 
   releaseToken(token: string, op?: string): Promise<ReleaseResult> {

@@ -19,7 +19,7 @@ import {
   type RwStats,
   type Store,
   type Unsubscribe,
-  type Wait,
+  type Acquisition,
   type WaiterState,
 } from './store.js'
 
@@ -185,8 +185,11 @@ class RedisStore implements Store {
     ) as Promise<ReleaseResult>
   }
 
-  async renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
-    const [now, ...expiresAt] = (await this.call('tgPermitRenew', space, [ttlMs, ...tokens])) as number[]
+  async renew(space: KeySpace, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
+    const [now, ...expiresAt] = (await this.call('tgPermitRenew', space, [
+      ttlMs,
+      ...waitArgs(holds),
+    ])) as number[]
     return { now: now as number, expiresAt }
   }
 
@@ -194,7 +197,7 @@ class RedisStore implements Store {
     space: KeySpace,
     permits: number,
     waiterTtlMs: number,
-    waits: readonly Wait[],
+    waits: readonly Acquisition[],
   ): Promise<RecheckReply> {
     const [now, nextExpiry, ...rows] = (await this.call('tgPermitRecheck', space, [
       permits,
@@ -243,17 +246,21 @@ class RedisStore implements Store {
     space: KeySpace,
     mode: RwMode,
     ttlMs: number,
-    tokens: readonly string[],
+    holds: readonly Acquisition[],
   ): Promise<RenewReply> {
     const [now, ...expiresAt] = (await this.call('tgRwRenew', space, [
       RW_MODES[mode],
       ttlMs,
-      ...tokens,
+      ...waitArgs(holds),
     ])) as number[]
     return { now: now as number, expiresAt }
   }
 
-  async rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): Promise<RecheckReply> {
+  async rwRecheck(
+    space: KeySpace,
+    waiterTtlMs: number,
+    waits: readonly Acquisition[],
+  ): Promise<RecheckReply> {
     const [now, nextExpiry, ...rows] = (await this.call('tgRwRecheck', space, [
       waiterTtlMs,
       ...waitArgs(waits),
@@ -514,8 +521,8 @@ function acquireReply(row: number[], now: number): AcquireReply {
   return { granted: false, position, nextExpiry, now }
 }
 
-/** Re-check arguments: a token and its acquisition id ('' = the token is its own) per wait. */
-function waitArgs(waits: readonly Wait[]): string[] {
+/** Re-check and renew arguments: a token and its acquisition id ('' = the token is its own) each. */
+function waitArgs(waits: readonly Acquisition[]): string[] {
   const args: string[] = []
   for (const wait of waits) args.push(wait.token, wait.op ?? '')
   return args

@@ -89,7 +89,7 @@ class RenewalScheduler {
     try {
       const reply = await first.context.renewTokens(
         first.context.ttlMs,
-        batch.map((lease) => lease.token),
+        batch.map((lease) => ({ token: lease.token, op: lease.op })),
       )
       batch.forEach((lease, i) => {
         const entry = this.entries.get(lease)

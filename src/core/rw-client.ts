@@ -1,6 +1,6 @@
 import { LockUpgradeError } from './errors.js'
-import { type Acquisition, LockClient, newToken, type PermitSettings } from './permits.js'
-import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode, Wait } from './store.js'
+import { LockClient, newToken, type PermitSettings } from './permits.js'
+import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode, Acquisition } from './store.js'
 
 /**
  * One side (read or write) of a read/write lock (lua/rwlock-*.lua): the generic wait loop of
@@ -29,12 +29,12 @@ export class RwClient extends LockClient {
     return reply
   }
 
-  recheckWaits(waits: readonly Wait[]): Promise<RecheckReply> {
+  recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply> {
     return this.store.rwRecheck(this.space, this.waiterTtlMs, waits)
   }
 
-  renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
-    return this.store.rwRenew(this.space, this.mode, ttlMs, tokens)
+  renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
+    return this.store.rwRenew(this.space, this.mode, ttlMs, holds)
   }
 
   releaseToken(token: string, op: string = token): Promise<ReleaseResult> {

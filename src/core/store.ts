@@ -21,12 +21,15 @@ export interface Store {
   /** Give back a token's permit or leave the queue. With `op` (a reentrant owner's acquisition), only
    * that acquisition goes; the permit is freed when the owner's last one does. Idempotent (G12). */
   release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult>
-  renew(space: KeySpace, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  /** Extend live leases; a lease is live only while its acquisition holds (for a reentrant owner:
+   * while `op` is one of the hold's acquisitions, so a lease the owner lost is never renewed through
+   * a later acquisition of the same owner, G4). */
+  renew(space: KeySpace, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
   recheck(
     space: KeySpace,
     permits: number,
     waiterTtlMs: number,
-    waits: readonly Wait[],
+    waits: readonly Acquisition[],
   ): Promise<RecheckReply>
   inspect(space: KeySpace): Promise<PermitStats>
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Raising admits
@@ -37,9 +40,9 @@ export interface Store {
   rwAcquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply>
   /** Give back one acquisition of a token's hold of `mode`, or take it out of the queue. */
   rwRelease(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult>
-  rwRenew(space: KeySpace, mode: RwMode, ttlMs: number, tokens: readonly string[]): Promise<RenewReply>
+  rwRenew(space: KeySpace, mode: RwMode, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
   /** Heartbeat + state of waits of either mode (the store knows each waiter's mode). */
-  rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Wait[]): Promise<RecheckReply>
+  rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Acquisition[]): Promise<RecheckReply>
   rwInspect(space: KeySpace): Promise<RwStats>
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
   subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
@@ -62,8 +65,9 @@ export interface AcquireRequest {
   waiterTtlMs: number
 }
 
-/** One waiting acquisition: a token, and for a reentrant owner the acquisition id. */
-export interface Wait {
+/** One acquisition: a token, and for a reentrant owner the acquisition id (absent: the token is its
+ * own acquisition). What a re-check asks about, and what a renewal extends. */
+export interface Acquisition {
   token: string
   op?: string | undefined
 }

@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
 import type { KeySpace } from './keys.js'
-import type { Grant, RecheckReply, Store, Unsubscribe, Wait } from './store.js'
+import type { Grant, RecheckReply, Store, Unsubscribe, Acquisition } from './store.js'
 
 const debug = debuglog('tollgate:wait')
 
@@ -18,7 +18,7 @@ const EXPIRY_SLACK_MS = 2
 export interface WaitClient {
   readonly waiterTtlMs: number
   /** One batched call that heart-beats these waits and reports their state. */
-  recheckWaits(waits: readonly Wait[]): Promise<RecheckReply>
+  recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply>
 }
 
 /**

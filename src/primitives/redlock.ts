@@ -11,7 +11,7 @@ import { type KeySpace, keySpace } from '../core/keys.js'
 import { type Lease, type LeaseContext, PermitLease } from '../core/lease.js'
 import { defined, isPlainObjectOrUndefined, nonEmptyString, positiveInt } from '../core/options.js'
 import { type AcquireOptions, newToken } from '../core/permits.js'
-import type { AcquireReply, AcquireRequest, RenewReply, Store } from '../core/store.js'
+import type { AcquireReply, AcquireRequest, Acquisition, RenewReply, Store } from '../core/store.js'
 import { runHolding } from './mutex.js'
 import { checkAcquireOptions } from './options.js'
 
@@ -459,12 +459,13 @@ class RedlockClient implements LeaseContext {
    * validity. When a majority says the token is gone, it is lost at once (0). When too few nodes
    * answered in time, this throws so the scheduler retries until the lease's current deadline, which
    * the majority of the last successful extension still guarantees. */
-  async renewTokens(ttlMs: number, tokens: readonly string[]): Promise<RenewReply> {
+  async renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
+    const tokens = holds.map((hold) => hold.token)
     const started = performance.now()
     const replies = await Promise.all(
       this.stores.map((store, i) =>
         withinTimeout(
-          call(() => store.renew(this.spaces[i] as KeySpace, ttlMs, tokens)),
+          call(() => store.renew(this.spaces[i] as KeySpace, ttlMs, holds)),
           this.settings.perNodeTimeoutMs,
         ),
       ),

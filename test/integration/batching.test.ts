@@ -121,7 +121,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     const [, released, renewed] = await Promise.all([
       store.release(two, 'ghost', 1),
       store.release(two, 't3', 1),
-      store.renew(two, 10_000, ['t3']),
+      store.renew(two, 10_000, [{ token: 't3' }]),
     ])
     expect(released).toBe('freed')
     expect(renewed.expiresAt).toEqual([0])

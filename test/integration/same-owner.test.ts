@@ -175,6 +175,57 @@ describeStores('one owner, several calls', (fx, kind) => {
     await (await b).release()
   })
 
+  it('G5 G12: an owner whose wait lapsed (its queue keys expired) waits afresh, in either mode (rwlock)', async () => {
+    const { store } = fx()
+    const space = keySpace(fx().prefix, 'rw', 'lapsed')
+    const request = { token: 'O', ttlMs: 5000, enqueue: true, waiterTtlMs: 200 }
+    expect((await store.rwAcquire(space, { ...request, token: 'P', op: 'p1', mode: 'write' })).granted).toBe(
+      true,
+    )
+    expect(await store.rwAcquire(space, { ...request, op: 'o1', mode: 'read' })).toMatchObject({
+      position: 0,
+    })
+    await sleep(400) // no heartbeat: the wait is over, and on Redis its queue keys expired
+    // Not refused as "already waiting for the other mode", not joined to a wait that is over.
+    expect(await store.rwAcquire(space, { ...request, op: 'o2', mode: 'write' })).toMatchObject({
+      granted: false,
+      position: 0,
+    })
+    expect(await store.rwRelease(space, 'O', 'write', 'o2')).toBe('dequeued')
+    expect(await store.rwRelease(space, 'P', 'write', 'p1')).toBe('freed')
+  })
+
+  it('G11: expired holders are dropped before a release hands permits on, on every store', async () => {
+    const { store } = fx()
+    const name = 'expired-before-handoff'
+    const semaphore = createSemaphore(store, name, { permits: 2, ttlMs: 5000 })
+    const short = await createSemaphore(store, name, { permits: 2, ttlMs: 200, autoRenew: false }).acquire()
+    const other = await semaphore.acquire()
+    const first = semaphore.acquire({ timeoutMs: 5000 })
+    const second = semaphore.acquire({ timeoutMs: 5000 })
+    await sleep(50)
+    blockUntil(localExpiry(short, store) + 100) // nobody re-checks while the short lease runs out
+    await other.release()
+    expect(await semaphore.stats()).toMatchObject({ holders: 2, queued: 0 })
+    await (await first).release()
+    await (await second).release()
+  })
+
+  it('G4: a lease its owner lost is not renewed through a later acquisition of the same owner', async () => {
+    const { store } = fx()
+    const space = keySpace(fx().prefix, 'rmutex', 'renew-own-acquisition')
+    const request = { token: 'O', permits: 1, enqueue: true, waiterTtlMs: 5000 }
+    expect((await store.acquire(space, { ...request, op: 'o1', ttlMs: 200 })).granted).toBe(true)
+    await sleep(300) // o1's lease ran out
+    expect((await store.acquire(space, { ...request, token: 'P', ttlMs: 5000 })).granted).toBe(true)
+    expect(await store.release(space, 'P', 1)).toBe('freed')
+    expect((await store.acquire(space, { ...request, op: 'o3', ttlMs: 5000 })).granted).toBe(true)
+    // o1 was lost (P held in between): its renewal must say so, though the owner holds again.
+    expect((await store.renew(space, 5000, [{ token: 'O', op: 'o1' }])).expiresAt).toEqual([0])
+    expect((await store.renew(space, 5000, [{ token: 'O', op: 'o3' }])).expiresAt[0]).toBeGreaterThan(0)
+    expect(await store.release(space, 'O', 1, 'o3')).toBe('freed')
+  })
+
   it('G2: a re-check never reports a grant whose lease already ran out', async () => {
     const { store } = fx()
     const space = keySpace(fx().prefix, 'sem', 'recheck-expired')
