@@ -288,15 +288,18 @@ export async function* timedBody(
             ),
           ),
         wait,
-      )
+      ).unref()
     })
+    let next: IteratorResult<Buffer>
     try {
-      const next = await Promise.race([iterator.next(), stalled])
-      if (next.done) return
-      yield next.value
+      next = await Promise.race([iterator.next(), stalled])
     } finally {
+      // Cleared before the chunk is handed on: while the consumer holds it (back-pressure), no bound
+      // runs, and no rejection is left for nobody to catch.
       clearTimeout(timer)
     }
+    if (next.done) return
+    yield next.value
   }
 }
 

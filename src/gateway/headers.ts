@@ -50,17 +50,17 @@ const FORWARDING = [
   'x-client-ip',
   'x-original-url',
   'x-rewrite-url',
+  // What Rack, Rails and IIS read for the scheme
+  'x-forwarded-ssl',
+  'x-forwarded-scheme',
+  'x-url-scheme',
+  'front-end-https',
 ]
 const FORWARDING_SET = new Set(FORWARDING)
 
-/** Names the gateway writes itself, compared with '_' read as '-' (any spelling is dropped). */
-const OWN = new Set([
-  FENCING_HEADER,
-  'x-forwarded-for',
-  'x-forwarded-host',
-  'x-forwarded-port',
-  'x-forwarded-proto',
-])
+/** Dropped in any spelling with '_' for '-' (CGI-style servers read both as the same variable), also
+ * behind a trusted proxy: none would send those. */
+const UNDERSCORED = new Set([FENCING_HEADER, ...FORWARDING])
 
 /** Header names listed in Connection values (lower-case), or undefined. */
 export function connectionTokens(values: readonly string[]): Set<string> | undefined {
@@ -114,7 +114,7 @@ export function upstreamRequestHeaders(
     const name = rawHeaders[i] as string
     const lower = name.toLowerCase()
     if (REQUEST_HOP.has(lower) || named?.has(lower)) continue
-    if (lower.includes('_') && OWN.has(lower.replaceAll('_', '-'))) continue
+    if (lower.includes('_') && UNDERSCORED.has(lower.replaceAll('_', '-'))) continue
     if (lower === FENCING_HEADER) continue
     if (FORWARDING_SET.has(lower)) {
       if (!info.trustProxy) continue

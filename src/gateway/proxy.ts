@@ -56,6 +56,8 @@ export interface WsOptions {
   handshakeTimeoutMs: number
   /** No byte in either direction for this long closes both sides. */
   idleTimeoutMs: number
+  /** A refused upgrade's response: a client that takes none of it for this long is cut. */
+  sendTimeoutMs: number
   onError(error: UpstreamError): void
   /** The tunnel is open (101 relayed). */
   onOpen?(): void
@@ -134,6 +136,12 @@ function dispatchOptions(request: Outgoing, timeoutMs: number): Dispatcher.Dispa
 function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opts: WebOptions): void {
   let controller: Dispatcher.DispatchController | undefined
   let reported = false
+  let head: { statusCode: number; out: Record<string, string | string[]> } | undefined
+  const flushHead = () => {
+    if (!head) return
+    res.writeHead(head.statusCode, head.out)
+    head = undefined
+  }
   let sendTimer: NodeJS.Timeout | undefined
   const stall = () => {
     // Nothing of the response was taken by the client for sendTimeoutMs: let it go.
@@ -194,15 +202,19 @@ function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opt
         const out = clientResponseHeaders(headers)
         const extra = opts.extraHeaders?.()
         if (extra) Object.assign(out, extra)
-        res.writeHead(statusCode, out)
+        // Written with the first body bytes or the end: an upstream that breaks before that (a 204
+        // with a body, a reset) still gets the client a 502 instead of a cut connection.
+        head = { statusCode, out }
       },
       onResponseData(ctl, chunk) {
+        flushHead()
         if (!res.write(chunk)) {
           ctl.pause()
           stall()
         }
       },
       onResponseEnd() {
+        flushHead()
         res.end()
         // Everything is written, but a client that does not read keeps it buffered: bounded too.
         if (res.writableLength > 0 || res.writableNeedDrain) stall()
@@ -226,7 +238,16 @@ function forwardWs(
   let written = false
   let reported = false
   let controller: Dispatcher.DispatchController | undefined
+  let sendTimer: NodeJS.Timeout | undefined
+  const stall = () => {
+    sendTimer ??= setTimeout(() => socket.destroy(), opts.sendTimeoutMs)
+  }
+  const moving = () => {
+    clearTimeout(sendTimer)
+    sendTimer = undefined
+  }
   socket.once('close', () => {
+    moving()
     if (controller && !controller.aborted) controller.abort(new ClientGone('client closed'))
   })
   const fail = (error: Error) => {
@@ -263,17 +284,26 @@ function forwardWs(
           tunnel(socket, upstream, opts.idleTimeoutMs)
           opts.onOpen?.()
         },
-        // The upstream refused the upgrade with an ordinary response: relay it, then close.
+        // The upstream refused the upgrade with an ordinary response: relay it (with back-pressure and
+        // the send bound, like any response), then close.
         onResponseStart(_ctl, statusCode, headers) {
           if (statusCode < 200) return
           written = true
           socket.write(rawHead(statusCode, { ...clientResponseHeaders(headers), connection: 'close' }))
         },
-        onResponseData(_ctl, chunk) {
-          socket.write(chunk)
+        onResponseData(ctl, chunk) {
+          if (!socket.write(chunk)) {
+            ctl.pause()
+            stall()
+            socket.once('drain', () => {
+              moving()
+              ctl.resume()
+            })
+          }
         },
         onResponseEnd() {
           socket.end(() => socket.destroy())
+          stall()
         },
         onResponseError(_ctl, error) {
           fail(error)

@@ -68,7 +68,10 @@ export function canonicalTarget(raw: string, method: string, options: PathOption
   const decoded = decodeUnreserved(rawPath, options)
   if (typeof decoded !== 'string') return decoded
   const path = removeDotSegments(decoded, options.mergeSlashes)
-  return { kind: 'path', path, query, match: withoutParameters(path), host }
+  // Matched as a Tomcat or Spring upstream routes it: parameters off first, then dot segments, so
+  // `/public/..;/admin` and `/;x/admin` count as `/admin` (repeated slashes merged either way).
+  const match = path.includes(';') ? removeDotSegments(withoutParameters(decoded), true) : path
+  return { kind: 'path', path, query, match, host }
 }
 
 /** Percent-decode unreserved characters and upper-case every other escape (RFC 3986 §6.2.2.1-2);
@@ -121,8 +124,8 @@ function removeDotSegments(path: string, mergeSlashes: boolean): string {
   return mergeSlashes ? joined.replace(/\/{2,}/g, '/') : joined
 }
 
-/** The path without `;` parameters of its segments (`/a;x=1/b;y` -> `/a/b`): Tomcat and Spring ignore
- * them when they route, so the gateway matches and locks as they would. */
+/** The path without `;` parameters of its segments (`/a;x=1/b;y` -> `/a/b`): Tomcat and Spring drop
+ * them before they route, so the gateway matches and locks as they would. */
 function withoutParameters(path: string): string {
   if (!path.includes(';')) return path
   return path

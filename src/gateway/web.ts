@@ -26,34 +26,57 @@ export function handleRequest(
   res: http.ServerResponse,
 ): void {
   ctx.active++
+  // The request bound counts from here: its headers have arrived (Node bounds those, headersTimeout).
+  const deadlineBase = Date.now()
   const understood = understand(ctx, req)
   const route = understood.ok ? understood.route : undefined
   const exchange = newExchange(route)
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
   const gone = route && route.admissions.length > 0 ? new AbortController() : undefined
-  res.once('close', () => {
+  const socket = req.socket
+  let ended = false
+  const end = () => {
+    if (ended) return
+    ended = true
+    socket.off('close', end)
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
     release(ctx, exchange)
     finished(ctx, req, res, exchange)
     ctx.active--
     ctx.onSettled()
-  })
+  }
+  res.once('close', end)
   if (ctx.draining) res.setHeader('connection', 'close')
   if (!understood.ok) {
     if (understood.status === 200) return reply(res, 200, '', understood.headers)
     return refuse(ctx, res, exchange, understood.status, understood.reason)
   }
   if (!route) return refuse(ctx, res, exchange, 404, 'no_route')
-  serve(ctx, req, res, exchange, understood, gone).catch((error: unknown) => {
-    ctx.logger.error({ err: error }, 'request failed')
-    if (!res.headersSent) reply(res, 500, 'internal error\n')
-    else res.destroy()
+  const start = () =>
+    serve(ctx, req, res, exchange, understood, gone, deadlineBase).catch((error: unknown) => {
+      ctx.logger.error({ err: error }, 'request failed')
+      if (!res.headersSent) reply(res, 500, 'internal error\n')
+      else res.destroy()
+    })
+  if (res.socket) {
+    void start()
+    return
+  }
+  // A pipelined request whose response waits behind others on its connection: it takes nothing
+  // until its response owns the connection (then its timeouts can act on it), and a connection that
+  // closes meanwhile ends it, since its response would never emit 'close'.
+  socket.once('close', end)
+  res.once('socket', () => {
+    if (!ended) void start()
   })
 }
 
+const EXPECT_CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i
+
 const MESSAGES: Record<number, string> = {
   400: 'bad request\n',
+  501: 'transfer coding not implemented\n',
   404: 'no route\n',
   408: 'request timeout\n',
   413: 'request body too large\n',
@@ -81,14 +104,20 @@ async function serve(
   exchange: Exchange,
   understood: Understood,
   gone: AbortController | undefined,
+  deadlineBase: number,
 ): Promise<void> {
   const route = understood.route!
   const timeouts = route.config.timeouts
-  const deadline = Date.now() + timeouts.requestMs
-  const expectContinue = /^100-continue$/i.test(req.headers.expect ?? '')
+  const deadline = deadlineBase + timeouts.requestMs
+  // As Node reads it (checkContinue); never for HTTP/1.0, which has no 100 (RFC 9110 §10.1.1).
+  const expectContinue = req.httpVersion === '1.1' && EXPECT_CONTINUE.test(req.headers.expect ?? '')
   const length = req.headers['content-length']
   const declared = length === undefined ? undefined : Number(length)
-  const hasBody = req.headers['transfer-encoding'] !== undefined || (declared !== undefined && declared > 0)
+  const coding = req.headers['transfer-encoding']
+  // Only chunked is understood: another coding would reach the upstream unlabelled (nginx: 501).
+  if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked')
+    return refuse(ctx, res, exchange, 501, 'transfer_coding')
+  const hasBody = coding !== undefined || (declared !== undefined && declared > 0)
   let body: Outgoing['body'] = null
   let contentLength = hasBody ? declared : undefined
   const buffer = route.config.requestBufferBytes

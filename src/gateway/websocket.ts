@@ -55,6 +55,7 @@ export function handleUpgrade(
         {
           handshakeTimeoutMs: timeouts.upstreamMs,
           idleTimeoutMs: timeouts.websocketIdleMs,
+          sendTimeoutMs: timeouts.sendMs,
           onError: (error) => ctx.metrics.upstreamErrors.inc({ route: name, kind: error.kind }),
         },
       )

@@ -78,6 +78,12 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
           `${method} /x HTTP/1.1\r\nHost: gw\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n${smuggled}`,
         )
         expect(statuses(both)[0], `${method} CL+TE`).toBe(400)
+        // A coding other than chunked would reach the upstream unlabelled: 501, as nginx answers.
+        const gzipped = await rawExchange(
+          port,
+          `${method} /x HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: gzip, chunked\r\n\r\n${chunked(smuggled)}`,
+        )
+        expect(statuses(gzipped)[0], `${method} gzip, chunked`).toBe(501)
         const twoLengths = await rawExchange(
           port,
           `${method} /x HTTP/1.1\r\nHost: gw\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\nabc`,
@@ -298,6 +304,12 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
         'X-Tollgate-Fencing-Token: 999',
         'X_Tollgate_Fencing_Token: 998',
         'x-tollgate_fencing-token: 997',
+        'X_Real_IP: 6.6.6.6',
+        'X_Original_URL: /admin',
+        'X_Forwarded_Prefix: /admin',
+        'X-Forwarded-Ssl: on',
+        'X-Forwarded-Scheme: https',
+        'Front-End-Https: on',
         'X-Fine: kept',
       ]
       const answer = await rawExchange(
@@ -322,6 +334,12 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
         'x-forwarded-prefix',
         'x_tollgate_fencing_token',
         'x-tollgate_fencing-token',
+        'x_real_ip',
+        'x_original_url',
+        'x_forwarded_prefix',
+        'x-forwarded-ssl',
+        'x-forwarded-scheme',
+        'front-end-https',
       ]) {
         expect(names, name).not.toContain(name)
       }
@@ -380,6 +398,98 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
         2000,
       )
       expect(statuses(slow).filter((s) => s !== 100)).toEqual([504])
+    })
+
+    it('nginx: pipelined requests are served one at a time; a closed connection leaves no permit behind', async () => {
+      const upstream = await startRecorder()
+      const { port } = await start(kind, {
+        defaults: { upstream: upstream.url },
+        routes: [
+          {
+            name: 'export',
+            match: { pathPrefix: '/export' },
+            concurrency: { per: 'route', permits: 1, maxWaitMs: 0 },
+          },
+          { name: 'rest', match: { pathPrefix: '/' }, concurrency: { per: 'route', permits: 100 } },
+        ],
+      })
+      const pipelined = await rawConnect(port)
+      pipelined.write(get('/drip?chunks=20') + get('/export/queued'))
+      await pipelined.waitFor(/drip/)
+      // The queued request took no permit while the response ahead of it streams.
+      expect(statuses(await rawExchange(port, get('/export/other', 'Connection: close\r\n')))).toEqual([200])
+      pipelined.socket.destroy()
+      await sleep(200)
+      expect(statuses(await rawExchange(port, get('/export/after', 'Connection: close\r\n')))).toEqual([200])
+      expect(upstream.requests.map((r) => r.url)).not.toContain('/export/queued')
+    })
+
+    it('Tomcat reads /public/..;/export and /;x/export as /export: so does the gateway', async () => {
+      const upstream = await startRecorder()
+      const { port } = await start(kind, {
+        defaults: { upstream: upstream.url },
+        routes: [
+          {
+            name: 'export',
+            match: { pathPrefix: '/export' },
+            concurrency: { per: 'route', permits: 1, maxWaitMs: 0 },
+          },
+          { name: 'rest', match: { pathPrefix: '/' }, concurrency: { per: 'route', permits: 100 } },
+        ],
+      })
+      const holder = await rawConnect(port)
+      holder.write(get('/export/hold'))
+      await sleep(100)
+      for (const path of ['/public/..;/export/a', '/.;/export/a', '/;x/export/a', '/%2e%2e;/export/a']) {
+        expect(statuses(await rawExchange(port, get(path, 'Connection: close\r\n'))), path).toEqual([503])
+      }
+      upstream.release()
+    })
+
+    it('WebSocket: an upgrade the upstream refuses with a large body is bounded by the send timeout', async () => {
+      const upstream = await startRecorder()
+      const { port } = await start(kind, onePermit(upstream, { timeouts: { sendMs: 400 } }))
+      const reader = await rawConnect(port, { pauseReading: true })
+      reader.write(
+        'GET /export/ws/refuse-big HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+      )
+      await sleep(300)
+      const at = Date.now()
+      expect(statuses(await rawExchange(port, get('/export/next', 'Connection: close\r\n')))).toEqual([200])
+      expect(Date.now() - at).toBeLessThan(2 * 400 + 300)
+    })
+
+    it('an upstream 204 with a body is a broken response: 502, never a silent cut', async () => {
+      const upstream = await startRecorder()
+      const { port } = await start(kind, onePermit(upstream))
+      expect(statuses(await rawExchange(port, get('/bad204')))).toEqual([502])
+    })
+
+    it('RFC 9110 §10.1.1: Expect is read as Node reads it, and an HTTP/1.0 client never gets a 100', async () => {
+      const upstream = await startRecorder()
+      const { port } = await start(kind, onePermit(upstream))
+      const admitted = await rawConnect(port)
+      admitted.write(
+        'POST /export/x HTTP/1.1\r\nHost: gw\r\nExpect: 100-Continue, x\r\nContent-Length: 2\r\n\r\n',
+      )
+      await admitted.waitFor(/100 Continue/)
+      admitted.write('hi')
+      expect(await admitted.waitFor(/ok POST \/export\/x 2/)).toContain('200 OK')
+      const old = await rawConnect(port)
+      old.write('POST /export/y HTTP/1.0\r\nHost: gw\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n')
+      await sleep(200)
+      expect(old.received()).not.toContain('100 Continue')
+      old.write('hi')
+      expect(await old.waitFor(/ok POST \/export\/y 2/)).toContain(' 200 OK')
+    })
+
+    it('G4: a response that outlives several lease terms keeps its lease (renewed, never lost)', async () => {
+      const upstream = await startRecorder()
+      const { port, gateway } = await start(kind, { ...onePermit(upstream), ttlMs: 600 })
+      const answer = await rawExchange(port, get('/export/drip?chunks=12', 'Connection: close\r\n'), 1000)
+      expect(answer.match(/drip/g)).toHaveLength(12)
+      const lost = await gateway.metrics.leaseLost.get()
+      expect(lost.values.reduce((sum, v) => sum + v.value, 0)).toBe(0)
     })
 
     it('a repeated tenant header counts as its first value (one bucket, as documented)', async () => {

@@ -5,9 +5,11 @@
 //   /slow?ms=N        answers after N ms (any other path: after ?ms=, default 0)
 //   /headers          answers with hop-by-hop headers of its own (Connection: x-up-secret, ...)
 //   /switch           answers a plain request with 101 Switching Protocols
+//   /bad204           answers 204 with a body (which no 204 may have)
+//   /drip?chunks=N    streams N chunks, one every 200 ms
 //   /never            never answers (headers never come)
 // Upgrade requests: /ws/echo echoes, /ws/silent never answers the handshake, /ws/close answers 101
-// and closes its side at once.
+// and closes its side at once, /ws/refuse-big refuses with a 200 and a 64 MB body.
 import { once } from 'node:events'
 import http from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
@@ -102,6 +104,24 @@ export async function startRecorder(): Promise<Recorder> {
         res.end('headers')
         return
       }
+      if (path.endsWith('/bad204')) {
+        res.socket?.write('HTTP/1.1 204 No Content\r\ncontent-length: 5\r\n\r\nhello')
+        res.socket?.end()
+        return
+      }
+      if (path.endsWith('/drip')) {
+        let left = Number(url.searchParams.get('chunks') ?? 10)
+        res.writeHead(200, { 'content-type': 'text/plain' })
+        const timer = setInterval(() => {
+          if (res.destroyed) return clearInterval(timer)
+          res.write('drip\n')
+          if (--left <= 0) {
+            clearInterval(timer)
+            res.end()
+          }
+        }, 200)
+        return
+      }
       if (path.endsWith('/switch')) {
         res.socket?.write(
           'HTTP/1.1 101 Switching Protocols\r\nupgrade: x\r\nconnection: upgrade\r\n\r\nsurprise',
@@ -134,6 +154,11 @@ export async function startRecorder(): Promise<Recorder> {
     socket.once('close', () => tunnels.delete(socket))
     const path = req.url ?? ''
     if (path.endsWith('/silent')) return
+    if (path.endsWith('/refuse-big')) {
+      socket.write('HTTP/1.1 200 OK\r\ncontent-length: 64000000\r\n\r\n')
+      socket.end(Buffer.alloc(64_000_000, 98))
+      return
+    }
     socket.write('HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n\r\n')
     if (path.endsWith('/close')) {
       socket.end()

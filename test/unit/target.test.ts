@@ -58,6 +58,16 @@ describe('canonical request target', () => {
     })
   })
 
+  it.each([
+    ['/public/..;/admin/x', '/admin/x'],
+    ['/.;/admin/x', '/admin/x'],
+    ['/;x/admin/x', '/admin/x'],
+    ['/%2e%2e;/admin/x', '/admin/x'],
+    ['/docs/x/..;/hang', '/docs/hang'],
+  ])('matches %s as %s, as Tomcat reads it (parameters off, then dot segments)', (raw, match) => {
+    expect(canonicalTarget(raw, 'GET')).toMatchObject({ match })
+  })
+
   it('takes the host of an absolute-form target (RFC 9112 §3.2.2)', () => {
     expect(canonicalTarget('http://API.example.com:8080/x', 'GET')).toMatchObject({
       host: 'api.example.com:8080',
