@@ -1,21 +1,26 @@
-// Gateway scenario: autocannon with 50 connections against the demo upstream directly, through bare
-// http-proxy and bare http-proxy-3 (as their READMEs use them), and through the tollgate bin on the
-// in-memory store and on Redis. Every server runs in its own process; the variants alternate round by
-// round so drift on this shared machine hits them alike. Then the client-abort leak check: clients
-// abort requests the upstream is still working on; how many upstream requests are left running?
+// Gateway scenario: wrk (50 connections, µs latencies) against the demo upstream directly, through
+// nginx (one worker, upstream keep-alive), through http-proxy 1.18 with a keep-alive agent (what its
+// docs recommend for production), and through the tollgate bin on the in-memory store and on Redis.
+// Every server runs in its own process; the variants alternate round by round, so drift on this
+// shared machine hits them alike; each server's CPU per request comes from /proc. Then one autocannon
+// round per variant as a cross-check, and the client-abort leak check: clients abort requests the
+// upstream is still working on; how many upstream requests are left running?
 import autocannon from 'autocannon'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { treeCpuSeconds } from '../lib/cpu.js'
+import { type Nginx, nginxBinary, startNginx } from '../lib/nginx.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { diffSnapshots, type ServerDelta, sumDeltas, topCommands } from '../lib/redis.js'
 import { fmtFixed, fmtInt, fmtMs } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
+import { runWrk, wrkAvailable } from '../lib/wrk.js'
 
 const CONNECTIONS = 50
 const WARMUP_S = 2
 // Many short rounds: a burst of foreign load on this shared machine spoils a few round pairs (which
 // the median ratio ignores) rather than a large part of one variant's time.
 const ROUNDS = 6
-const ROUND_S = 2
+const ROUND_S = 3
 /** Far above CONNECTIONS: the limiter's cost is measured, not its queueing. */
 const PERMITS = 1000
 const LEAK_REQUESTS = 20
@@ -24,29 +29,50 @@ const LEAK_UPSTREAM_MS = 2000
 interface Target {
   name: string
   url: string
+  /** The process(es) doing the proxying (CPU per request); the upstream's for 'direct'. */
+  pid: number
   redis: boolean
 }
 
-interface Totals {
-  name: string
+interface Round {
+  rps: number
+  p50: number
+  p99: number
   requests: number
-  seconds: number
-  non2xx: number
   errors: number
-  p50s: number[]
-  p99s: number[]
-  /** req/s of each round, in run order. */
-  rounds: number[]
+  cpuUs: number
+  upstreamCpuUs: number
   server: ServerDelta
-}
-
-async function cannon(url: string, seconds: number): Promise<autocannon.Result> {
-  return autocannon({ url, connections: CONNECTIONS, duration: seconds })
 }
 
 const median = (values: number[]) => {
   const sorted = [...values].sort((a, b) => a - b)
   return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN
+}
+
+/** One load round: wrk when installed, else autocannon (then latency has ms resolution). */
+async function load(
+  url: string,
+  seconds: number,
+): Promise<Omit<Round, 'cpuUs' | 'upstreamCpuUs' | 'server'>> {
+  if (wrkAvailable()) {
+    const result = await runWrk(url, seconds, CONNECTIONS)
+    return {
+      rps: result.requestsPerSecond,
+      p50: result.p50Ms,
+      p99: result.p99Ms,
+      requests: result.requests,
+      errors: result.errors,
+    }
+  }
+  const result = await autocannon({ url, connections: CONNECTIONS, duration: seconds })
+  return {
+    rps: result.requests.total / result.duration,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: result.requests.total,
+    errors: result.non2xx + result.errors,
+  }
 }
 
 /** Requests in flight at the demo upstream, not counting the asking request itself. */
@@ -86,17 +112,20 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 
 export const gatewayThroughput: Scenario = {
   name: 'gateway',
-  title: `tollgate gateway vs bare http-proxy, autocannon ${CONNECTIONS} connections; client-abort leak check`,
-  seconds: 5 * (WARMUP_S + ROUNDS * ROUND_S) + 25,
+  title: `tollgate gateway vs http-proxy (keep-alive) and nginx, wrk ${CONNECTIONS} connections; client-abort leak check`,
+  seconds: 5 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
   async run(ctx) {
     const processes: BenchProcess[] = []
+    let nginx: Nginx | undefined
     const start = async (script: string, args: string[], env?: Record<string, string>) => {
       const started = await startProcess(script, args, /(http:\/\/\S+)/, env)
       processes.push(started)
-      return started.ready
+      return started
     }
     try {
-      const upstream = await start('examples/demo-upstream.ts', [], { PORT: String(await freePort()) })
+      const upstreamPort = await freePort()
+      const upstreamProcess = await start('examples/demo-upstream.ts', [], { PORT: String(upstreamPort) })
+      const upstream = upstreamProcess.ready
       const gatewayFlags = [
         '--upstream',
         upstream,
@@ -108,134 +137,143 @@ export const gatewayThroughput: Scenario = {
         String(PERMITS),
       ]
       const redisUrl = `redis://${ctx.redis.host}:${ctx.redis.port}`
+      const binary = nginxBinary()
+      if (binary) nginx = await startNginx(binary, upstreamPort)
+      else
+        ctx.log('  nginx not installed: its variant is left out (scripts/ensure-bench-tools.mjs installs it)')
+      const proxy = await start('bench/lib/bare-proxy.ts', ['http-proxy', upstream])
+      const memory = await start('src/gateway/main.ts', gatewayFlags)
+      const withRedis = await start('src/gateway/main.ts', [
+        ...gatewayFlags,
+        '--redis',
+        redisUrl,
+        '--prefix',
+        'bench-gw',
+      ])
       const targets: Target[] = [
-        { name: 'upstream direct', url: upstream, redis: false },
-        {
-          name: 'bare http-proxy 1.18.1',
-          url: await start('bench/lib/bare-proxy.ts', ['http-proxy', upstream]),
-          redis: false,
-        },
-        {
-          name: 'bare http-proxy-3',
-          url: await start('bench/lib/bare-proxy.ts', ['http-proxy-3', upstream]),
-          redis: false,
-        },
-        { name: 'tollgate in-memory', url: await start('src/gateway/main.ts', gatewayFlags), redis: false },
-        {
-          name: 'tollgate + Redis',
-          url: await start('src/gateway/main.ts', [
-            ...gatewayFlags,
-            '--redis',
-            redisUrl,
-            '--prefix',
-            'bench-gw',
-          ]),
-          redis: true,
-        },
+        { name: 'upstream direct', url: upstream, pid: upstreamProcess.pid, redis: false },
+        ...(nginx
+          ? [{ name: 'nginx, 1 worker, upstream keepalive', url: nginx.url, pid: nginx.pid, redis: false }]
+          : []),
+        { name: 'http-proxy 1.18 + keep-alive agent', url: proxy.ready, pid: proxy.pid, redis: false },
+        { name: 'tollgate in-memory', url: memory.ready, pid: memory.pid, redis: false },
+        { name: 'tollgate + Redis', url: withRedis.ready, pid: withRedis.pid, redis: true },
       ]
+      const generator = wrkAvailable() ? 'wrk -t1' : 'autocannon (wrk not installed)'
       ctx.log(
-        `  warm-up ${WARMUP_S} s each, then ${ROUNDS} alternating rounds of ${ROUND_S} s, ${CONNECTIONS} connections`,
+        `  ${generator}, warm-up ${WARMUP_S} s each, then ${ROUNDS} alternating rounds of ${ROUND_S} s, ${CONNECTIONS} connections`,
       )
-      for (const target of targets) await cannon(`${target.url}/`, WARMUP_S)
-      const totals: Totals[] = targets.map((target) => ({
-        name: target.name,
-        requests: 0,
-        seconds: 0,
-        non2xx: 0,
-        errors: 0,
-        p50s: [],
-        p99s: [],
-        rounds: [],
-        server: sumDeltas([]),
-      }))
-      const deltas: ServerDelta[][] = targets.map(() => [])
+      for (const target of targets) await load(`${target.url}/`, WARMUP_S)
+      const rounds: Round[][] = targets.map(() => [])
       for (let round = 0; round < ROUNDS; round++) {
         const order = targets.map((_, i) => i)
         if (round % 2 === 1) order.reverse()
         for (const i of order) {
           const target = targets[i]!
-          const total = totals[i]!
           const before = await ctx.redis.snapshot()
-          const result = await cannon(`${target.url}/`, ROUND_S)
+          const cpuBefore = treeCpuSeconds(target.pid)
+          const upstreamBefore = treeCpuSeconds(upstreamProcess.pid)
+          const result = await load(`${target.url}/`, ROUND_S)
+          const cpuUs = ((treeCpuSeconds(target.pid) - cpuBefore) * 1e6) / result.requests
+          const upstreamCpuUs =
+            ((treeCpuSeconds(upstreamProcess.pid) - upstreamBefore) * 1e6) / result.requests
           const after = await ctx.redis.snapshot()
-          deltas[i]!.push(diffSnapshots(before, after))
-          total.requests += result.requests.total
-          total.seconds += result.duration
-          total.non2xx += result.non2xx
-          total.errors += result.errors
-          total.p50s.push(result.latency.p50)
-          total.p99s.push(result.latency.p99)
-          total.rounds.push(result.requests.total / result.duration)
+          rounds[i]!.push({ ...result, cpuUs, upstreamCpuUs, server: diffSnapshots(before, after) })
           ctx.log(
-            `  round ${round + 1} ${target.name}: ${fmtInt(result.requests.total / result.duration)} req/s`,
+            `  round ${round + 1} ${target.name}: ${fmtInt(result.rps)} req/s, ${fmtFixed(cpuUs, 1)} µs CPU/req`,
           )
         }
       }
-      totals.forEach((total, i) => (total.server = sumDeltas(deltas[i]!)))
+      // One autocannon round each: a second generator as a cross-check of the ranking.
+      const cannon: number[] = []
+      for (const target of targets) {
+        const result = await autocannon({
+          url: `${target.url}/`,
+          connections: CONNECTIONS,
+          duration: ROUND_S,
+        })
+        cannon.push(result.requests.total / result.duration)
+      }
 
-      const rate = (total: Totals) => total.requests / total.seconds
-      const bare = totals[1]!
-      /** Median over the rounds of (this variant's req/s / bare http-proxy's req/s in the same round). */
-      const medianRatio = (total: Totals) => median(total.rounds.map((r, i) => r / bare.rounds[i]!))
+      const baseIndex = targets.findIndex((t) => t.name.startsWith('http-proxy'))
+      const nginxIndex = targets.findIndex((t) => t.name.startsWith('nginx'))
+      /** Median over the rounds of (this variant's req/s / the other's req/s in the same round). */
+      const ratio = (i: number, j: number) =>
+        j < 0 ? Number.NaN : median(rounds[i]!.map((r, k) => r.rps / rounds[j]![k]!.rps))
+      const cpu = (i: number) => median(rounds[i]!.map((r) => r.cpuUs))
+      const sum = (i: number, pick: (r: Round) => number) =>
+        rounds[i]!.reduce((total, r) => total + pick(r), 0)
       const table: Table = {
         columns: [
           'variant',
           'req/s',
+          'x http-proxy',
+          'x nginx',
           'p50',
           'p99',
-          'x bare http-proxy',
-          'x bare, median round',
+          'proxy CPU µs/req',
+          'upstream CPU µs/req',
           'redis scripts/req',
           'redis cmds/req',
-          'non-2xx + errors',
+          'errors',
+          'autocannon req/s',
         ],
-        rows: totals.map((total) => [
-          total.name,
-          fmtInt(rate(total)),
-          fmtMs(median(total.p50s)),
-          fmtMs(median(total.p99s)),
-          fmtFixed(rate(total) / rate(bare)),
-          fmtFixed(medianRatio(total)),
-          fmtFixed(total.server.scriptCalls / total.requests, 2),
-          fmtFixed(total.server.totalCalls / total.requests, 2),
-          fmtInt(total.non2xx + total.errors),
-        ]),
+        rows: targets.map((target, i) => {
+          const server = sumDeltas(rounds[i]!.map((r) => r.server))
+          const requests = sum(i, (r) => r.requests)
+          return [
+            target.name,
+            fmtInt(median(rounds[i]!.map((r) => r.rps))),
+            fmtFixed(ratio(i, baseIndex)),
+            fmtFixed(ratio(i, nginxIndex)),
+            fmtMs(median(rounds[i]!.map((r) => r.p50))),
+            fmtMs(median(rounds[i]!.map((r) => r.p99))),
+            i === 0 ? '-' : fmtFixed(cpu(i), 1),
+            fmtFixed(median(rounds[i]!.map((r) => r.upstreamCpuUs)), 1),
+            target.redis ? fmtFixed(server.scriptCalls / requests, 2) : '-',
+            target.redis ? fmtFixed(server.totalCalls / requests, 2) : '-',
+            fmtInt(sum(i, (r) => r.errors)),
+            fmtInt(cannon[i]!),
+          ]
+        }),
       }
 
       const leaks = []
-      for (const [name, url] of [
-        ['bare http-proxy 1.18.1', targets[1]!.url],
-        ['bare http-proxy-3', targets[2]!.url],
-        ['tollgate in-memory', targets[3]!.url],
-      ] as const) {
-        leaks.push(await leakCheck(ctx, name, url, upstream))
-      }
+      for (const i of [baseIndex, targets.length - 2])
+        leaks.push(await leakCheck(ctx, targets[i]!.name, targets[i]!.url, upstream))
       const leakTable: Table = {
         columns: ['proxy', 'upstream requests before the clients aborted', 'still running 500 ms after'],
         rows: leaks.map((leak) => [leak.name, String(leak.before), String(leak.after)]),
       }
 
-      const memory = totals[3]!
-      const redis = totals[4]!
+      const memoryIndex = targets.length - 2
+      const redisIndex = targets.length - 1
+      const errors = sum(memoryIndex, (r) => r.errors) + sum(redisIndex, (r) => r.errors)
+      const cpuRatio = (i: number) => cpu(i) / cpu(baseIndex)
       const verdicts: Verdict[] = [
         {
-          target: 'tollgate + Redis >= 1.0 x bare http-proxy req/s (median round)',
-          pass: medianRatio(redis) >= 1.0,
-          detail: `${fmtFixed(medianRatio(redis))} x (all rounds: ${fmtInt(rate(redis))} vs ${fmtInt(rate(bare))} req/s = ${fmtFixed(rate(redis) / rate(bare))} x)`,
+          target: 'tollgate in-memory >= 1.5 x http-proxy req/s (median round)',
+          pass: ratio(memoryIndex, baseIndex) >= 1.5,
+          detail: `${fmtFixed(ratio(memoryIndex, baseIndex))} x; ${fmtFixed(ratio(memoryIndex, nginxIndex))} x nginx`,
         },
         {
-          target: 'tollgate in-memory >= 1.2 x bare http-proxy req/s (median round)',
-          pass: medianRatio(memory) >= 1.2,
-          detail: `${fmtFixed(medianRatio(memory))} x (all rounds: ${fmtInt(rate(memory))} vs ${fmtInt(rate(bare))} req/s = ${fmtFixed(rate(memory) / rate(bare))} x)`,
+          target: 'tollgate + Redis >= 1.3 x http-proxy req/s (median round)',
+          pass: ratio(redisIndex, baseIndex) >= 1.3,
+          detail: `${fmtFixed(ratio(redisIndex, baseIndex))} x; ${fmtFixed(ratio(redisIndex, nginxIndex))} x nginx`,
+        },
+        {
+          target: 'tollgate proxy CPU per request <= 0.7 x http-proxy (in-memory and Redis)',
+          pass: cpuRatio(memoryIndex) <= 0.7 && cpuRatio(redisIndex) <= 0.7,
+          detail: `in-memory ${fmtFixed(cpu(memoryIndex), 1)} µs (${fmtFixed(cpuRatio(memoryIndex))} x), Redis ${fmtFixed(cpu(redisIndex), 1)} µs (${fmtFixed(cpuRatio(redisIndex))} x), http-proxy ${fmtFixed(cpu(baseIndex), 1)} µs`,
         },
         {
           target: 'no request failed through tollgate',
-          pass: memory.non2xx + memory.errors + redis.non2xx + redis.errors === 0,
-          detail: `${memory.non2xx + memory.errors} in-memory, ${redis.non2xx + redis.errors} Redis`,
+          pass: errors === 0,
+          detail: `${errors} errors or non-2xx`,
         },
         {
           target: 'tollgate leaves no upstream request running after a client abort',
-          pass: leaks[2]!.after === 0,
+          pass: leaks[1]!.after === 0,
           detail: leaks.map((leak) => `${leak.name} ${leak.after}/${leak.before}`).join(', '),
         },
       ]
@@ -243,18 +281,20 @@ export const gatewayThroughput: Scenario = {
         tables: [table, leakTable],
         verdicts,
         notes: [
-          `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this machine, autocannon in the bench process; ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. p50/p99: median over the rounds of autocannon's per-round percentiles. 'x bare, median round': the median over the rounds of the ratio to bare http-proxy in the same round (robust against bursts of other load); the verdicts use it.`,
-          `tollgate: the bin (src/gateway/main.ts via tsx) with --permits ${PERMITS} (never waits), pino access log at info to a discarded stderr, metrics on. Bare proxies: createProxyServer({ target }) + an error handler, no agent (http-proxy 1.x then sends Connection: close upstream).`,
-          `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (client round trips: an acquire and a release per request, but while calls of a name are in flight the store sends the acquires, and the releases, of one event-loop turn as one call after the first; renewals are batched per process), cmds/req = every command the server ran, the ones inside the scripts included (INFO commandstats): ${topCommands(redis.server, redis.requests)}.`,
+          `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this 2-core machine, the load generator too (${generator}); ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. req/s, p50, p99 and CPU: medians over the rounds; 'x http-proxy' and 'x nginx': the median over the rounds of the ratio to that peer in the same round (robust against bursts of other load); the verdicts use them. 'autocannon req/s': one extra round each with autocannon (a Node process competing for the same 2 cores).`,
+          `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the bin (src/gateway/main.ts via tsx) with --permits ${PERMITS} (never waits), its pino access log at info to a discarded stderr, metrics on.`,
+          `CPU per request: utime + stime from /proc/<pid>/stat of the proxy process (nginx: master and worker) over each round, divided by the round's requests; 'upstream CPU' is the demo upstream's.`,
+          `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (an acquire and a release per request, batched per event-loop turn while calls of the name are in flight), cmds/req = every command the server ran, those inside the scripts included: ${topCommands(
+            sumDeltas(rounds[redisIndex]!.map((r) => r.server)),
+            sum(redisIndex, (r) => r.requests),
+          )}.`,
           `Leak check: ${LEAK_REQUESTS} requests to /slow?ms=${LEAK_UPSTREAM_MS}, aborted by the client after 300 ms; the upstream is asked how many of them it is still serving 500 ms later.`,
         ],
-        data: {
-          totals: totals.map((total) => ({ ...total, requestsPerSecond: rate(total) })),
-          leaks,
-        },
+        data: { targets: targets.map((t) => t.name), rounds, cannon, leaks },
       }
     } finally {
       await Promise.all(processes.map((child) => child.stop()))
+      await nginx?.stop()
     }
   },
 }

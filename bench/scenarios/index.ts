@@ -1,6 +1,7 @@
 // Every scenario `npm run bench` knows, in run order. Add a scenario file and list its scenarios here.
 import type { Scenario } from '../lib/scenario.js'
 import { gatewayScenarios } from './gateway.js'
+import { middlewareScenarios } from './middleware.js'
 import { mutexScenarios } from './mutex.js'
 import { redlockScenarios } from './redlock.js'
 import { semaphoreScenarios } from './semaphore.js'
@@ -12,4 +13,5 @@ export const scenarios: Scenario[] = [
   ...semaphoreScenarios,
   ...rwlockScenarios,
   ...gatewayScenarios,
+  ...middlewareScenarios,
 ]

@@ -1,0 +1,35 @@
+// An Express 5 app for the middleware benchmark, one variant per process:
+//   node --import tsx bench/lib/express-app.ts <bare|rate-limit|semaphore|semaphore-redis> [redis url]
+// prints "listening on <url>". The handler answers a few bytes at once: what is measured is the cost
+// of the middleware in front of it.
+import type { AddressInfo } from 'node:net'
+import express from 'express'
+import { rateLimit } from 'express-rate-limit'
+import { createRedisStore } from '../../src/index.js'
+import { semaphore } from '../../src/middleware/express.js'
+
+const [variant, redisUrl] = process.argv.slice(2)
+const app = express()
+if (variant === 'rate-limit') {
+  // express-rate-limit as its README recommends (memory store, draft-8 headers), with a limit that is
+  // never reached: the cost of counting, not of rejecting.
+  app.use(
+    rateLimit({ windowMs: 60_000, limit: 1_000_000_000, standardHeaders: 'draft-8', legacyHeaders: false }),
+  )
+} else if (variant === 'semaphore') {
+  app.use(semaphore({ permits: 1000 }))
+} else if (variant === 'semaphore-redis') {
+  if (!redisUrl) throw new Error('semaphore-redis needs a redis:// URL')
+  app.use(semaphore({ permits: 1000, store: createRedisStore(redisUrl, { prefix: 'bench-mw' }) }))
+} else if (variant !== 'bare') {
+  process.stderr.write('usage: express-app.ts <bare|rate-limit|semaphore|semaphore-redis> [redis url]\n')
+  process.exit(2)
+}
+app.get('/', (_req, res) => {
+  res.send('ok')
+})
+const server = app.listen(0, '127.0.0.1', () => {
+  process.stdout.write(`listening on http://127.0.0.1:${(server.address() as AddressInfo).port}\n`)
+})
+server.keepAliveTimeout = 60_000
+process.on('SIGTERM', () => process.exit(0))
