@@ -11,11 +11,11 @@ export {
 } from './core/errors.js'
 export { events, type LeaseEvent } from './core/events.js'
 export { encodeName } from './core/keys.js'
-export type { Lease } from './core/lease.js'
-export { createMemoryStore, type MemoryStoreOptions } from './core/memory-store.js'
-export type { AcquireOptions } from './core/permits.js'
-export { createRedisStore, type RedisStoreOptions } from './core/redis-store.js'
-export type { PermitStats, RwMode, Store } from './core/store.js'
+export type { Lease } from './core/client/lease.js'
+export { createMemoryStore, type MemoryStoreOptions } from './core/memory/store.js'
+export type { AcquireOptions } from './core/client/lock-client.js'
+export { createRedisStore, type RedisStoreOptions } from './core/redis/store.js'
+export type { PermitStats, RwMode, Store } from './core/protocol/store.js'
 export {
   createMutex,
   createReentrantMutex,
@@ -23,8 +23,8 @@ export {
   type MutexOptions,
   type ReentrantMutexOptions,
 } from './primitives/mutex.js'
-export type { LockOptions } from './primitives/options.js'
-export { createRedlock, type Redlock, type RedlockOptions } from './primitives/redlock.js'
+export type { LockOptions } from './core/options.js'
+export { createRedlock, type Redlock, type RedlockOptions } from './primitives/redlock/index.js'
 export {
   createReadWriteLock,
   type ReadWriteLock,

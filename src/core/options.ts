@@ -1,4 +1,9 @@
-import { ConfigError } from './errors.js'
+// Every validator of options, in one place: bad values throw a ConfigError at construction that names
+// the option (p-limit, express-rate-limit's parseOptions), never a silent fallback.
+import type { Lease } from './client/lease.js'
+import { ConfigError, type LeaseLostError } from './errors.js'
+import { type KeySpace, keySpace } from './keys.js'
+import type { Store } from './protocol/store.js'
 
 /** Drop `undefined` values so that spreading over frozen defaults keeps the default (express-rate-limit). */
 export function defined<T extends object>(options: T | undefined): Partial<T> {
@@ -43,4 +48,122 @@ export function isPlainObjectOrUndefined(option: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null || Array.isArray(value))) {
     throw new ConfigError(option, 'an options object', value)
   }
+}
+
+/** Options shared by every lock-like primitive. */
+export interface LockOptions {
+  /** Lease length; auto-renewal keeps a held lease alive at about a third of it.
+   * @default 30000 */
+  ttlMs?: number
+  /** Renew held leases automatically until release (Redisson's watchdog). @default true */
+  autoRenew?: boolean
+  /** Default wait of `acquire()`; Infinity waits until a permit frees or the signal aborts.
+   * @default 10000 */
+  acquireTimeoutMs?: number
+  /** A waiter that stops heart-beating (its process died) leaves the queue this long after its last
+   * beat; live waiters beat at a third of it, batched per name and process. @default 10000 */
+  waiterTtlMs?: number
+  /** Called when a held lease is lost (after its signal aborted). Must not throw. */
+  onLost?: (error: LeaseLostError, lease: Lease) => void
+}
+
+export const LOCK_DEFAULTS = Object.freeze({
+  ttlMs: 30_000,
+  autoRenew: true,
+  acquireTimeoutMs: 10_000,
+  waiterTtlMs: 10_000,
+})
+
+const MAX_TTL_MS = 24 * 3600 * 1000
+
+/** What a lock client is built from: the validated lock options, the store and the name's keys. */
+export interface LockSettings {
+  store: Store
+  space: KeySpace
+  kind: string
+  ttlMs: number
+  autoRenew: boolean
+  waiterTtlMs: number
+  acquireTimeoutMs: number
+  onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
+}
+
+/** Validate the options every lock-like primitive shares (ConfigError naming the option). */
+export function parseLockOptions(
+  kind: string,
+  store: unknown,
+  name: unknown,
+  options: LockOptions | undefined,
+): LockSettings {
+  storeOption('store', store)
+  nonEmptyString('name', name)
+  isPlainObjectOrUndefined('options', options)
+  const config = { ...LOCK_DEFAULTS, ...defined(options) }
+  const ttlMs = positiveInt('ttlMs', config.ttlMs, MAX_TTL_MS)
+  const waiterTtlMs = positiveInt('waiterTtlMs', config.waiterTtlMs, MAX_TTL_MS)
+  if (waiterTtlMs < 100) throw new ConfigError('waiterTtlMs', 'at least 100 ms', waiterTtlMs)
+  const acquireTimeoutMs = config.acquireTimeoutMs
+  if (acquireTimeoutMs !== Number.POSITIVE_INFINITY) positiveInt('acquireTimeoutMs', acquireTimeoutMs)
+  if (typeof config.autoRenew !== 'boolean') throw new ConfigError('autoRenew', 'a boolean', config.autoRenew)
+  if (config.onLost !== undefined && typeof config.onLost !== 'function') {
+    throw new ConfigError('onLost', 'a function', config.onLost)
+  }
+  return {
+    store: store as Store,
+    space: keySpace((store as Store).prefix, kind, name as string),
+    kind,
+    ttlMs,
+    autoRenew: config.autoRenew,
+    waiterTtlMs,
+    acquireTimeoutMs,
+    onLost: config.onLost,
+  }
+}
+
+/** Validate per-call acquire options. */
+export function checkAcquireOptions(
+  options: { signal?: AbortSignal; timeoutMs?: number; onQueued?: () => boolean | void } | undefined,
+): void {
+  if (options === undefined) return
+  isPlainObjectOrUndefined('acquire options', options)
+  const { timeoutMs, signal } = options
+  if (
+    timeoutMs !== undefined &&
+    timeoutMs !== Number.POSITIVE_INFINITY &&
+    !(Number.isInteger(timeoutMs) && timeoutMs >= 0)
+  ) {
+    throw new ConfigError('timeoutMs', 'an integer >= 0 or Infinity', timeoutMs)
+  }
+  if (signal !== undefined && !(signal instanceof AbortSignal))
+    throw new ConfigError('signal', 'an AbortSignal', signal)
+  const { onQueued } = options as { onQueued?: unknown }
+  if (onQueued !== undefined && typeof onQueued !== 'function')
+    throw new ConfigError('onQueued', 'a function', onQueued)
+}
+
+/** A store from createRedisStore() or createMemoryStore() (the one check every factory makes). */
+export function storeOption(
+  option: string,
+  value: unknown,
+  what = 'a store from createRedisStore() or createMemoryStore()',
+): Store {
+  const store = value as Store
+  if (
+    typeof value !== 'object' ||
+    value === null ||
+    typeof store.permits?.acquire !== 'function' ||
+    typeof store.rwlock?.acquire !== 'function' ||
+    typeof store.subscribe !== 'function'
+  ) {
+    throw new ConfigError(option, what, value)
+  }
+  return store
+}
+
+/** An integer from 0 to max. */
+export function nonNegativeInt(option: string, value: unknown, max = Number.MAX_SAFE_INTEGER): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > max) {
+    throw new ConfigError(option, `an integer from 0 to ${max}`, value)
+  }
+  return value
 }

@@ -2,7 +2,7 @@
 // graceful shutdown on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 2 bad flags or config, 1 other.
 import { readFileSync } from 'node:fs'
 import { ConfigError } from '../core/errors.js'
-import { loadConfig, parseFlags, USAGE } from './config.js'
+import { loadConfig, parseFlags, USAGE } from './config/index.js'
 import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'
 

@@ -2,7 +2,7 @@
 // bookkeeping that shutdown waits on. Built once by server.ts.
 import type { Duplex } from 'node:stream'
 import type { Logger as PinoLogger } from 'pino'
-import type { GatewayConfig } from './config.js'
+import type { GatewayConfig } from './config/index.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { Proxy } from './proxy.js'
 import type { LiveRoute } from './routes.js'

@@ -2,8 +2,8 @@
 // admission (every lease of the route, in order), forwarding, and the release of every lease exactly
 // once when the response closes (G3, G13, G14).
 import http from 'node:http'
-import { whenLost } from '../core/lease.js'
-import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../middleware/shared.js'
+import { whenLost } from '../core/client/lease.js'
+import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../admission/admission.js'
 import type { GatewayContext } from './context.js'
 import { countHeader, upstreamRequestHeaders } from './headers.js'
 import type { Outgoing, UpstreamError } from './proxy.js'

@@ -156,14 +156,6 @@ export function clientResponseHeaders(
   return out
 }
 
-/** The first value of a header the client may have repeated (`T, T` or two lines: `T`). */
-export function firstValue(raw: string | string[] | undefined): string | undefined {
-  const value = Array.isArray(raw) ? raw[0] : raw
-  if (value === undefined) return undefined
-  const comma = value.indexOf(',')
-  return (comma === -1 ? value : value.slice(0, comma)).trim()
-}
-
 /** How many times a header appears in rawHeaders (case-insensitive). */
 export function countHeader(rawHeaders: readonly string[], lowerName: string): number {
   let n = 0

@@ -17,7 +17,7 @@ export {
   type RwLockConfig,
   type StoreConfig,
   validateConfigFile,
-} from './config.js'
+} from './config/index.js'
 export type { GatewayMetrics } from './metrics.js'
 export type { UpstreamError, UpstreamErrorKind } from './proxy.js'
 export { createGateway, FENCING_HEADER, type Gateway, type GatewayOptions } from './server.js'

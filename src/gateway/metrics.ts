@@ -2,7 +2,7 @@
 // process, e.g. in tests). Every series is labelled by route name, never by tenant id or address:
 // label values come from the config, so the number of series is bounded by the config.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { RejectReason } from '../middleware/shared.js'
+import type { RejectReason } from '../admission/admission.js'
 import type { UpstreamErrorKind } from './proxy.js'
 
 export interface GatewayMetrics {

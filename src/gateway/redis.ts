@@ -3,10 +3,10 @@
 import { Cluster, Redis } from 'ioredis'
 import type { Logger as PinoLogger } from 'pino'
 import { keySpace } from '../core/keys.js'
-import { createMemoryStore } from '../core/memory-store.js'
-import { createRedisStore } from '../core/redis-store.js'
-import type { Store } from '../core/store.js'
-import type { GatewayConfig } from './config.js'
+import { createMemoryStore } from '../core/memory/store.js'
+import { createRedisStore } from '../core/redis/store.js'
+import type { Store } from '../core/protocol/store.js'
+import type { GatewayConfig } from './config/index.js'
 
 const REDIS_ERROR_LOG_WINDOW_MS = 10_000
 
@@ -108,12 +108,12 @@ export async function checkRedisAccess(
   const lock = keySpace(prefix, 'probe', `access-rw-${process.pid}`)
   const request = { ttlMs: 5000, permits: 1, enqueue: true, waiterTtlMs: 5000 }
   try {
-    await store.acquire(permits, { ...request, token: 'probe-a' })
-    await store.acquire(permits, { ...request, token: 'probe-b' })
-    await store.release(permits, 'probe-a', 1) // hands over to probe-b: PUBLISH inside the script
-    await store.release(permits, 'probe-b', 1)
-    await store.rwAcquire(lock, { ...request, token: 'probe', op: 'probe', mode: 'write' })
-    await store.rwRelease(lock, 'probe', 'write', 'probe')
+    await store.permits.acquire(permits, { ...request, token: 'probe-a' })
+    await store.permits.acquire(permits, { ...request, token: 'probe-b' })
+    await store.permits.release(permits, 'probe-a', 1) // hands over to probe-b: PUBLISH inside the script
+    await store.permits.release(permits, 'probe-b', 1)
+    await store.rwlock.acquire(lock, { ...request, token: 'probe', op: 'probe', mode: 'write' })
+    await store.rwlock.release(lock, 'probe', 'write', 'probe')
     await redis.publish(permits.channel, '')
     const subscriber = redis.duplicate()
     subscriber.on('error', () => {})

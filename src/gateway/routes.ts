@@ -1,15 +1,11 @@
 // Routes with what serving them needs: matching on the canonical path (target.ts), and the admissions
 // a request takes in order (the read/write lock of its resource, then its concurrency permit).
-import type { Store } from '../core/store.js'
-import {
-  type Admission,
-  type Logger,
-  normalizeKey,
-  rwlockAdmission,
-  semaphoreAdmission,
-} from '../middleware/shared.js'
-import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config.js'
-import { firstValue } from './headers.js'
+import type { Store } from '../core/protocol/store.js'
+import type { Admission } from '../admission/admission.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { firstValue, normalizeKey } from '../admission/keys.js'
+import type { Logger } from '../admission/options.js'
+import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config/index.js'
 import { underPrefix } from './target.js'
 
 /** What admission needs to know about a request: decided once, before routing. */

@@ -1,27 +1,24 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import {
-  type Admission,
-  normalizeKey,
-  type RwlockMiddlewareOptions,
-  rwlockAdmission,
-  type SemaphoreMiddlewareOptions,
-  semaphoreAdmission,
-  type TollgateInfo,
-} from './shared.js'
-import { whenLost } from '../core/lease.js'
+import type { Admission, TollgateInfo } from '../admission/admission.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { normalizeKey } from '../admission/keys.js'
+import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
+import { admitWatched } from './watch.js'
 
 export type {
   AdmissionCounters,
-  CommonOptions,
-  Logger,
   OnLost,
   Rejection,
   RejectReason,
+  TollgateInfo,
+} from '../admission/admission.js'
+export type {
+  CommonOptions,
+  Logger,
   RwlockMiddlewareOptions,
   SemaphoreMiddlewareOptions,
-  TollgateInfo,
-} from './shared.js'
-export { DEFAULT_BUCKET, normalizeKey } from './shared.js'
+} from '../admission/options.js'
+export { DEFAULT_BUCKET, normalizeKey } from '../admission/keys.js'
 
 /** The parts of an Express request Tollgate reads (Express 4 and 5 both fit). */
 export interface ExpressLikeRequest extends IncomingMessage {
@@ -73,51 +70,26 @@ export function rwlock(options: RwlockMiddlewareOptions<ExpressLikeRequest> = {}
   )
 }
 
-/** The adapter shared by semaphore() and rwlock(): all admission logic lives in shared.ts. */
+/** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
+ * in watch.ts (shared with Koa). */
 export function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddleware {
   const middleware = (req: ExpressLikeRequest, res: ServerResponse, next: Next): void => {
-    // Attached before any await: a client that leaves while queued aborts the wait, and a response that
-    // closes releases its permit exactly once.
-    const gone = new AbortController()
-    let held: TollgateInfo | undefined
-    res.once('close', () => {
-      gone.abort(new Error('response closed'))
-      if (held) admission.release(held)
-      held = undefined
-    })
-    admission.admit(req, gone.signal).then(
-      (result) => {
-        if (result.outcome === 'rejected') {
-          if (res.headersSent || gone.signal.aborted) return
-          admission.notifyRejected(req, result.rejection)
+    admitWatched(admission, req, res).then(
+      (watched) => {
+        if (watched.outcome === 'gone') return
+        if (watched.outcome === 'rejected') {
+          // The onRejected hook may have answered itself.
           if (res.headersSent || res.writableEnded) return
-          const { status, headers, body } = admission.rejectionResponse(result.rejection)
-          res.writeHead(status, headers)
-          res.end(body)
+          res.writeHead(watched.answer.status, watched.answer.headers)
+          res.end(watched.answer.body)
           return
         }
-        const { info, left } = result
-        if (gone.signal.aborted) {
-          admission.release(info)
-          return
-        }
-        held = info
-        const lease = info.lease
-        if (lease) {
-          whenLost(lease, (error) => {
-            if (admission.lost(info, error) && !res.writableFinished) res.destroy()
-          })
-        }
-        req.tollgate = info
-        for (const [name, value] of Object.entries(admission.policyHeaders(info.name, info.permits, left))) {
-          if (!res.headersSent) res.setHeader(name, value)
-        }
+        req.tollgate = watched.info
+        if (!res.headersSent)
+          for (const [name, value] of Object.entries(watched.headers)) res.setHeader(name, value)
         next()
       },
-      (error: unknown) => {
-        // A client that left: nothing to send. Anything else is a bug (e.g. a throwing key()): 500.
-        if (!gone.signal.aborted) next(error)
-      },
+      (error: unknown) => next(error), // a bug (e.g. a throwing key()): Express answers 500
     )
   }
   return Object.assign(middleware, { counters: admission.counters })

@@ -1,27 +1,24 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import {
-  type Admission,
-  normalizeKey,
-  type RwlockMiddlewareOptions,
-  rwlockAdmission,
-  type SemaphoreMiddlewareOptions,
-  semaphoreAdmission,
-  type TollgateInfo,
-} from './shared.js'
-import { whenLost } from '../core/lease.js'
+import type { Admission } from '../admission/admission.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { normalizeKey } from '../admission/keys.js'
+import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
+import { admitWatched } from './watch.js'
 
 export type {
   AdmissionCounters,
-  CommonOptions,
-  Logger,
   OnLost,
   Rejection,
   RejectReason,
+  TollgateInfo,
+} from '../admission/admission.js'
+export type {
+  CommonOptions,
+  Logger,
   RwlockMiddlewareOptions,
   SemaphoreMiddlewareOptions,
-  TollgateInfo,
-} from './shared.js'
-export { DEFAULT_BUCKET, normalizeKey } from './shared.js'
+} from '../admission/options.js'
+export { DEFAULT_BUCKET, normalizeKey } from '../admission/keys.js'
 
 /** The parts of a Koa context Tollgate uses (Koa 2 and 3 both fit). */
 export interface KoaLikeContext {
@@ -62,46 +59,22 @@ export function rwlock(options: RwlockMiddlewareOptions<KoaLikeContext> = {}): K
   return koaAdapter(rwlockAdmission(options, { method: (ctx) => ctx.method, path: (ctx) => ctx.path }))
 }
 
-/** The adapter shared by semaphore() and rwlock(): all admission logic lives in shared.ts. */
+/** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
+ * in watch.ts (shared with Express). */
 export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware {
   const middleware = async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {
-    // Attached before any await (see the Express adapter).
-    const gone = new AbortController()
-    let held: TollgateInfo | undefined
-    ctx.res.once('close', () => {
-      gone.abort(new Error('response closed'))
-      if (held) admission.release(held)
-      held = undefined
-    })
-    let result
-    try {
-      result = await admission.admit(ctx, gone.signal)
-    } catch (error) {
-      if (gone.signal.aborted) return // the client left while waiting: nothing to answer
-      throw error // a bug (e.g. a throwing key()): Koa answers 500
-    }
-    if (result.outcome === 'rejected') {
-      admission.notifyRejected(ctx, result.rejection)
-      const { status, headers, body } = admission.rejectionResponse(result.rejection)
-      ctx.status = status
-      ctx.set(headers)
-      ctx.body = body
+    const watched = await admitWatched(admission, ctx, ctx.res)
+    if (watched.outcome === 'gone') return
+    if (watched.outcome === 'rejected') {
+      // The onRejected hook may have answered itself.
+      if (ctx.res.headersSent || ctx.res.writableEnded) return
+      ctx.status = watched.answer.status
+      ctx.set(watched.answer.headers)
+      ctx.body = watched.answer.body
       return
     }
-    const { info, left } = result
-    if (gone.signal.aborted) {
-      admission.release(info)
-      return
-    }
-    held = info
-    const lease = info.lease
-    if (lease) {
-      whenLost(lease, (error) => {
-        if (admission.lost(info, error) && !ctx.res.writableFinished) ctx.req.destroy()
-      })
-    }
-    ctx.state.tollgate = info
-    ctx.set(admission.policyHeaders(info.name, info.permits, left))
+    ctx.state.tollgate = watched.info
+    ctx.set(watched.headers)
     await next()
   }
   return Object.assign(middleware, { counters: admission.counters })

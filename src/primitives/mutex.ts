@@ -1,13 +1,14 @@
 import { debuglog } from 'node:util'
-import type { Lease } from '../core/lease.js'
-import { type AcquireOptions, type LockClient, PermitClient } from '../core/permits.js'
-import type { Store } from '../core/store.js'
-import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
+import type { Lease } from '../core/client/lease.js'
+import { type AcquireOptions, type LockClient } from '../core/client/lock-client.js'
+import { PermitClient } from '../core/client/permit-client.js'
+import type { Store } from '../core/protocol/store.js'
+import { checkAcquireOptions, type LockOptions, parseLockOptions } from '../core/options.js'
 import { ownerScope } from './owner-scope.js'
 
 const debug = debuglog('tollgate:mutex')
 
-export type { AcquireOptions } from '../core/permits.js'
+export type { AcquireOptions } from '../core/client/lock-client.js'
 export type MutexOptions = LockOptions
 
 export interface Mutex {
@@ -26,7 +27,7 @@ export interface Mutex {
  * (G2), waiters are served in FIFO order across processes (G5).
  */
 export function createMutex(store: Store, name: string, options?: MutexOptions): Mutex {
-  const client = new PermitClient(lockSettings('mutex', store, name, options), 1)
+  const client = new PermitClient(parseLockOptions('mutex', store, name, options), 1)
   return { name, ...freshOwnerCalls(client) }
 }
 
@@ -58,7 +59,7 @@ export interface ReentrantMutexOptions extends LockOptions {
  */
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
   const { owner, ...lockOptions } = options ?? {}
-  const client = new PermitClient(lockSettings('rmutex', store, name, lockOptions), 1)
+  const client = new PermitClient(parseLockOptions('rmutex', store, name, lockOptions), 1)
   const scope = ownerScope(store, client.space, owner)
 
   return {

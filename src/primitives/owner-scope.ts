@@ -2,8 +2,8 @@ import { AsyncLocalStorage } from 'node:async_hooks'
 import { createHash } from 'node:crypto'
 import type { KeySpace } from '../core/keys.js'
 import { nonEmptyString } from '../core/options.js'
-import { newToken } from '../core/permits.js'
-import type { Store } from '../core/store.js'
+import { newToken } from '../core/client/lock-client.js'
+import type { Store } from '../core/protocol/store.js'
 
 /**
  * Who owns an acquisition of a reentrant lock: a fixed `owner` option (e.g. a job id), else the

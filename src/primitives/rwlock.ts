@@ -1,13 +1,13 @@
-import type { AcquireOptions } from '../core/permits.js'
-import type { Lease } from '../core/lease.js'
+import type { AcquireOptions } from '../core/client/lock-client.js'
+import type { Lease } from '../core/client/lease.js'
 import { isPlainObjectOrUndefined } from '../core/options.js'
-import { RwClient } from '../core/rw-client.js'
-import type { RwMode, RwStats, Store } from '../core/store.js'
+import { RwClient } from '../core/client/rw-client.js'
+import type { RwMode, RwStats, Store } from '../core/protocol/store.js'
 import { type Mutex, runHolding } from './mutex.js'
-import { checkAcquireOptions, type LockOptions, lockSettings } from './options.js'
+import { checkAcquireOptions, type LockOptions, parseLockOptions } from '../core/options.js'
 import { ownerScope } from './owner-scope.js'
 
-export type { RwMode, RwStats as ReadWriteLockStats } from '../core/store.js'
+export type { RwMode, RwStats as ReadWriteLockStats } from '../core/protocol/store.js'
 
 export interface ReadWriteLockOptions extends LockOptions {
   /** A fixed owner identity (e.g. a job id): every acquire with the same owner re-enters. Without it,
@@ -49,7 +49,7 @@ export function createReadWriteLock(
 ): ReadWriteLock {
   isPlainObjectOrUndefined('options', options)
   const { owner, ...lockOptions } = options ?? {}
-  const settings = lockSettings('rw', store, name, lockOptions)
+  const settings = parseLockOptions('rw', store, name, lockOptions)
   const scope = ownerScope(store, settings.space, owner)
 
   const side = (mode: RwMode): ReadWriteLockSide => {
@@ -74,6 +74,6 @@ export function createReadWriteLock(
     name,
     read: side('read'),
     write: side('write'),
-    stats: () => store.rwInspect(settings.space),
+    stats: () => store.rwlock.inspect(settings.space),
   }
 }

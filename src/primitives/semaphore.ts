@@ -1,10 +1,11 @@
 import { ConfigError } from '../core/errors.js'
-import type { Lease } from '../core/lease.js'
+import type { Lease } from '../core/client/lease.js'
 import { positiveInt } from '../core/options.js'
-import { type AcquireOptions, PermitClient } from '../core/permits.js'
-import type { PermitStats, Store } from '../core/store.js'
+import type { AcquireOptions } from '../core/client/lock-client.js'
+import { PermitClient } from '../core/client/permit-client.js'
+import type { PermitStats, Store } from '../core/protocol/store.js'
 import { freshOwnerCalls } from './mutex.js'
-import { type LockOptions, lockSettings } from './options.js'
+import { type LockOptions, parseLockOptions } from '../core/options.js'
 
 /** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
 const MAX_PERMITS = 1_000_000
@@ -44,7 +45,7 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
   }
   const { permits, ...lockOptions } = options
   positiveInt('permits', permits, MAX_PERMITS)
-  const client = new PermitClient(lockSettings('sem', store, name, lockOptions), permits)
+  const client = new PermitClient(parseLockOptions('sem', store, name, lockOptions), permits)
   return {
     name,
     get permits() {
@@ -54,8 +55,8 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
     setPermits: async (next) => {
       positiveInt('permits', next, MAX_PERMITS)
       client.setPermits(next)
-      await store.setLimit(client.space, next)
+      await store.permits.setLimit(client.space, next)
     },
-    stats: () => store.inspect(client.space),
+    stats: () => store.permits.inspect(client.space),
   }
 }

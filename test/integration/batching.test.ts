@@ -3,7 +3,7 @@
 // and the memory store must agree.
 import { expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
-import type { AcquireRequest } from '../../src/core/store.js'
+import type { AcquireRequest } from '../../src/core/protocol/store.js'
 import { createReentrantMutex, createSemaphore, type Lease } from '../../src/index.js'
 import { describeStores, eventually, sleep } from '../helpers/contract.js'
 
@@ -68,16 +68,19 @@ describeStores('calls in one event-loop turn', (fx) => {
       enqueue: false,
       waiterTtlMs: 5_000,
     })
-    const got = await Promise.all([store.acquire(space, request('a')), store.acquire(space, request('b'))])
+    const got = await Promise.all([
+      store.permits.acquire(space, request('a')),
+      store.permits.acquire(space, request('b')),
+    ])
     expect(got.map((reply) => reply.granted)).toEqual([true, true])
     const results = await Promise.all([
-      store.release(space, 'a', 2),
-      store.release(space, 'a', 2),
-      store.release(space, 'b', 2),
-      store.release(space, 'a', 2),
+      store.permits.release(space, 'a', 2),
+      store.permits.release(space, 'a', 2),
+      store.permits.release(space, 'b', 2),
+      store.permits.release(space, 'a', 2),
     ])
     expect(results).toEqual(['freed', 'none', 'freed', 'none'])
-    expect((await store.inspect(space)).holders).toBe(0)
+    expect((await store.permits.inspect(space)).holders).toBe(0)
   })
 
   it('calls of one name keep their call order across kinds (acquire, tryAcquire, release, renew)', async () => {
@@ -92,22 +95,22 @@ describeStores('calls in one event-loop turn', (fx) => {
     // A later tryAcquire never beats an earlier queued acquire.
     const one = keySpace(prefix, 'sem', 'order-1')
     const first = await Promise.all([
-      store.acquire(one, request('a1', 2, true)),
-      store.acquire(one, request('a2', 2, true)),
-      store.acquire(one, request('t', 2, false)),
+      store.permits.acquire(one, request('a1', 2, true)),
+      store.permits.acquire(one, request('a2', 2, true)),
+      store.permits.acquire(one, request('t', 2, false)),
     ])
     expect(first.map((reply) => reply.granted)).toEqual([true, true, false])
 
     // A tryAcquire after a release finds the freed permit, also when a batch of tryAcquires opened
     // before the release.
     const two = keySpace(prefix, 'sem', 'order-2')
-    expect((await store.acquire(two, request('x', 1, false))).granted).toBe(true)
+    expect((await store.permits.acquire(two, request('x', 1, false))).granted).toBe(true)
     const second = await Promise.all([
-      store.acquire(two, request('t1', 1, false)),
-      store.acquire(two, request('t2', 1, false)),
-      store.release(two, 'ghost', 1),
-      store.release(two, 'x', 1),
-      store.acquire(two, request('t3', 1, false)),
+      store.permits.acquire(two, request('t1', 1, false)),
+      store.permits.acquire(two, request('t2', 1, false)),
+      store.permits.release(two, 'ghost', 1),
+      store.permits.release(two, 'x', 1),
+      store.permits.acquire(two, request('t3', 1, false)),
     ])
     expect(second.map((reply) => (typeof reply === 'string' ? reply : reply.granted))).toEqual([
       false,
@@ -119,14 +122,14 @@ describeStores('calls in one event-loop turn', (fx) => {
 
     // A renew after a release of the same token, in one turn, finds it gone.
     const [, released, renewed] = await Promise.all([
-      store.release(two, 'ghost', 1),
-      store.release(two, 't3', 1),
-      store.renew(two, 10_000, [{ token: 't3' }]),
+      store.permits.release(two, 'ghost', 1),
+      store.permits.release(two, 't3', 1),
+      store.permits.renew(two, 10_000, [{ token: 't3' }]),
     ])
     expect(released).toBe('freed')
     expect(renewed.expiresAt).toEqual([0])
-    await store.release(one, 'a1', 2)
-    await store.release(one, 'a2', 2)
+    await store.permits.release(one, 'a1', 2)
+    await store.permits.release(one, 'a2', 2)
   })
 
   it('a burst finds the permits of many expired holders (more than one purge would drop)', async () => {
@@ -140,14 +143,20 @@ describeStores('calls in one event-loop turn', (fx) => {
       waiterTtlMs: 5_000,
     })
     // One long lease keeps the holder set (and its 300 expired entries) alive.
-    expect((await store.acquire(space, request('keep', 10_000))).granted).toBe(true)
-    const short = await Promise.all(range(300).map((i) => store.acquire(space, request(`old${i}`, 100))))
+    expect((await store.permits.acquire(space, request('keep', 10_000))).granted).toBe(true)
+    const short = await Promise.all(
+      range(300).map((i) => store.permits.acquire(space, request(`old${i}`, 100))),
+    )
     expect(short.every((reply) => reply.granted)).toBe(true)
     await sleep(400) // well past the 100 ms leases, on any clock
-    const burst = await Promise.all(range(250).map((i) => store.acquire(space, request(`new${i}`, 10_000))))
+    const burst = await Promise.all(
+      range(250).map((i) => store.permits.acquire(space, request(`new${i}`, 10_000))),
+    )
     expect(burst.filter((reply) => reply.granted)).toHaveLength(250)
-    expect((await store.inspect(space)).holders).toBe(251)
-    await Promise.all(['keep', ...range(250).map((i) => `new${i}`)].map((t) => store.release(space, t, 301)))
+    expect((await store.permits.inspect(space)).holders).toBe(251)
+    await Promise.all(
+      ['keep', ...range(250).map((i) => `new${i}`)].map((t) => store.permits.release(space, t, 301)),
+    )
   })
 
   it('reentrant acquires and releases of one owner in one turn count every entry', async () => {
@@ -169,7 +178,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     const lease = await stranger.tryAcquire()
     expect(lease).toBeDefined()
     await lease?.release()
-    expect((await store.inspect(keySpace(prefix, 'rmutex', 'owned'))).holders).toBe(0)
+    expect((await store.permits.inspect(keySpace(prefix, 'rmutex', 'owned'))).holders).toBe(0)
   })
 
   it('acquires of different names in one turn each get their own permit', async () => {

@@ -131,10 +131,10 @@ class Run {
     const kind = this.family === 'rw' ? 'rw' : this.family
     const space = keySpace(this.store.prefix, kind, NAME)
     if (this.family === 'rw') {
-      const s = await this.store.rwInspect(space)
+      const s = await this.store.rwlock.inspect(space)
       return `readers=${s.readers} writer=${s.writer} queued=${s.queued}`
     }
-    const s = await this.store.inspect(space)
+    const s = await this.store.permits.inspect(space)
     return `holders=${s.holders} queued=${s.queued}`
   }
 

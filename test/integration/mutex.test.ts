@@ -1,7 +1,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
-import { whenLost } from '../../src/core/lease.js'
+import { whenLost } from '../../src/core/client/lease.js'
 import {
   AcquireTimeoutError,
   ConfigError,
@@ -146,7 +146,7 @@ describeStores('mutex', (fx, kind) => {
         const space = keySpace(fx().prefix, 'mutex', 'stolen')
         await client.del(space.key('h'))
       } else {
-        await (store as unknown as { sets: Map<string, unknown> }).sets.clear()
+        await (store.permits as unknown as { sets: Map<string, unknown> }).sets.clear()
       }
       const thief = await createMutex(fx().another(), 'stolen', { ttlMs: 5000 }).acquire({ timeoutMs: 1000 })
       await eventually(() => lease.signal.aborted, 2000)
@@ -169,7 +169,7 @@ describeStores('mutex', (fx, kind) => {
     const holder = await createMutex(store, 'fifo').acquire()
     const order: string[] = []
     const waits: Promise<void>[] = []
-    const stats = () => store.inspect(keySpace(prefix, 'mutex', 'fifo'))
+    const stats = () => store.permits.inspect(keySpace(prefix, 'mutex', 'fifo'))
     for (let i = 0; i < 6; i++) {
       const id = `w${i}`
       const mutex = createMutex(i % 2 ? fx().another() : store, 'fifo')
@@ -195,11 +195,11 @@ describeStores('mutex', (fx, kind) => {
     const controller = new AbortController()
     const aborted = mutex.acquire({ signal: controller.signal })
     const timedOut = mutex.acquire({ timeoutMs: 150 })
-    await eventually(async () => (await store.inspect(space)).queued === 2)
+    await eventually(async () => (await store.permits.inspect(space)).queued === 2)
     controller.abort(new Error('client went away'))
     await expect(aborted).rejects.toThrow('client went away')
     await expect(timedOut).rejects.toBeInstanceOf(AcquireTimeoutError)
-    await eventually(async () => (await store.inspect(space)).queued === 0, 2000)
+    await eventually(async () => (await store.permits.inspect(space)).queued === 0, 2000)
     await holder.release()
     if (client) await eventually(async () => (await keysUnder(client, prefix)).length === 0, 2000)
   })
@@ -324,7 +324,7 @@ describeStores(
           id: ids[i],
           orderKey,
         })
-        await eventually(async () => (await store.inspect(space)).queued === i + 1)
+        await eventually(async () => (await store.permits.inspect(space)).queued === i + 1)
       }
       await holder.release()
       for (let i = 0; i < ids.length; i++) {
@@ -347,7 +347,7 @@ describeStores(
       const { store } = fx()
       const waiting = createMutex(store, 'closing').acquire({ timeoutMs: Number.POSITIVE_INFINITY })
       const space = keySpace(fx().prefix, 'mutex', 'closing')
-      await eventually(async () => (await fx().another().inspect(space)).queued === 1)
+      await eventually(async () => (await fx().another().permits.inspect(space)).queued === 1)
       await store.close()
       await expect(waiting).rejects.toThrow(/closed/)
       await holder.release()

@@ -179,20 +179,20 @@ describeStores('one owner, several calls', (fx, kind) => {
     const { store } = fx()
     const space = keySpace(fx().prefix, 'rw', 'lapsed')
     const request = { token: 'O', ttlMs: 5000, enqueue: true, waiterTtlMs: 200 }
-    expect((await store.rwAcquire(space, { ...request, token: 'P', op: 'p1', mode: 'write' })).granted).toBe(
-      true,
-    )
-    expect(await store.rwAcquire(space, { ...request, op: 'o1', mode: 'read' })).toMatchObject({
+    expect(
+      (await store.rwlock.acquire(space, { ...request, token: 'P', op: 'p1', mode: 'write' })).granted,
+    ).toBe(true)
+    expect(await store.rwlock.acquire(space, { ...request, op: 'o1', mode: 'read' })).toMatchObject({
       position: 0,
     })
     await sleep(400) // no heartbeat: the wait is over, and on Redis its queue keys expired
     // Not refused as "already waiting for the other mode", not joined to a wait that is over.
-    expect(await store.rwAcquire(space, { ...request, op: 'o2', mode: 'write' })).toMatchObject({
+    expect(await store.rwlock.acquire(space, { ...request, op: 'o2', mode: 'write' })).toMatchObject({
       granted: false,
       position: 0,
     })
-    expect(await store.rwRelease(space, 'O', 'write', 'o2')).toBe('dequeued')
-    expect(await store.rwRelease(space, 'P', 'write', 'p1')).toBe('freed')
+    expect(await store.rwlock.release(space, 'O', 'write', 'o2')).toBe('dequeued')
+    expect(await store.rwlock.release(space, 'P', 'write', 'p1')).toBe('freed')
   })
 
   it('G11: expired holders are dropped before a release hands permits on, on every store', async () => {
@@ -215,15 +215,17 @@ describeStores('one owner, several calls', (fx, kind) => {
     const { store } = fx()
     const space = keySpace(fx().prefix, 'rmutex', 'renew-own-acquisition')
     const request = { token: 'O', permits: 1, enqueue: true, waiterTtlMs: 5000 }
-    expect((await store.acquire(space, { ...request, op: 'o1', ttlMs: 200 })).granted).toBe(true)
+    expect((await store.permits.acquire(space, { ...request, op: 'o1', ttlMs: 200 })).granted).toBe(true)
     await sleep(300) // o1's lease ran out
-    expect((await store.acquire(space, { ...request, token: 'P', ttlMs: 5000 })).granted).toBe(true)
-    expect(await store.release(space, 'P', 1)).toBe('freed')
-    expect((await store.acquire(space, { ...request, op: 'o3', ttlMs: 5000 })).granted).toBe(true)
+    expect((await store.permits.acquire(space, { ...request, token: 'P', ttlMs: 5000 })).granted).toBe(true)
+    expect(await store.permits.release(space, 'P', 1)).toBe('freed')
+    expect((await store.permits.acquire(space, { ...request, op: 'o3', ttlMs: 5000 })).granted).toBe(true)
     // o1 was lost (P held in between): its renewal must say so, though the owner holds again.
-    expect((await store.renew(space, 5000, [{ token: 'O', op: 'o1' }])).expiresAt).toEqual([0])
-    expect((await store.renew(space, 5000, [{ token: 'O', op: 'o3' }])).expiresAt[0]).toBeGreaterThan(0)
-    expect(await store.release(space, 'O', 1, 'o3')).toBe('freed')
+    expect((await store.permits.renew(space, 5000, [{ token: 'O', op: 'o1' }])).expiresAt).toEqual([0])
+    expect((await store.permits.renew(space, 5000, [{ token: 'O', op: 'o3' }])).expiresAt[0]).toBeGreaterThan(
+      0,
+    )
+    expect(await store.permits.release(space, 'O', 1, 'o3')).toBe('freed')
   })
 
   it('G2: a re-check never reports a grant whose lease already ran out', async () => {
@@ -231,14 +233,14 @@ describeStores('one owner, several calls', (fx, kind) => {
     const space = keySpace(fx().prefix, 'sem', 'recheck-expired')
     const request = { token: 'a', ttlMs: 100, permits: 3, enqueue: true, waiterTtlMs: 1000 }
     // A longer lease keeps the name's keys alive past the short one.
-    expect((await store.acquire(space, { ...request, token: 'b', ttlMs: 5000 })).granted).toBe(true)
-    expect((await store.acquire(space, request)).granted).toBe(true)
+    expect((await store.permits.acquire(space, { ...request, token: 'b', ttlMs: 5000 })).granted).toBe(true)
+    expect((await store.permits.acquire(space, request)).granted).toBe(true)
     await sleep(250)
     // Room is left (2 of 3), so nothing purged the expired holder yet.
-    const reply = await store.recheck(space, 3, 1000, [{ token: 'a' }])
+    const reply = await store.permits.recheck(space, 3, 1000, [{ token: 'a' }])
     expect(reply.states[0]?.state).not.toBe('granted')
-    await store.release(space, 'a', 3)
-    await store.release(space, 'b', 3)
+    await store.permits.release(space, 'a', 3)
+    await store.permits.release(space, 'b', 3)
   })
 })
 
@@ -258,7 +260,9 @@ async function waiterDeadlines(
     const scores = await Promise.all(tokens.map((t) => redis.zscore(space.key('w'), t)))
     return scores.map((s) => Number(s) - now)
   }
-  const sets = (store as unknown as { sets: Map<string, { queue: Map<string, { heartbeat: number }> }> }).sets
+  const sets = (
+    store.permits as unknown as { sets: Map<string, { queue: Map<string, { heartbeat: number }> }> }
+  ).sets
   const queue = sets.get(space.base)?.queue ?? new Map()
   return [...queue.values()].map((w) => w.heartbeat - (performance.timeOrigin + performance.now()))
 }

@@ -61,8 +61,8 @@ describe.each([
     )
     await eventually(
       async () =>
-        (await store.inspect(keySpace('cost', primitive === 'mutex' ? 'mutex' : 'sem', name))).queued ===
-        WAITERS,
+        (await store.permits.inspect(keySpace('cost', primitive === 'mutex' ? 'mutex' : 'sem', name)))
+          .queued === WAITERS,
     )
     await sleep(50) // let the subscription's race-closing re-check finish before counting
     const before = await commandCount(counter)

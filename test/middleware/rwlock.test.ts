@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { ConfigError, createMemoryStore, createRedisStore, type Store } from '../../src/index.js'
 import { rwlock } from '../../src/middleware/express.js'
-import { normalizePath } from '../../src/middleware/shared.js'
+import { normalizePath } from '../../src/admission/keys.js'
 import { CURRENT, get, startApp } from '../helpers/apps.js'
 import { sleep } from '../helpers/contract.js'
 import { connectStandalone, uniquePrefix } from '../helpers/redis.js'

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { DEFAULT_BUCKET, normalizeKey } from '../../src/middleware/shared.js'
+import { DEFAULT_BUCKET, normalizeKey } from '../../src/admission/keys.js'
 
 describe('normalizeKey', () => {
   it('sends missing, empty and non-string keys to the default bucket', () => {

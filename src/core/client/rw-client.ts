@@ -1,6 +1,14 @@
-import { LockUpgradeError } from './errors.js'
-import { LockClient, newToken, type PermitSettings } from './permits.js'
-import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode, Acquisition } from './store.js'
+import { LockUpgradeError } from '../errors.js'
+import type { LockSettings } from '../options.js'
+import { LockClient, newToken } from './lock-client.js'
+import type {
+  AcquireReply,
+  RecheckReply,
+  ReleaseResult,
+  RenewReply,
+  RwMode,
+  Acquisition,
+} from '../protocol/store.js'
 
 /**
  * One side (read or write) of a read/write lock (lua/rwlock-*.lua): the generic wait loop of
@@ -10,14 +18,14 @@ import type { AcquireReply, RecheckReply, ReleaseResult, RenewReply, RwMode, Acq
  */
 export class RwClient extends LockClient {
   constructor(
-    settings: PermitSettings,
+    settings: LockSettings,
     readonly mode: RwMode,
   ) {
     super({ ...settings, kind: `${settings.kind}-${mode}` })
   }
 
   protected async attempt({ token, op }: Acquisition, enqueue: boolean): Promise<AcquireReply> {
-    const reply = await this.store.rwAcquire(this.space, {
+    const reply = await this.store.rwlock.acquire(this.space, {
       token,
       op: op ?? newToken(),
       mode: this.mode,
@@ -30,14 +38,14 @@ export class RwClient extends LockClient {
   }
 
   recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply> {
-    return this.store.rwRecheck(this.space, this.waiterTtlMs, waits)
+    return this.store.rwlock.recheck(this.space, this.waiterTtlMs, waits)
   }
 
   renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
-    return this.store.rwRenew(this.space, this.mode, ttlMs, holds)
+    return this.store.rwlock.renew(this.space, this.mode, ttlMs, holds)
   }
 
   releaseToken(token: string, op: string = token): Promise<ReleaseResult> {
-    return this.store.rwRelease(this.space, token, this.mode, op)
+    return this.store.rwlock.release(this.space, token, this.mode, op)
   }
 }

@@ -1,4 +1,6 @@
-import type { KeySpace } from './keys.js'
+// The memory twin of lua/rwlock-*.lua (G11): one writer-preferring read/write lock per name, the same
+// rules step by step. Each method mirrors the script of the same name; lua/lib/rwlock.lua explains them.
+import type { KeySpace } from '../keys.js'
 import type {
   Grant,
   RecheckReply,
@@ -9,8 +11,10 @@ import type {
   RwMode,
   RwStats,
   Acquisition,
+  RwLockFamily,
   WaiterState,
-} from './store.js'
+} from '../protocol/store.js'
+import { nowMs, nowUs } from './clock.js'
 
 interface Hold {
   expiresAt: number
@@ -34,22 +38,16 @@ interface RwState {
   lastFence: number
 }
 
-export interface MemoryClock {
-  /** Epoch ms. */
-  nowMs(): number
-  /** Epoch µs (fencing tokens never fall below it, as in Lua). */
-  nowUs(): number
-}
-
 /**
  * The read/write locks of a memory store: the same rules as lua/rwlock-*.lua, in-process (G11).
  * Each method mirrors the script of the same name; see lua/lib/rwlock.lua for the rules.
  */
-export class MemoryRwLocks {
+export class MemoryRwLocks implements RwLockFamily {
   private readonly locks = new Map<string, RwState>()
 
+  private readonly clock = { nowMs, nowUs }
+
   constructor(
-    private readonly clock: MemoryClock,
     /** Deliver grants to the space's subscribers (asynchronously, like a pub/sub message). */
     private readonly publish: (space: KeySpace, grants: Grant[]) => void,
   ) {}
@@ -59,7 +57,7 @@ export class MemoryRwLocks {
     return this.locks.size
   }
 
-  acquire(space: KeySpace, r: RwAcquireRequest): RwAcquireReply {
+  async acquire(space: KeySpace, r: RwAcquireRequest): Promise<RwAcquireReply> {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
     this.admit(space, lock, now)
@@ -114,7 +112,7 @@ export class MemoryRwLocks {
     return { granted: false, position: lock.queue.size - 1, nextExpiry: nextExpiry(lock), now }
   }
 
-  release(space: KeySpace, token: string, mode: RwMode, op: string): ReleaseResult {
+  async release(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult> {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
     const result = this.giveBack(lock, token, mode, op)
@@ -140,7 +138,12 @@ export class MemoryRwLocks {
     return 'dequeued'
   }
 
-  renew(space: KeySpace, mode: RwMode, ttlMs: number, acquisitions: readonly Acquisition[]): RenewReply {
+  async renew(
+    space: KeySpace,
+    mode: RwMode,
+    ttlMs: number,
+    acquisitions: readonly Acquisition[],
+  ): Promise<RenewReply> {
     const now = this.clock.nowMs()
     const holds = this.locks.get(space.base)?.holds[mode]
     const expiresAt = acquisitions.map(({ token, op = token }) => {
@@ -152,7 +155,7 @@ export class MemoryRwLocks {
     return { now, expiresAt }
   }
 
-  recheck(space: KeySpace, waiterTtlMs: number, waits: readonly Acquisition[]): RecheckReply {
+  async recheck(space: KeySpace, waiterTtlMs: number, waits: readonly Acquisition[]): Promise<RecheckReply> {
     const now = this.clock.nowMs()
     const lock = this.open(space, now)
     this.admit(space, lock, now)
@@ -170,7 +173,7 @@ export class MemoryRwLocks {
     return reply
   }
 
-  inspect(space: KeySpace): RwStats {
+  async inspect(space: KeySpace): Promise<RwStats> {
     const now = this.clock.nowMs()
     const lock = this.locks.get(space.base)
     if (!lock) return { readers: 0, writer: false, queued: 0 }

@@ -4,7 +4,7 @@
 // when an outage starts and one when it ends, never one per request.
 import { StoreUnavailableError } from '../core/errors.js'
 import { keySpace } from '../core/keys.js'
-import type { Store } from '../core/store.js'
+import type { Store } from '../core/protocol/store.js'
 
 export interface HealthLogger {
   warn(message: string, meta?: Record<string, unknown>): void
@@ -53,7 +53,7 @@ export class StoreHealth {
       await new Promise((resolve) => setTimeout(resolve, wait).unref())
       if ((this.store as { closed?: boolean }).closed) return
       try {
-        await this.store.inspect(space)
+        await this.store.permits.inspect(space)
       } catch {
         wait = Math.min(PROBE_MAX_MS, wait * 2)
         continue

@@ -1,19 +1,12 @@
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
-import { AcquireTimeoutError, type LeaseLostError } from './errors.js'
-import { emit } from './events.js'
-import type { KeySpace } from './keys.js'
+import { AcquireTimeoutError } from '../errors.js'
+import { emit } from '../events.js'
+import type { KeySpace } from '../keys.js'
+import type { LockSettings } from '../options.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
-import type {
-  AcquireReply,
-  Grant,
-  RecheckReply,
-  ReleaseResult,
-  RenewReply,
-  Store,
-  Acquisition,
-} from './store.js'
-import { type WaitClient, type WaitGroup, type Waiter, waitGroup } from './wait-room.js'
+import type { AcquireReply, Grant, RecheckReply, RenewReply, Store, Acquisition } from '../protocol/store.js'
+import { type WaitClient, type WaitGroup, type Waiter, waitGroup } from './wait-group.js'
 
 const debug = debuglog('tollgate:acquire')
 
@@ -28,17 +21,6 @@ export interface AcquireOptions {
    * Lets a caller bound how many wait (the middleware's maxQueue) without counting calls that are
    * only on their way to the store. */
   onQueued?: () => boolean | void
-}
-
-export interface PermitSettings {
-  store: Store
-  space: KeySpace
-  kind: string
-  ttlMs: number
-  autoRenew: boolean
-  waiterTtlMs: number
-  acquireTimeoutMs: number
-  onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
 }
 
 /** 96 random bits per process: tokens of different processes never collide. */
@@ -72,9 +54,9 @@ export abstract class LockClient implements LeaseContext, WaitClient {
   readonly autoRenew: boolean
   readonly waiterTtlMs: number
   readonly acquireTimeoutMs: number
-  readonly onLost: PermitSettings['onLost']
+  readonly onLost: LockSettings['onLost']
 
-  constructor(settings: PermitSettings) {
+  constructor(settings: LockSettings) {
     this.store = settings.store
     this.space = settings.space
     this.kind = settings.kind
@@ -272,46 +254,5 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    * stops and the entry falls out within waiterTtlMs. */
   private leaveQueue(acquisition: Acquisition): void {
     this.releaseToken(acquisition.token, acquisition.op).catch(() => {})
-  }
-}
-
-/** The fair permit set (lua/permit-*.lua): mutex, reentrant mutex and semaphore. */
-export class PermitClient extends LockClient {
-  private currentPermits: number
-
-  constructor(settings: PermitSettings, permits: number) {
-    super(settings)
-    this.currentPermits = permits
-  }
-
-  permits(): number {
-    return this.currentPermits
-  }
-
-  setPermits(permits: number): void {
-    this.currentPermits = permits
-  }
-
-  protected attempt({ token, op }: Acquisition, enqueue: boolean): Promise<AcquireReply> {
-    return this.store.acquire(this.space, {
-      token,
-      op,
-      ttlMs: this.ttlMs,
-      permits: this.currentPermits,
-      enqueue,
-      waiterTtlMs: this.waiterTtlMs,
-    })
-  }
-
-  recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply> {
-    return this.store.recheck(this.space, this.currentPermits, this.waiterTtlMs, waits)
-  }
-
-  renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
-    return this.store.renew(this.space, ttlMs, holds)
-  }
-
-  releaseToken(token: string, op?: string): Promise<ReleaseResult> {
-    return this.store.release(this.space, token, this.currentPermits, op)
   }
 }

@@ -1,39 +1,21 @@
-import type { KeySpace } from './keys.js'
-import { MemoryRwLocks, queuePosition } from './memory-rwlock.js'
-import { defined, isPlainObjectOrUndefined, keyPrefix } from './options.js'
+// The memory twin of lua/permit-*.lua (G11): a fair FIFO permit set per name, the same rules step by
+// step, on the same clock discipline (a monotonic clock standing in for Redis TIME). Each method
+// mirrors the script of the same name; lua/lib/permits.lua explains the rules.
+import type { KeySpace } from '../keys.js'
 import type {
   AcquireReply,
   AcquireRequest,
+  Acquisition,
   Grant,
+  PermitFamily,
   PermitStats,
   RecheckReply,
   ReleaseResult,
   RenewReply,
-  RwAcquireReply,
-  RwAcquireRequest,
-  RwMode,
-  RwStats,
-  Store,
-  Unsubscribe,
-  Acquisition,
   WaiterState,
-} from './store.js'
-
-export interface MemoryStoreOptions {
-  /** @default 'tollgate' */
-  prefix?: string
-}
-
-/**
- * The embedded store for a single process: the same fair permit set as lua/permit-*.lua and the same
- * read/write lock as lua/rwlock-*.lua, in memory (G11). Limits are per process: use
- * createRedisStore() to share them across instances.
- */
-export function createMemoryStore(options?: MemoryStoreOptions): Store {
-  isPlainObjectOrUndefined('options', options)
-  const config = { prefix: 'tollgate', ...defined(options) }
-  return new MemoryStore(keyPrefix('prefix', config.prefix))
-}
+} from '../protocol/store.js'
+import { nowMs, nowUs } from './clock.js'
+import { queuePosition } from './rwlocks.js'
 
 interface Holder {
   expiresAt: number
@@ -56,27 +38,16 @@ interface PermitSet {
   lastFence: number
 }
 
-// Epoch milliseconds from a monotonic source: wall-clock jumps do not move leases.
-const origin = performance.timeOrigin
-const nowMs = () => Math.floor(origin + performance.now())
-const nowUs = () => Math.floor((origin + performance.now()) * 1000)
-
-class MemoryStore implements Store {
-  readonly kind = 'memory'
-  /** Our clock is monotonic (performance.now); Date.now() may have been stepped since start. */
-  get clockOffsetMs(): number {
-    return nowMs() - Date.now()
-  }
-  readonly notificationsHealthy = true
-  private readonly sets = new Map<string, PermitSet>()
+export class MemoryPermitSets implements PermitFamily {
+  /** State per name (space.base). */
+  readonly sets = new Map<string, PermitSet>()
   /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
   private readonly limits = new Map<string, number>()
-  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
-  private readonly rw = new MemoryRwLocks({ nowMs, nowUs }, (space, grants) => this.publish(space, grants))
-  // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
-  private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
 
-  constructor(readonly prefix: string) {}
+  constructor(
+    /** Deliver grants to the space's subscribers (asynchronously, like a pub/sub message). */
+    private readonly publish: (space: KeySpace, grants: Grant[]) => void,
+  ) {}
 
   /** lua permit-acquire.lua for one token: a token that holds or waits gets its grant or place back
    * (with a new `op`, the acquisition re-enters or waits with the owner's); a fresh one takes a permit
@@ -227,70 +198,16 @@ class MemoryStore implements Store {
     this.settle(space, set)
   }
 
-  async rwAcquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply> {
-    return this.rw.acquire(space, request)
-  }
-
-  async rwRelease(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult> {
-    return this.rw.release(space, token, mode, op)
-  }
-
-  async rwRenew(
-    space: KeySpace,
-    mode: RwMode,
-    ttlMs: number,
-    holds: readonly Acquisition[],
-  ): Promise<RenewReply> {
-    return this.rw.renew(space, mode, ttlMs, holds)
-  }
-
-  async rwRecheck(
-    space: KeySpace,
-    waiterTtlMs: number,
-    waits: readonly Acquisition[],
-  ): Promise<RecheckReply> {
-    return this.rw.recheck(space, waiterTtlMs, waits)
-  }
-
-  async rwInspect(space: KeySpace): Promise<RwStats> {
-    return this.rw.inspect(space)
-  }
-
   private limit(space: KeySpace, requested: number): number {
     return this.limits.get(space.base) ?? requested
   }
 
-  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
-    let set = this.listeners.get(space.channel)
-    if (!set) {
-      set = new Set()
-      this.listeners.set(space.channel, set)
-    }
-    set.add(onGrant)
-    return () => {
-      const current = this.listeners.get(space.channel)
-      if (current?.delete(onGrant) && current.size === 0) this.listeners.delete(space.channel)
-    }
-  }
-
-  async close(): Promise<void> {
-    clearInterval(this.sweeper)
-    this.listeners.clear()
-  }
-
-  private sweep(): void {
-    const now = nowMs()
+  /** Forget names whose leases and waiters simply ran out, as Redis expires their keys. */
+  sweep(now: number): void {
     for (const [base, set] of this.sets) {
       purge(set, now)
       if (isIdle(set)) this.sets.delete(base)
     }
-    this.rw.sweep(now)
-  }
-
-  /** Number of names with state (permit sets and read/write locks): the memory twin of "keys left in
-   * Redis". */
-  get size(): number {
-    return this.sets.size + this.rw.size
   }
 
   /** The set for a name after dropping expired holders and dead waiters (lua purge()). */
@@ -319,16 +236,6 @@ class MemoryStore implements Store {
       free--
     }
     if (granted.length > 0) this.publish(space, granted)
-  }
-
-  /** Tell the space's subscribers about grants. */
-  private publish(space: KeySpace, grants: Grant[]): void {
-    const listeners = this.listeners.get(space.channel)
-    if (!listeners) return
-    // Delivered later, like a pub/sub message: never inside the caller's call stack.
-    setImmediate(() => {
-      for (const grant of grants) for (const listener of listeners) listener(grant)
-    })
   }
 
   /** lua settle(): forget a name once nothing is held or queued. */

@@ -1,9 +1,9 @@
 import { debuglog } from 'node:util'
-import { LeaseLostError } from './errors.js'
-import { emit } from './events.js'
-import type { KeySpace } from './keys.js'
+import { LeaseLostError } from '../errors.js'
+import { emit } from '../events.js'
+import type { KeySpace } from '../keys.js'
 import { renewals } from './renewal.js'
-import type { Acquisition, RenewReply, Store } from './store.js'
+import type { Acquisition, RenewReply, Store } from '../protocol/store.js'
 
 const debug = debuglog('tollgate:lease')
 

@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
-import type { KeySpace } from './keys.js'
-import type { Grant, RecheckReply, Store, Unsubscribe, Acquisition } from './store.js'
+import type { KeySpace } from '../keys.js'
+import type { Grant, RecheckReply, Store, Unsubscribe, Acquisition } from '../protocol/store.js'
 
 const debug = debuglog('tollgate:wait')
 

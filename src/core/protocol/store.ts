@@ -1,10 +1,11 @@
-import type { KeySpace } from './keys.js'
+import type { KeySpace } from '../keys.js'
 
 /**
- * What a primitive asks of a store. Both stores implement the same fair permit set (see
- * lua/lib/permits.lua) and the same read/write lock (lua/lib/rwlock.lua): the Redis store with Lua
- * scripts, the memory store in-process (G11).
- * Times are epoch milliseconds on the store's clock (the Redis server's, G9).
+ * What a primitive asks of a store: two families of operations on keyed state, each an atomic step
+ * (a Lua script on Redis, a method in memory), plus wake-up notifications. Both stores implement the
+ * same fair permit set (lua/lib/permits.lua) and the same read/write lock (lua/lib/rwlock.lua) (G11).
+ * Times are epoch milliseconds on the store's clock (the Redis server's, G9). Every operation is
+ * idempotent per acquisition (G12): a call the store ran twice has the effect of one.
  */
 export interface Store {
   readonly kind: 'redis' | 'memory'
@@ -14,17 +15,30 @@ export interface Store {
   readonly clockOffsetMs: number
   /** True while wake-up notifications are being delivered; waiters poll with backoff otherwise. */
   readonly notificationsHealthy: boolean
+  /** The fair permit set behind the mutex, the reentrant mutex, the semaphore and RedLock. */
+  readonly permits: PermitFamily
+  /** The writer-preferring read/write lock. */
+  readonly rwlock: RwLockFamily
+  /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
+  subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
+  /** Stop background work (subscriber connection). Never closes a client the user passed in. */
+  close(): Promise<void>
+}
 
-  /** Idempotent (G12): a token that already holds or waits gets its grant or place back unchanged,
-   * unless `op` is an acquisition it has not seen (then it re-enters or waits with the owner). */
+/** lua/permit-*.lua: a fair FIFO permit set per name. */
+export interface PermitFamily {
+  /** Take a permit now or join the queue. A token that already holds or waits gets its grant or place
+   * back unchanged, unless `op` is an acquisition it has not seen (then it re-enters or waits with
+   * the owner). */
   acquire(space: KeySpace, request: AcquireRequest): Promise<AcquireReply>
   /** Give back a token's permit or leave the queue. With `op` (a reentrant owner's acquisition), only
-   * that acquisition goes; the permit is freed when the owner's last one does. Idempotent (G12). */
+   * that acquisition goes; the permit is freed when the owner's last one does. */
   release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult>
   /** Extend live leases; a lease is live only while its acquisition holds (for a reentrant owner:
    * while `op` is one of the hold's acquisitions, so a lease the owner lost is never renewed through
    * a later acquisition of the same owner, G4). */
   renew(space: KeySpace, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
+  /** Heartbeat of waits, and their state (the fallback for a lost wake-up). */
   recheck(
     space: KeySpace,
     permits: number,
@@ -35,19 +49,19 @@ export interface Store {
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Raising admits
    * waiters at once; lowering never evicts a holder. */
   setLimit(space: KeySpace, permits: number | undefined): Promise<void>
-  /** Read/write lock: take `mode` now, re-enter it, downgrade (read while holding write), or (enqueue)
-   * join the lock's FIFO queue. An upgrade (write while holding only read) is refused, not queued. */
-  rwAcquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply>
+}
+
+/** lua/rwlock-*.lua: a writer-preferring read/write lock per name. */
+export interface RwLockFamily {
+  /** Take `mode` now, re-enter it, downgrade (read while holding write), or (enqueue) join the lock's
+   * FIFO queue. An upgrade (write while holding only read) is refused, not queued. */
+  acquire(space: KeySpace, request: RwAcquireRequest): Promise<RwAcquireReply>
   /** Give back one acquisition of a token's hold of `mode`, or take it out of the queue. */
-  rwRelease(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult>
-  rwRenew(space: KeySpace, mode: RwMode, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
+  release(space: KeySpace, token: string, mode: RwMode, op: string): Promise<ReleaseResult>
+  renew(space: KeySpace, mode: RwMode, ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
   /** Heartbeat + state of waits of either mode (the store knows each waiter's mode). */
-  rwRecheck(space: KeySpace, waiterTtlMs: number, waits: readonly Acquisition[]): Promise<RecheckReply>
-  rwInspect(space: KeySpace): Promise<RwStats>
-  /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
-  subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
-  /** Stop background work (subscriber connection). Never closes a client the user passed in. */
-  close(): Promise<void>
+  recheck(space: KeySpace, waiterTtlMs: number, waits: readonly Acquisition[]): Promise<RecheckReply>
+  inspect(space: KeySpace): Promise<RwStats>
 }
 
 export type Unsubscribe = () => void

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 
-const LUA_DIR = new URL('../../lua/', import.meta.url)
+const LUA_DIR = new URL('../../../lua/', import.meta.url)
 
 /** Preludes of each family of scripts, prepended in this order (they declare KEYS and helpers). */
 const PRELUDES = {

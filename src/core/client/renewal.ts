@@ -1,5 +1,5 @@
 import { debuglog } from 'node:util'
-import type { LeaseContext, PermitLease } from './lease.js'
+import type { Acquisition, RenewReply } from '../protocol/store.js'
 
 const debug = debuglog('tollgate:renewal')
 
@@ -15,23 +15,44 @@ interface Entry {
   failures: number
 }
 
+/** Who renews a lease: one store call renews many leases of one group (a primitive) and ttl. */
+export interface RenewGroup {
+  readonly ttlMs: number
+  renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
+}
+
+/** What the scheduler needs of a lease (lease.ts PermitLease). */
+export interface Renewable {
+  readonly name: string
+  readonly token: string
+  /** A reentrant owner's acquisition id: renewed only while it holds (G4). */
+  readonly op?: string | undefined
+  readonly context: RenewGroup
+  /** Local-clock ms when the lease runs out. */
+  readonly localDeadline: number
+  /** Neither released nor lost. */
+  readonly active: boolean
+  applyRenewal(now: number, expiresAt: number): void
+  lose(reason: string, cause?: unknown): void
+}
+
 /**
  * One process-wide scheduler for every auto-renewed lease: one unref'd timer, batched calls (one
  * store call renews all due leases of one name and ttl). A failing renewal is retried until the lease
  * deadline, then the lease is declared lost. No timer callback ever throws.
  */
-class RenewalScheduler {
-  private readonly entries = new Map<PermitLease, Entry>()
+export class RenewalScheduler {
+  private readonly entries = new Map<Renewable, Entry>()
   private timer: NodeJS.Timeout | undefined
   private timerAt = Number.POSITIVE_INFINITY
 
-  add(lease: PermitLease): void {
+  add(lease: Renewable): void {
     const entry = { dueAt: dueAt(lease), failures: 0 }
     this.entries.set(lease, entry)
     if (entry.dueAt < this.timerAt) this.armAt(entry.dueAt) // O(1): no scan on the hot path
   }
 
-  delete(lease: PermitLease): void {
+  delete(lease: Renewable): void {
     this.entries.delete(lease)
     if (this.entries.size === 0 && this.timer) {
       clearTimeout(this.timer)
@@ -62,7 +83,7 @@ class RenewalScheduler {
     this.timer = undefined
     this.timerAt = Number.POSITIVE_INFINITY
     const now = Date.now()
-    const batches = new Map<LeaseContext, Map<number, PermitLease[]>>()
+    const batches = new Map<RenewGroup, Map<number, Renewable[]>>()
     for (const [lease, entry] of this.entries) {
       if (entry.dueAt > now + BATCH_WINDOW_MS) continue
       if (lease.localDeadline <= now) {
@@ -84,8 +105,8 @@ class RenewalScheduler {
     this.arm()
   }
 
-  private async renewBatch(batch: PermitLease[]): Promise<void> {
-    const first = batch[0] as PermitLease
+  private async renewBatch(batch: Renewable[]): Promise<void> {
+    const first = batch[0] as Renewable
     try {
       const reply = await first.context.renewTokens(
         first.context.ttlMs,
@@ -122,7 +143,7 @@ class RenewalScheduler {
   }
 }
 
-function dueAt(lease: PermitLease): number {
+function dueAt(lease: Renewable): number {
   const now = Date.now()
   return now + Math.max(10, (lease.localDeadline - now) * RENEW_FRACTION)
 }

@@ -1,0 +1,129 @@
+// Buckets: a gate (a semaphore, or one side of a read/write lock) per key, created on first use and
+// evicted past a bound; and the two admissions the middleware and the gateway build from options.
+import { ConfigError } from '../core/errors.js'
+import { isPlainObjectOrUndefined, positiveInt } from '../core/options.js'
+import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
+import { createSemaphore, type Semaphore } from '../primitives/semaphore.js'
+import { Admission } from './admission.js'
+import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
+import { resolveCommon, type RwlockMiddlewareOptions, type SemaphoreMiddlewareOptions } from './options.js'
+
+const MAX_CACHED_GATES = 10_000
+
+/** Gates per bucket, created on first use and evicted least-recently-used past a bound, so a flood of
+ * tenant ids costs bounded memory. Evicting a gate drops nothing: leases live in the store. */
+export class GateCache<G> {
+  private readonly gates = new Map<string, G>()
+  constructor(private readonly create: (key: string) => G) {}
+
+  get(key: string): G {
+    let gate = this.gates.get(key)
+    if (gate) {
+      this.gates.delete(key)
+    } else {
+      gate = this.create(key)
+      if (this.gates.size >= MAX_CACHED_GATES) this.gates.delete(this.gates.keys().next().value as string)
+    }
+    this.gates.set(key, gate)
+    return gate
+  }
+}
+
+/** Options of semaphore(), validated once; returns the framework-free admission. */
+export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptions<Req>): Admission<Req> {
+  const options: SemaphoreMiddlewareOptions<Req> = typeof input === 'number' ? { permits: input } : input
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigError('options', 'a number of permits or an options object', input)
+  }
+  isPlainObjectOrUndefined('options', options)
+  const permits = positiveInt('permits', options.permits, 1_000_000)
+  const keyFn = options.key
+  if (keyFn !== undefined && typeof keyFn !== 'function') throw new ConfigError('key', 'a function', keyFn)
+  const permitsFor = options.permitsFor
+  if (permitsFor !== undefined && typeof permitsFor !== 'function') {
+    throw new ConfigError('permitsFor', 'a function', permitsFor)
+  }
+  const config = resolveCommon(options)
+  // Validate the lock options once (throws ConfigError) with a probe name.
+  createSemaphore(config.store, config.name, { permits, ttlMs: config.ttlMs })
+  const gates = new GateCache<Semaphore>((key) => {
+    let n = permits
+    if (permitsFor) {
+      let override: number | undefined
+      try {
+        override = permitsFor(key)
+      } catch (error) {
+        config.logger.error('tollgate: permitsFor() threw; using `permits`', { error })
+      }
+      if (override !== undefined) n = positiveInt('permitsFor() result', override, 1_000_000)
+    }
+    // The policy name and the bucket share one primitive name; keySpace() encodes what is hostile.
+    return createSemaphore(config.store, bucketName(config.name, key), {
+      permits: n,
+      ttlMs: config.ttlMs,
+      acquireTimeoutMs: Number.POSITIVE_INFINITY,
+    })
+  })
+  return new Admission(config, (req) => {
+    if (!keyFn) return { key: GLOBAL_KEY, gate: gates.get(GLOBAL_KEY), keyed: false }
+    let key: string
+    try {
+      key = normalizeKey(keyFn(req))
+    } catch (error) {
+      config.logger.warn('tollgate: key() threw; using the default bucket', { error })
+      key = DEFAULT_BUCKET
+    }
+    return { key, gate: gates.get(key), keyed: true }
+  })
+}
+
+/** How an adapter reads the method and path of its request type. */
+export interface RequestShape<Req> {
+  method(req: Req): string
+  path(req: Req): string
+}
+
+/** Options of rwlock(), validated once: reads share, writes exclude, per resource. */
+export function rwlockAdmission<Req>(
+  options: RwlockMiddlewareOptions<Req>,
+  shape: RequestShape<Req>,
+): Admission<Req> {
+  isPlainObjectOrUndefined('options', options)
+  const opts = options ?? {}
+  const resource = opts.resource
+  if (resource !== undefined && typeof resource !== 'function') {
+    throw new ConfigError('resource', 'a function', resource)
+  }
+  const readMethods = opts.readMethods ?? ['GET', 'HEAD', 'OPTIONS']
+  if (
+    !Array.isArray(readMethods) ||
+    !readMethods.every((m) => typeof m === 'string' && /^[A-Za-z]+$/.test(m))
+  ) {
+    throw new ConfigError('readMethods', 'an array of HTTP method names', readMethods)
+  }
+  const reads = new Set(readMethods.map((m) => m.toUpperCase()))
+  const config = resolveCommon(opts)
+  createReadWriteLock(config.store, config.name, { ttlMs: config.ttlMs }) // validates the lock options
+  const locks = new GateCache<ReadWriteLock>((key) =>
+    createReadWriteLock(config.store, bucketName(config.name, key), {
+      ttlMs: config.ttlMs,
+      acquireTimeoutMs: Number.POSITIVE_INFINITY,
+    }),
+  )
+  return new Admission(config, (req) => {
+    let key: string
+    try {
+      key = resource ? normalizeKey(resource(req)) : normalizePath(shape.path(req))
+    } catch (error) {
+      config.logger.warn('tollgate: resource() threw; using the default bucket', { error })
+      key = DEFAULT_BUCKET
+    }
+    const lock = locks.get(key)
+    const side = reads.has(shape.method(req).toUpperCase()) ? lock.read : lock.write
+    return {
+      key,
+      gate: { permits: undefined, acquire: side.acquire, tryAcquire: side.tryAcquire },
+      keyed: true,
+    }
+  })
+}

@@ -1,0 +1,47 @@
+// Bucket keys from untrusted input (header values, paths, tenant ids): normalised, bounded, and
+// unable to name another policy's bucket.
+import { createHash } from 'node:crypto'
+
+export const GLOBAL_KEY = '*'
+export const DEFAULT_BUCKET = '-'
+/** Keys longer than this (after trimming) are replaced by their digest before any use. */
+const MAX_KEY_LENGTH = 256
+
+/** Normalise an untrusted key (header value, path, tenant id): first of repeated values, trimmed,
+ * empty -> DEFAULT_BUCKET, over 256 chars -> `sha256:<digest>`. Never throws. */
+export function normalizeKey(raw: unknown): string {
+  let value = Array.isArray(raw) ? raw[0] : raw
+  if (typeof value === 'number') value = String(value)
+  if (typeof value !== 'string') return DEFAULT_BUCKET
+  const trimmed = value.trim()
+  if (trimmed.length === 0) return DEFAULT_BUCKET
+  if (trimmed.length <= MAX_KEY_LENGTH) return trimmed
+  return `sha256:${createHash('sha256').update(trimmed, 'utf8').digest('base64url')}`
+}
+
+/** `<policy>:<key>` with ':' and '%' escaped in the key, so no key can name another policy's bucket
+ * (policy names cannot contain '%'). */
+export function bucketName(policy: string, key: string): string {
+  return `${policy}:${key.replace(/[%:]/g, encodeURIComponent)}`
+}
+
+/** Normalise a request path into a resource name: `/docs//42/../42/` -> `/docs/42`. */
+export function normalizePath(path: string): string {
+  let pathname: string
+  try {
+    // Concatenated, not resolved against a base: '//host/x' must stay a path, not become a host.
+    pathname = new URL(`http://resource.invalid${path.startsWith('/') ? '' : '/'}${path}`).pathname
+  } catch {
+    return normalizeKey(path)
+  }
+  const collapsed = pathname.replace(/\/{2,}/g, '/')
+  return normalizeKey(collapsed.length > 1 ? collapsed.replace(/\/$/, '') : collapsed)
+}
+
+/** The first value of a header the client may have repeated (`T, T` or two lines: `T`). */
+export function firstValue(raw: string | string[] | undefined): string | undefined {
+  const value = Array.isArray(raw) ? raw[0] : raw
+  if (value === undefined) return undefined
+  const comma = value.indexOf(',')
+  return (comma === -1 ? value : value.slice(0, comma)).trim()
+}

@@ -1,0 +1,81 @@
+// The embedded store for one process: the permit sets (permit-sets.ts) and read/write locks
+// (rwlocks.ts) in memory, and wake-ups delivered like pub/sub messages (on a later turn).
+import type { KeySpace } from '../keys.js'
+import { defined, isPlainObjectOrUndefined, keyPrefix } from '../options.js'
+import type { Grant, Store, Unsubscribe } from '../protocol/store.js'
+import { nowMs } from './clock.js'
+import { MemoryPermitSets } from './permit-sets.js'
+import { MemoryRwLocks } from './rwlocks.js'
+
+export interface MemoryStoreOptions {
+  /** @default 'tollgate' */
+  prefix?: string
+}
+
+/**
+ * The embedded store for a single process: the same fair permit set as lua/permit-*.lua and the same
+ * read/write lock as lua/rwlock-*.lua, in memory (G11). Limits are per process: use
+ * createRedisStore() to share them across instances.
+ */
+export function createMemoryStore(options?: MemoryStoreOptions): Store {
+  isPlainObjectOrUndefined('options', options)
+  const config = { prefix: 'tollgate', ...defined(options) }
+  return new MemoryStore(keyPrefix('prefix', config.prefix))
+}
+
+class MemoryStore implements Store {
+  readonly kind = 'memory'
+  readonly notificationsHealthy = true
+  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
+  readonly permits = new MemoryPermitSets((space, grants) => this.publish(space, grants))
+  readonly rwlock = new MemoryRwLocks((space, grants) => this.publish(space, grants))
+  // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
+  private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
+
+  constructor(readonly prefix: string) {}
+
+  /** Our clock is monotonic (performance.now); Date.now() may have been stepped since start. */
+  get clockOffsetMs(): number {
+    return nowMs() - Date.now()
+  }
+
+  /** Number of names with state (permit sets and read/write locks): the memory twin of "keys left in
+   * Redis". */
+  get size(): number {
+    return this.permits.sets.size + this.rwlock.size
+  }
+
+  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+    let set = this.listeners.get(space.channel)
+    if (!set) {
+      set = new Set()
+      this.listeners.set(space.channel, set)
+    }
+    set.add(onGrant)
+    return () => {
+      const current = this.listeners.get(space.channel)
+      if (current?.delete(onGrant) && current.size === 0) this.listeners.delete(space.channel)
+    }
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.sweeper)
+    this.listeners.clear()
+  }
+
+  private sweep(): void {
+    const now = nowMs()
+    this.permits.sweep(now)
+    this.rwlock.sweep(now)
+  }
+
+  /** Tell the space's subscribers about grants: later, like a pub/sub message, never inside the
+   * caller's call stack. */
+  private publish(space: KeySpace, grants: Grant[]): void {
+    const listeners = this.listeners.get(space.channel)
+    if (!listeners) return
+    setImmediate(() => {
+      for (const grant of grants) for (const listener of listeners) listener(grant)
+    })
+  }
+}

@@ -1,0 +1,414 @@
+// The store on Redis standalone or Cluster: every operation is one Lua script call (lua/*.lua, each
+// file's header is its contract), sent through the coalescer (coalescer.ts) so that the acquires (and
+// releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on one connection.
+import { debuglog } from 'node:util'
+import { Cluster, Redis } from 'ioredis'
+import { ConfigError, StoreUnavailableError } from '../errors.js'
+import type { KeySpace } from '../keys.js'
+import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt } from '../options.js'
+import type { Grant, PermitFamily, RwLockFamily, Store, Unsubscribe } from '../protocol/store.js'
+import { parseGrants } from '../protocol/store.js'
+import { Deadlines, TimeoutError, within } from '../timeout.js'
+import { type Call, Coalescer } from './coalescer.js'
+import {
+  acquireRow,
+  acquireRowTakes,
+  acquisitionArgs,
+  recheckReply,
+  releaseResult,
+  releaseRow,
+  RW_MODES,
+  rwAcquireReply,
+} from './replies.js'
+import { nowIndex, registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
+
+const debug = debuglog('tollgate:store')
+
+export interface RedisStoreOptions {
+  /** Prefix of every key and channel. Must not contain braces (they would move the hash tag).
+   * @default 'tollgate' */
+  prefix?: string
+  /** A store call that takes longer fails with StoreUnavailableError, so no caller hangs because
+   * Redis hangs. A permit granted by a call that timed out is given back when its reply arrives.
+   * @default 2000 */
+  commandTimeoutMs?: number
+}
+
+const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
+
+/** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
+const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
+const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
+
+/**
+ * A store on Redis standalone or Redis Cluster. Pass the ioredis client you already have (it stays
+ * yours: `close()` does not quit it) or a `redis://` URL (then the store owns and closes the client).
+ */
+export function createRedisStore(client: Redis | Cluster | string, options?: RedisStoreOptions): Store {
+  isPlainObjectOrUndefined('options', options)
+  const config = { ...DEFAULTS, ...defined(options) }
+  const prefix = keyPrefix('prefix', config.prefix)
+  const commandTimeoutMs = positiveInt('commandTimeoutMs', config.commandTimeoutMs, 600_000)
+  let redis: Redis | Cluster
+  let owned = false
+  if (typeof client === 'string') {
+    if (!/^rediss?:\/\//.test(client))
+      throw new ConfigError('client', 'an ioredis client or a redis:// URL', client)
+    redis = new Redis(client, { lazyConnect: false })
+    owned = true
+  } else if (client instanceof Redis || client instanceof Cluster) {
+    redis = client
+  } else {
+    throw new ConfigError('client', 'an ioredis Redis or Cluster instance, or a redis:// URL', client)
+  }
+  registerScripts(redis)
+  return new RedisStore(redis, owned, prefix, commandTimeoutMs)
+}
+
+/** One script call as the coalescer queues it. */
+interface ScriptCall extends Call {
+  readonly script: ScriptName
+  readonly space: KeySpace
+  /** Arguments after the channel; the tokens of the (merged) call follow when `withToken`. */
+  readonly head: readonly (string | number)[]
+  readonly withToken: boolean
+  readonly started: number
+  /** This call's result out of the (merged) reply: the i-th call's. */
+  pick(reply: unknown, i: number): unknown
+  /** The reply came after commandTimeoutMs: give back what the i-th call took. */
+  late?(reply: unknown, i: number): void
+  /** Once per reply, before the calls resolve. */
+  onReply?(reply: unknown): void
+  resolve(value: unknown): void
+  reject(error: unknown): void
+}
+
+type CallSpec = Omit<ScriptCall, 'name' | 'started' | 'resolve' | 'reject' | 'kind' | 'token'> & {
+  /** Calls with the same merge key are merged by the coalescer; undefined: never merged. */
+  merge?: string
+  token?: string
+}
+
+const same = (reply: unknown) => reply
+
+class RedisStore implements Store {
+  readonly kind = 'redis'
+  clockOffsetMs = 0
+  /** True after close(): every call then fails with StoreUnavailableError. */
+  closed = false
+  private readonly scripts: ScriptClient
+  private readonly coalescer = new Coalescer<ScriptCall>((calls) => void this.send(calls))
+  private readonly deadlines: Deadlines
+  private subscriber: Redis | Cluster | undefined
+  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
+  private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
+
+  readonly permits: PermitFamily = {
+    acquire: (space, r) =>
+      this.call({
+        script: 'tgPermitAcquire',
+        space,
+        head: [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
+        withToken: true,
+        token: r.token,
+        // A reentrant owner's call never shares a call (its one token carries an acquisition id).
+        merge: r.op === undefined ? `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}` : undefined,
+        pick: acquireRow,
+        // Grants (and queue places) whose reply came too late are handed straight back: nothing is lost.
+        late: (reply, i) => {
+          if (!acquireRowTakes(reply, i)) return
+          this.permits
+            .release(space, r.token, r.permits, r.op)
+            .catch((error: unknown) => debug('late release failed: %o', error))
+        },
+      }),
+    release: (space, token, permits, op) =>
+      this.call({
+        script: 'tgPermitRelease',
+        space,
+        head: [permits, op ?? ''],
+        withToken: true,
+        token,
+        merge: op === undefined ? `r ${permits}` : undefined,
+        pick: releaseRow,
+        // Wake our own waiters now; the same grants still arrive by pub/sub for every process (the
+        // wait group takes a grant once, for the acquisition it names).
+        onReply: (reply) => {
+          const grants = (reply as unknown[])[0]
+          if (grants) this.deliver(space.channel, grants as string)
+        },
+      }),
+    renew: (space, ttlMs, holds) =>
+      this.call({
+        script: 'tgPermitRenew',
+        space,
+        head: [ttlMs, ...acquisitionArgs(holds)],
+        withToken: false,
+        pick: (reply) => {
+          const [now, ...expiresAt] = reply as [number, ...number[]]
+          return { now, expiresAt }
+        },
+      }),
+    recheck: (space, permits, waiterTtlMs, waits) =>
+      this.call({
+        script: 'tgPermitRecheck',
+        space,
+        head: [permits, waiterTtlMs, ...acquisitionArgs(waits)],
+        withToken: false,
+        pick: recheckReply,
+      }),
+    inspect: (space) =>
+      this.call({
+        script: 'tgPermitInspect',
+        space,
+        head: [],
+        withToken: false,
+        pick: (reply) => {
+          const [holders, queued, limit] = reply as [number, number, number]
+          return { holders, queued, limit: limit || undefined }
+        },
+      }),
+    setLimit: async (space, permits) => {
+      await this.call({
+        script: 'tgPermitSetLimit',
+        space,
+        head: [permits ?? 0],
+        withToken: false,
+        pick: same,
+      })
+    },
+  }
+
+  readonly rwlock: RwLockFamily = {
+    acquire: (space, r) =>
+      this.call({
+        script: 'tgRwAcquire',
+        space,
+        head: [r.token, RW_MODES[r.mode], r.ttlMs, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op],
+        withToken: false,
+        pick: rwAcquireReply,
+        // A grant (or queue entry) whose reply came too late is handed straight back: nothing is lost.
+        late: (reply) => {
+          const [code, position] = reply as number[]
+          if (code !== 1 && (code !== 0 || position === -1)) return
+          this.rwlock
+            .release(space, r.token, r.mode, r.op)
+            .catch((error: unknown) => debug('late release failed: %o', error))
+        },
+      }),
+    release: (space, token, mode, op) =>
+      this.call({
+        script: 'tgRwRelease',
+        space,
+        head: [token, RW_MODES[mode], op],
+        withToken: false,
+        pick: releaseResult,
+      }),
+    renew: (space, mode, ttlMs, holds) =>
+      this.call({
+        script: 'tgRwRenew',
+        space,
+        head: [RW_MODES[mode], ttlMs, ...acquisitionArgs(holds)],
+        withToken: false,
+        pick: (reply) => {
+          const [now, ...expiresAt] = reply as [number, ...number[]]
+          return { now, expiresAt }
+        },
+      }),
+    recheck: (space, waiterTtlMs, waits) =>
+      this.call({
+        script: 'tgRwRecheck',
+        space,
+        head: [waiterTtlMs, ...acquisitionArgs(waits)],
+        withToken: false,
+        pick: recheckReply,
+      }),
+    inspect: (space) =>
+      this.call({
+        script: 'tgRwInspect',
+        space,
+        head: [],
+        withToken: false,
+        pick: (reply) => {
+          const [readers, writers, queued] = reply as [number, number, number]
+          return { readers, writer: writers > 0, queued }
+        },
+      }),
+  }
+
+  constructor(
+    private readonly redis: Redis | Cluster,
+    private readonly owned: boolean,
+    readonly prefix: string,
+    private readonly commandTimeoutMs: number,
+  ) {
+    this.scripts = redis as unknown as ScriptClient
+    this.deadlines = new Deadlines(commandTimeoutMs)
+  }
+
+  get notificationsHealthy(): boolean {
+    return this.subscriber?.status === 'ready'
+  }
+
+  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+    if (this.closed) return () => {} // no new connection after close(); waiters fail on their next call
+    const channel = space.channel
+    let set = this.listeners.get(channel)
+    if (!set) {
+      set = new Set()
+      this.listeners.set(channel, set)
+    }
+    set.add(onGrant)
+    const unsubscribe = () => {
+      const current = this.listeners.get(channel)
+      if (!current?.delete(onGrant) || current.size > 0) return
+      this.listeners.delete(channel)
+      this.pendingSubscribe.delete(channel)
+      this.subscriber?.unsubscribe(channel).catch((error) => debug('unsubscribe failed: %o', error))
+    }
+    let pending = this.pendingSubscribe.get(channel)
+    if (!pending) {
+      pending = this.ensureSubscriber().subscribe(channel)
+      this.pendingSubscribe.set(channel, pending)
+    }
+    const subscribed = await within(pending, this.commandTimeoutMs)
+    if (!subscribed.ok) {
+      // Waiting degrades to backoff re-checks while the subscriber is down; it never fails an acquire.
+      this.pendingSubscribe.delete(channel)
+      debug('subscribe %s failed: %o', channel, subscribed.error)
+    }
+    return unsubscribe
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return
+    this.closed = true
+    const subscriber = this.subscriber
+    this.subscriber = undefined
+    this.listeners.clear()
+    await Promise.allSettled([
+      subscriber ? quit(subscriber) : undefined,
+      this.owned ? quit(this.redis) : undefined,
+    ])
+  }
+
+  /** Hand a grant message to this process's listeners of a channel. */
+  private deliver(channel: string, message: string): void {
+    const set = this.listeners.get(channel)
+    if (!set) return
+    for (const grant of parseGrants(message)) for (const listener of set) listener(grant)
+  }
+
+  /** One subscriber connection per store, multiplexing every channel. On Cluster, PUBLISH from a
+   * script reaches every node, so one subscribed connection to any node hears all grants. */
+  private ensureSubscriber(): Redis | Cluster {
+    if (this.subscriber) return this.subscriber
+    const subscriber = this.redis.duplicate()
+    subscriber.on('error', (error: Error) => debug('subscriber error: %s', error.message))
+    subscriber.on('message', (channel: string, message: string) => this.deliver(channel, message))
+    this.subscriber = subscriber
+    return subscriber
+  }
+
+  /** Queue a script call of a name (sent at once or with its turn's batch, see coalescer.ts). */
+  private call<T>(spec: CallSpec & { pick: (reply: unknown, i: number) => T }): Promise<T> {
+    if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
+    return new Promise<T>((resolve, reject) =>
+      this.coalescer.submit({
+        ...spec,
+        name: spec.space.channel,
+        kind: spec.merge,
+        token: spec.token ?? '',
+        started: Date.now(),
+        resolve: resolve as (value: unknown) => void,
+        reject,
+      }),
+    )
+  }
+
+  /** Send calls of one name and kind as one script call; each caller gets its own part of the reply. */
+  private async send(calls: readonly ScriptCall[]): Promise<void> {
+    const first = calls[0] as ScriptCall
+    const args = first.withToken ? [...first.head, ...calls.map((call) => call.token)] : [...first.head]
+    const late = first.late && ((reply: unknown) => calls.forEach((call, i) => call.late?.(reply, i)))
+    let reply: unknown
+    try {
+      reply = await this.invoke(first.script, first.space, args, first.started, late)
+    } catch (error) {
+      this.coalescer.landed(first.name)
+      for (const call of calls) call.reject(error)
+      return
+    }
+    this.coalescer.landed(first.name)
+    // Waking this process's waiters is no caller's business; each caller gets its own row, whatever
+    // happens to the others'.
+    try {
+      first.onReply?.(reply)
+    } catch (error) {
+      debug('handing on grants failed: %o', error)
+    }
+    calls.forEach((call, i) => {
+      try {
+        call.resolve(call.pick(reply, i))
+      } catch (error) {
+        call.reject(error)
+      }
+    })
+  }
+
+  private async invoke(
+    script: ScriptName,
+    space: KeySpace,
+    args: (string | number)[],
+    started: number,
+    onLateReply: ((reply: unknown) => void) | undefined,
+  ): Promise<unknown> {
+    if (this.closed) throw new StoreUnavailableError('The store is closed.')
+    const sent = Date.now()
+    const pending = this.scripts[script](
+      ...scriptKeys(space, script.startsWith('tgRw')),
+      space.channel,
+      ...args,
+    )
+    try {
+      const reply = await this.deadlines.watch(pending, started + this.commandTimeoutMs)
+      this.observeClock(script, reply, sent)
+      return reply
+    } catch (error) {
+      if (error instanceof TimeoutError && onLateReply) pending.then(onLateReply, () => {})
+      else pending.catch(() => {})
+      throw new StoreUnavailableError(
+        error instanceof TimeoutError
+          ? `Redis did not answer ${script} for "${space.name}" within ${this.commandTimeoutMs} ms (option "commandTimeoutMs").`
+          : `Redis failed ${script} for "${space.name}": ${(error as Error).message}`,
+        { cause: error },
+      )
+    }
+  }
+
+  /** Array replies carry the server's `now`: first for renew/recheck, last for the others. */
+  private observeClock(script: ScriptName, reply: unknown, started: number): void {
+    const at = nowIndex(script)
+    if (!at || !Array.isArray(reply)) return
+    const now = at === 'first' ? reply[0] : reply[reply.length - 1]
+    if (typeof now === 'number') this.clockOffsetMs = now - (started + Date.now()) / 2
+  }
+}
+
+const keyCache = new WeakMap<KeySpace, { permit?: string[]; rw?: string[] }>()
+
+/** The KEYS of a space's scripts, built once per space (they are on every call's hot path). */
+function scriptKeys(space: KeySpace, rw: boolean): string[] {
+  let cached = keyCache.get(space)
+  if (!cached) {
+    cached = {}
+    keyCache.set(space, cached)
+  }
+  if (rw) return (cached.rw ??= RW_PARTS.map((part) => space.key(part)))
+  return (cached.permit ??= PERMIT_PARTS.map((part) => space.key(part)))
+}
+
+async function quit(client: Redis | Cluster): Promise<void> {
+  const done = await within(client.quit(), 1000)
+  if (!done.ok) client.disconnect()
+}

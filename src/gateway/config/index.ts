@@ -1,0 +1,18 @@
+// The gateway's configuration: types.ts (what it is), schema.ts (the file's schema), flags.ts (the
+// command line), file.ts (reading a file), resolve.ts (putting them together).
+export { readConfigFile } from './file.js'
+export { type GatewayFlags, parseFlags, USAGE } from './flags.js'
+export { loadConfig, resolveConfig } from './resolve.js'
+export { formatPath, type GatewayFile, validateConfigFile } from './schema.js'
+export {
+  type ConcurrencyConfig,
+  GATEWAY_DEFAULTS,
+  type GatewayConfig,
+  GatewayConfigError,
+  type LogLevel,
+  type Per,
+  type RouteConfig,
+  type RwLockConfig,
+  type StoreConfig,
+  type TimeoutsConfig,
+} from './types.js'

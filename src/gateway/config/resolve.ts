@@ -1,0 +1,211 @@
+// File + flags + defaults -> the GatewayConfig the gateway runs on (flags win over the file, a route's
+// own fields over `defaults`), with the checks only the whole config can make.
+import { defined } from '../../core/options.js'
+import { normalizeHost } from '../target.js'
+import { readConfigFile } from './file.js'
+import type { GatewayFlags } from './flags.js'
+import type { ConcurrencyInput, GatewayFile, RwLockInput } from './schema.js'
+import {
+  type ConcurrencyConfig,
+  GATEWAY_DEFAULTS,
+  type GatewayConfig,
+  GatewayConfigError,
+  type RouteConfig,
+  type RwLockConfig,
+  type StoreConfig,
+  type TimeoutsConfig,
+} from './types.js'
+
+/** Flags and an optional file (path or already-parsed object) -> the validated GatewayConfig. */
+export async function loadConfig(flags: GatewayFlags): Promise<GatewayConfig> {
+  const file = flags.config === undefined ? {} : await readConfigFile(flags.config)
+  return resolveConfig(file, flags)
+}
+
+type Issues = { path: string; message: string }[]
+
+/** What every route inherits: `defaults` of the file, overridden by the flags. */
+interface Inherited {
+  upstream: string | undefined
+  concurrency: ConcurrencyInput | false
+  rwlock: RwLockInput | false
+  timeouts: TimeoutsConfig
+  bufferBytes: number
+}
+
+/** Merge a validated file with flags (flags win) and fill in the defaults. Throws GatewayConfigError. */
+export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): GatewayConfig {
+  const d = GATEWAY_DEFAULTS
+  const issues: Issues = []
+  const store = storeOf(file, flags, issues)
+  const routes = routesOf(file, flags, inherited(file, flags), issues)
+  if (issues.length > 0) throw new GatewayConfigError(issues)
+  const admin =
+    file.admin === false && flags.adminPort === undefined
+      ? undefined
+      : {
+          host: flags.adminHost ?? (file.admin || undefined)?.host ?? d.adminHost,
+          port: flags.adminPort ?? (file.admin || undefined)?.port ?? d.adminPort,
+        }
+  return {
+    host: flags.host ?? file.listen?.host ?? d.host,
+    port: flags.port ?? file.listen?.port ?? d.port,
+    admin,
+    store,
+    prefix: flags.prefix ?? file.redis?.prefix ?? d.prefix,
+    commandTimeoutMs: flags.commandTimeoutMs ?? file.redis?.commandTimeoutMs ?? d.commandTimeoutMs,
+    ttlMs: flags.ttlMs ?? file.ttlMs ?? d.ttlMs,
+    shutdownGraceMs: flags.shutdownGraceMs ?? file.shutdownGraceMs ?? d.shutdownGraceMs,
+    logLevel: flags.logLevel ?? file.logLevel ?? d.logLevel,
+    trustProxy: flags.trustProxy ?? file.trustProxy ?? d.trustProxy,
+    paths: {
+      mergeSlashes: flags.mergeSlashes ?? file.paths?.mergeSlashes ?? d.mergeSlashes,
+      escapedSlashes: flags.escapedSlashes ?? file.paths?.escapedSlashes ?? d.escapedSlashes,
+    },
+    routes,
+  }
+}
+
+function storeOf(file: GatewayFile, flags: GatewayFlags, issues: Issues): StoreConfig {
+  const clusterUrls = flags.redisCluster ?? (flags.redis === undefined ? file.redis?.cluster : undefined)
+  const url = flags.redis ?? (flags.redisCluster === undefined ? file.redis?.url : undefined)
+  if (url !== undefined && clusterUrls !== undefined) {
+    issues.push({ path: 'redis', message: 'give either redis.url or redis.cluster, not both' })
+    return { kind: 'memory' }
+  }
+  if (url !== undefined) return { kind: 'redis', url }
+  if (clusterUrls !== undefined) return { kind: 'cluster', urls: clusterUrls }
+  return { kind: 'memory' }
+}
+
+const bufferOf = (value: { maxBytes: number } | false | undefined) =>
+  value === undefined ? undefined : value === false ? 0 : value.maxBytes
+
+/** The file's `defaults`, with the flags over them: what a route without its own values gets. */
+function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
+  const d = GATEWAY_DEFAULTS
+  const defaults = file.defaults ?? {}
+  let concurrency: ConcurrencyInput | false = defaults.concurrency ?? {}
+  const concurrencyFlags: ConcurrencyInput = {
+    permits: flags.permits,
+    per: flags.per,
+    tenantHeader: flags.tenantHeader,
+    maxWaitMs: flags.maxWaitMs,
+    maxQueue: flags.maxQueue,
+    failOpen: flags.failOpen,
+  }
+  if (Object.values(concurrencyFlags).some((value) => value !== undefined))
+    concurrency = { ...(concurrency || {}), ...defined(concurrencyFlags) }
+  let rwlock: RwLockInput | false = defaults.rwlock ?? false
+  if (flags.rwlock) {
+    // The lock waits and fails like the concurrency cap: the same flags set both.
+    const { maxWaitMs, maxQueue, failOpen } = concurrencyFlags
+    rwlock = { ...(rwlock || {}), ...defined({ maxWaitMs, maxQueue, failOpen }) }
+  }
+  const t = defaults.timeouts
+  return {
+    upstream: flags.upstream ?? defaults.upstream,
+    concurrency,
+    rwlock,
+    timeouts: {
+      upstreamMs: flags.timeoutMs ?? t?.upstreamMs ?? d.upstreamTimeoutMs,
+      sendMs: flags.sendTimeoutMs ?? t?.sendMs ?? d.sendTimeoutMs,
+      clientBodyMs: flags.clientBodyTimeoutMs ?? t?.clientBodyMs ?? d.clientBodyTimeoutMs,
+      requestMs: flags.requestTimeoutMs ?? t?.requestMs ?? d.requestTimeoutMs,
+      websocketIdleMs: flags.websocketIdleTimeoutMs ?? t?.websocketIdleMs ?? d.websocketIdleTimeoutMs,
+    },
+    bufferBytes: flags.requestBufferBytes ?? bufferOf(defaults.requestBuffer) ?? d.requestBufferBytes,
+  }
+}
+
+/** `own` over `base` field by field; `false` (either way) means none. */
+function merged<T extends object>(base: T | false, own: T | false | undefined): T | false {
+  if (own === false) return false
+  if (own === undefined) return base
+  return { ...(base || ({} as T)), ...own }
+}
+
+function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issues: Issues): RouteConfig[] {
+  const fileRoutes = file.routes ?? [{ name: 'default', match: { pathPrefix: '/' } }]
+  if (fileRoutes.length === 0) issues.push({ path: 'routes', message: 'expected at least one route' })
+  const names = new Map<string, number>()
+  const routes: RouteConfig[] = []
+  const globalBuckets: { index: number; concurrency: ConcurrencyConfig }[] = []
+  fileRoutes.forEach((route, index) => {
+    const at = `routes[${index}]`
+    const name = route.name ?? (route.match.pathPrefix === '/' ? 'default' : route.match.pathPrefix.slice(1))
+    if (!/^[\w.:/-]{1,64}$/.test(name)) {
+      issues.push({
+        path: `${at}.name`,
+        message: 'required: the path prefix is not a usable name (letters, digits and . _ : / -)',
+      })
+    } else if (names.has(name)) {
+      issues.push({ path: `${at}.name`, message: `"${name}" is also the name of routes[${names.get(name)}]` })
+    }
+    names.set(name, index)
+    const target = route.upstream ?? base.upstream
+    if (target === undefined) {
+      issues.push(
+        file.routes === undefined
+          ? { path: '--upstream', message: 'required: where should requests go? (or use --config)' }
+          : {
+              path: `${at}.upstream`,
+              message: `required: give --upstream${flags.config === undefined ? '' : ' (or --config)'}, defaults.upstream or ${at}.upstream`,
+            },
+      )
+      return
+    }
+    const concurrencyInput = merged(base.concurrency, route.concurrency)
+    const concurrency = concurrencyInput === false ? undefined : resolveConcurrency(concurrencyInput)
+    if (concurrency?.per === 'global') globalBuckets.push({ index, concurrency })
+    const rwlockInput = merged(base.rwlock, route.rwlock)
+    routes.push({
+      name,
+      pathPrefix: route.match.pathPrefix,
+      methods: route.match.methods?.map((m) => m.toUpperCase()),
+      host: normalizeHost(route.match.host),
+      upstream: new URL(target),
+      stripPrefix: route.stripPrefix ?? false,
+      concurrency,
+      rwlock: rwlockInput === false ? undefined : resolveRwLock(rwlockInput),
+      timeouts: { ...base.timeouts, ...defined(route.timeouts ?? {}) },
+      requestBufferBytes: bufferOf(route.requestBuffer) ?? base.bufferBytes,
+    })
+  })
+  // per: global is one bucket for several routes: they must agree on what it is.
+  const first = globalBuckets[0]
+  for (const other of globalBuckets.slice(1)) {
+    if (JSON.stringify(other.concurrency) !== JSON.stringify(first?.concurrency)) {
+      issues.push({
+        path: `routes[${other.index}].concurrency`,
+        message: `per: global routes share one bucket, so their concurrency settings must equal those of routes[${first?.index}]`,
+      })
+    }
+  }
+  return routes
+}
+
+function resolveConcurrency(input: ConcurrencyInput): ConcurrencyConfig {
+  const d = GATEWAY_DEFAULTS
+  return {
+    permits: input.permits ?? d.permits,
+    per: input.per ?? d.per,
+    tenantHeader: (input.tenantHeader ?? d.tenantHeader).toLowerCase(),
+    maxWaitMs: input.maxWaitMs ?? d.maxWaitMs,
+    maxQueue: input.maxQueue ?? d.maxQueue,
+    statusCode: input.statusCode,
+    failOpen: input.failOpen ?? d.failOpen,
+    overrides: { ...input.overrides },
+  }
+}
+
+function resolveRwLock(input: RwLockInput): RwLockConfig {
+  const d = GATEWAY_DEFAULTS
+  return {
+    resourcePattern: input.resourcePattern === undefined ? undefined : new RegExp(input.resourcePattern),
+    maxWaitMs: input.maxWaitMs ?? d.maxWaitMs,
+    maxQueue: input.maxQueue ?? d.maxQueue,
+    statusCode: input.statusCode,
+    failOpen: input.failOpen ?? d.failOpen,
+  }
+}

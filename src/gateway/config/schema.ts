@@ -1,0 +1,234 @@
+// The config file's schema (every object strict: an unknown field is an error, never ignored), and
+// the field validators the flags share. Issues come back as `path: expected ...`.
+import { z } from 'zod'
+import { isCanonicalPrefix, normalizeHost } from '../target.js'
+import { GatewayConfigError } from './types.js'
+
+export const intIn = (min: number, max: number, expected: string) =>
+  z
+    .number({ error: expected })
+    .int({ error: expected })
+    .min(min, { error: expected })
+    .max(max, { error: expected })
+export const positiveInt = (max = 1_000_000_000) => intIn(1, max, 'expected a positive integer')
+export const ms = (min = 1) =>
+  intIn(
+    min,
+    86_400_000,
+    min === 0 ? 'expected an integer of milliseconds >= 0' : 'expected a positive integer',
+  )
+export const port = intIn(0, 65_535, 'expected a port number from 0 to 65535')
+const bool = z.boolean({ error: 'expected true or false' })
+export const host = z
+  .string({ error: 'expected a host name or address' })
+  .min(1, { error: 'expected a host name or address' })
+const matchHost = z
+  .string({ error: 'expected a host name' })
+  .refine((value) => normalizeHost(value) !== undefined, {
+    error: 'expected a host name (letters, digits, - and .), an IPv4 address or [IPv6]',
+  })
+const maxWait = intIn(0, 600_000, 'expected an integer of milliseconds from 0 to 600000')
+const statusCode = intIn(400, 599, 'expected an HTTP error status from 400 to 599')
+export const headerName = z
+  .string({ error: 'expected an HTTP header name' })
+  .regex(/^[!#$%&'*+.^`|~\w-]+$/, { error: 'expected an HTTP header name' })
+const routeName = z
+  .string({ error: 'expected a name of letters, digits and . _ : / -' })
+  .regex(/^[\w.:/-]{1,64}$/, { error: 'expected a name of letters, digits and . _ : / -' })
+export const httpUrl = z
+  .string({ error: 'expected an http:// or https:// URL' })
+  .refine(isHttpUrl, { error: 'expected an http:// or https:// URL' })
+  .refine((url) => !hasCredentials(url), {
+    error: 'credentials (user:password@) in the upstream URL are not supported: the gateway never sends them',
+  })
+  .refine((url) => !/[?#]/.test(url), { error: 'expected an upstream URL without a query or fragment' })
+export const redisUrl = z.string({ error: 'expected a redis:// or rediss:// URL' }).refine(isRedisUrl, {
+  error: 'expected a redis:// or rediss:// URL',
+})
+const regexSource = z.string({ error: 'expected a regular expression' }).refine(isRegex, {
+  error: 'expected a valid regular expression',
+})
+const method = z
+  .string({ error: 'expected an HTTP method' })
+  .regex(/^[A-Za-z]+$/, { error: 'expected an HTTP method' })
+export const keyPrefix = z
+  .string({ error: 'expected a key prefix without braces or whitespace' })
+  .regex(/^[^{}\s]{1,256}$/, { error: 'expected a key prefix without braces or whitespace' })
+export const per = z.enum(['global', 'route', 'tenant', 'ip'], {
+  error: 'expected one of global, route, tenant, ip',
+})
+export const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
+  error: 'expected one of fatal, error, warn, info, debug, trace, silent',
+})
+
+const concurrencySchema = z.strictObject({
+  permits: positiveInt(1_000_000).optional(),
+  per: per.optional(),
+  tenantHeader: headerName.optional(),
+  maxWaitMs: maxWait.optional(),
+  maxQueue: positiveInt(1_000_000).optional(),
+  statusCode: statusCode.optional(),
+  failOpen: bool.optional(),
+  overrides: z
+    .record(z.string().min(1, { error: 'expected a non-empty bucket name' }), positiveInt(1_000_000), {
+      error: 'expected a map of bucket -> permits',
+    })
+    .optional(),
+})
+const rwlockSchema = z.strictObject({
+  resourcePattern: regexSource.optional(),
+  maxWaitMs: maxWait.optional(),
+  maxQueue: positiveInt(1_000_000).optional(),
+  statusCode: statusCode.optional(),
+  failOpen: bool.optional(),
+})
+const timeoutsSchema = z.strictObject({
+  upstreamMs: ms().optional(),
+  sendMs: ms().optional(),
+  clientBodyMs: ms().optional(),
+  requestMs: ms().optional(),
+  websocketIdleMs: ms().optional(),
+})
+const bufferSchema = z.strictObject({
+  maxBytes: intIn(1, 1_073_741_824, 'expected a number of bytes from 1 to 1073741824'),
+})
+const orFalse = <T extends z.ZodType>(schema: T, what: string) =>
+  z.union([schema, z.literal(false)], { error: `expected ${what} or false` })
+
+const routeSchema = z.strictObject({
+  name: routeName.optional(),
+  match: z.strictObject(
+    {
+      pathPrefix: z
+        .string({ error: 'expected a path starting with /' })
+        .startsWith('/', { error: 'expected a path starting with /' })
+        .refine((prefix) => !prefix.startsWith('/') || isCanonicalPrefix(prefix), {
+          error:
+            'expected a canonical path: no dot segments, repeated slashes, ";", "?", "#", backslashes, encoded slashes or needless escapes',
+        }),
+      methods: z.array(method, { error: 'expected a list of HTTP methods' }).min(1).optional(),
+      host: matchHost.optional(),
+    },
+    { error: 'expected an object with pathPrefix' },
+  ),
+  upstream: httpUrl.optional(),
+  stripPrefix: bool.optional(),
+  concurrency: orFalse(concurrencySchema, 'a concurrency object').optional(),
+  rwlock: orFalse(rwlockSchema, 'an rwlock object').optional(),
+  timeouts: timeoutsSchema.optional(),
+  requestBuffer: orFalse(bufferSchema, 'a requestBuffer object').optional(),
+})
+
+const fileSchema = z.strictObject(
+  {
+    listen: z.strictObject({ host: host.optional(), port: port.optional() }).optional(),
+    admin: orFalse(
+      z.strictObject({ host: host.optional(), port: port.optional() }),
+      'an admin object',
+    ).optional(),
+    redis: z
+      .strictObject({
+        url: redisUrl.optional(),
+        cluster: z.array(redisUrl, { error: 'expected a list of redis:// URLs' }).min(1).optional(),
+        prefix: keyPrefix.optional(),
+        commandTimeoutMs: ms().optional(),
+      })
+      .optional(),
+    ttlMs: ms().optional(),
+    shutdownGraceMs: ms(0).optional(),
+    logLevel: logLevel.optional(),
+    trustProxy: bool.optional(),
+    defaults: z
+      .strictObject({
+        upstream: httpUrl.optional(),
+        concurrency: orFalse(concurrencySchema, 'a concurrency object').optional(),
+        rwlock: orFalse(rwlockSchema, 'an rwlock object').optional(),
+        timeouts: timeoutsSchema.optional(),
+        requestBuffer: orFalse(bufferSchema, 'a requestBuffer object').optional(),
+      })
+      .optional(),
+    paths: z
+      .strictObject({
+        mergeSlashes: bool.optional(),
+        escapedSlashes: z.enum(['reject', 'keep'], { error: 'expected reject or keep' }).optional(),
+      })
+      .optional(),
+    routes: z.array(routeSchema, { error: 'expected a list of routes' }).optional(),
+  },
+  { error: 'expected a mapping of settings' },
+)
+
+export type GatewayFile = z.infer<typeof fileSchema>
+export type ConcurrencyInput = z.infer<typeof concurrencySchema>
+export type RwLockInput = z.infer<typeof rwlockSchema>
+export function validateConfigFile(raw: unknown): GatewayFile {
+  const result = fileSchema.safeParse(raw)
+  if (result.success) return result.data
+  throw new GatewayConfigError(result.error.issues.flatMap((issue) => describeIssue(issue, [])))
+}
+
+type Issue = z.core.$ZodIssue
+
+function describeIssue(issue: Issue, base: PropertyKey[]): { path: string; message: string }[] {
+  const path = [...base, ...issue.path]
+  if (issue.code === 'unrecognized_keys') {
+    return issue.keys.map((key) => ({ path: formatPath([...path, key]), message: 'unknown field' }))
+  }
+  if (issue.code === 'invalid_union') {
+    // An object given where "object or false" is allowed: report what is wrong inside the object.
+    const inner = issue.errors.find((branch) =>
+      branch.some((i) => i.path.length > 0 || i.code === 'unrecognized_keys'),
+    )
+    if (inner) return inner.flatMap((i) => describeIssue(i, path))
+  }
+  if (issue.code === 'too_small' && issue.origin === 'array') {
+    return [{ path: formatPath(path), message: 'expected a non-empty list' }]
+  }
+  return [{ path: formatPath(path), message: issue.message }]
+}
+
+/** ['routes', 1, 'concurrency', 'permits'] -> 'routes[1].concurrency.permits' */
+export function formatPath(path: readonly PropertyKey[]): string {
+  let out = ''
+  for (const part of path) {
+    if (typeof part === 'number') out += `[${part}]`
+    else out += out === '' ? String(part) : `.${String(part)}`
+  }
+  return out === '' ? '(config)' : out
+}
+
+function isHttpUrl(value: string): boolean {
+  try {
+    const url = new URL(value)
+    return (url.protocol === 'http:' || url.protocol === 'https:') && url.hostname !== ''
+  } catch {
+    return false
+  }
+}
+
+function hasCredentials(value: string): boolean {
+  try {
+    const url = new URL(value)
+    return url.username !== '' || url.password !== ''
+  } catch {
+    return false
+  }
+}
+
+function isRedisUrl(value: string): boolean {
+  try {
+    const url = new URL(value)
+    return (url.protocol === 'redis:' || url.protocol === 'rediss:') && url.hostname !== ''
+  } catch {
+    return false
+  }
+}
+
+function isRegex(value: string): boolean {
+  try {
+    new RegExp(value)
+    return true
+  } catch {
+    return false
+  }
+}

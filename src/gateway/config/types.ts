@@ -1,0 +1,128 @@
+// What the gateway runs on: the validated configuration, its defaults, and the error that names every
+// bad field. Built from flags and a file by resolve.ts; nothing here reads anything.
+import { ConfigError } from '../../core/errors.js'
+import { PATH_DEFAULTS, type PathOptions } from '../target.js'
+
+export type Per = 'global' | 'route' | 'tenant' | 'ip'
+export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
+
+export interface ConcurrencyConfig {
+  /** Permits per bucket. */
+  permits: number
+  /** global: one bucket shared by every route that says global; route: one per route; tenant: one per
+   * value of `tenantHeader`; ip: one per client address. */
+  per: Per
+  tenantHeader: string
+  maxWaitMs: number
+  maxQueue: number
+  /** Rejection status; undefined = 503 for global/route, 429 for tenant/ip. */
+  statusCode: number | undefined
+  failOpen: boolean
+  /** Permits of particular buckets (tenant ids or addresses). */
+  overrides: Readonly<Record<string, number>>
+}
+
+export interface RwLockConfig {
+  /** Resource of a request: the first capture group (or the whole match) of this pattern on the path;
+   * undefined = the path itself. */
+  resourcePattern: RegExp | undefined
+  maxWaitMs: number
+  maxQueue: number
+  statusCode: number | undefined
+  failOpen: boolean
+}
+
+export interface RouteConfig {
+  name: string
+  pathPrefix: string
+  /** Upper-case methods; undefined = any. */
+  methods: readonly string[] | undefined
+  /** Lower-case host without port; undefined = any. */
+  host: string | undefined
+  upstream: URL
+  /** Remove `pathPrefix` from the path sent upstream. */
+  stripPrefix: boolean
+  /** undefined: this route is not limited. */
+  concurrency: ConcurrencyConfig | undefined
+  rwlock: RwLockConfig | undefined
+  timeouts: TimeoutsConfig
+  /** Read request bodies up to this many bytes before admission (larger: 413); 0 = stream them. */
+  requestBufferBytes: number
+}
+
+/** Every bound on how long a request may hold a permit (G14). */
+export interface TimeoutsConfig {
+  /** Upstream silent this long (no response headers, or a stalled body) -> 504; also the WebSocket
+   * handshake bound. */
+  upstreamMs: number
+  /** A client that takes no response byte for this long is cut (nginx send_timeout). */
+  sendMs: number
+  /** No request body byte for this long -> 408 (nginx client_body_timeout). */
+  clientBodyMs: number
+  /** The whole request (headers and body) must have arrived within this long of its start -> 408. */
+  requestMs: number
+  /** A WebSocket with no byte either way for this long is closed. */
+  websocketIdleMs: number
+}
+
+export type StoreConfig =
+  { kind: 'memory' } | { kind: 'redis'; url: string } | { kind: 'cluster'; urls: readonly string[] }
+
+export interface GatewayConfig {
+  host: string
+  port: number
+  /** The admin listener (/metrics, /healthz, /readyz); undefined = none. */
+  admin: { host: string; port: number } | undefined
+  store: StoreConfig
+  /** Prefix of every Redis key. */
+  prefix: string
+  commandTimeoutMs: number
+  ttlMs: number
+  shutdownGraceMs: number
+  logLevel: LogLevel
+  /** Take the client address from X-Forwarded-For (per: ip, and the X-Forwarded-For sent upstream). */
+  trustProxy: boolean
+  /** How request paths are made canonical before routing (docs/gateway.md, "Paths"). */
+  paths: PathOptions
+  /** Matched in order: the first route that matches a request serves it. */
+  routes: readonly RouteConfig[]
+}
+
+/** Defaults of every setting, also what `--help` and docs/gateway.md print. */
+export const GATEWAY_DEFAULTS = Object.freeze({
+  host: '127.0.0.1',
+  port: 8080,
+  adminHost: '127.0.0.1',
+  adminPort: 9090,
+  prefix: 'tollgate',
+  commandTimeoutMs: 2000,
+  ttlMs: 30_000,
+  shutdownGraceMs: 10_000,
+  logLevel: 'info' as LogLevel,
+  trustProxy: false,
+  permits: 10,
+  per: 'global' as Per,
+  tenantHeader: 'x-tenant-id',
+  maxWaitMs: 1000,
+  maxQueue: 100,
+  failOpen: false,
+  upstreamTimeoutMs: 30_000,
+  sendTimeoutMs: 60_000,
+  clientBodyTimeoutMs: 10_000,
+  requestTimeoutMs: 60_000,
+  websocketIdleTimeoutMs: 60_000,
+  requestBufferBytes: 0,
+  mergeSlashes: PATH_DEFAULTS.mergeSlashes,
+  escapedSlashes: PATH_DEFAULTS.escapedSlashes,
+})
+
+/** A ConfigError carrying every problem found, each as `path: expected ...`. */
+export class GatewayConfigError extends ConfigError {
+  readonly issues: readonly { path: string; message: string }[]
+
+  constructor(issues: { path: string; message: string }[]) {
+    super(issues[0]?.path ?? 'config', issues[0]?.message ?? 'a valid configuration')
+    this.issues = issues
+    this.message = issues.map((issue) => `${issue.path}: ${issue.message}`).join('\n')
+  }
+}
