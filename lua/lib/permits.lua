@@ -2,7 +2,7 @@
 -- prepended when the script is registered, so each registered script stays one self-contained EVALSHA).
 --
 -- One fair "permit set" backs the mutex (permits = 1), the reentrant mutex and the semaphore.
--- Every key shares the caller's hash tag, e.g. tollgate:{sem:api%2Fexport}:h (design §2, G8).
+-- Every key shares the caller's hash tag, e.g. tollgate:{sem:api%2Fexport}:h (G8).
 --   KEYS[1] H  ZSET  holder token -> lease expiry (ms, Redis server clock, G9)
 --   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
 --   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes

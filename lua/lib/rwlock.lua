@@ -1,10 +1,10 @@
 -- lua/lib/rwlock.lua: shared prelude of every rwlock-*.lua script, after lib/common.lua.
 --
 -- One writer-preferring read/write lock per name. Every key shares the hash tag of
--- keySpace(prefix, 'rw', name), e.g. tollgate:{rw:orders%2F42}:r (design §2, G8).
+-- keySpace(prefix, 'rw', name), e.g. tollgate:{rw:orders%2F42}:r (G8).
 --   KEYS[1] R  ZSET  reader token -> lease expiry (ms, server clock, G9). One entry per reader, each
 --                    renewed and expiring on its own: one reader's release or death never touches
---                    another's lease (seed 004 kept all readers in one `read` field).
+--                    another's lease (one shared `read` field would let them).
 --   KEYS[2] X  ZSET  writer token -> lease expiry; never more than one member.
 --   KEYS[3] Q  ZSET  waiter token -> ticket: ONE FIFO queue for both modes (G5).
 --   KEYS[4] W  ZSET  waiter token -> heartbeat deadline; a dead waiter falls out when it passes.

@@ -3,38 +3,11 @@
 // failure into a rejection or a fail-open pass. Adapters only move headers and bodies.
 import type { Lease } from '../core/client/lease.js'
 import { AcquireTimeoutError } from '../core/errors.js'
-import type { ResolvedConfig } from './options.js'
+import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
+
+export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
 import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
-
-/** What a handler sees as `req.tollgate` (Express) or `ctx.state.tollgate` (Koa). */
-export interface TollgateInfo {
-  /** The policy name (the `name` option). */
-  name: string
-  /** The bucket this request was counted in (global: '*'). */
-  key: string
-  /** Permits of the bucket (undefined for a read/write lock). */
-  permits: number | undefined
-  /** Fencing token of the held permit (G7); undefined when the request passed without one
-   * (failOpen, dryRun). Forward it to downstreams that can reject stale holders. */
-  fencingToken: number | undefined
-  /** The lease itself, e.g. to watch `lease.signal`; undefined without a permit. */
-  lease: Lease | undefined
-  /** How long the request waited for its permit, ms. */
-  waitedMs: number
-}
-
-export type RejectReason = 'queue_full' | 'timeout' | 'store_unavailable'
-
-export interface Rejection {
-  reason: RejectReason
-  status: number
-  retryAfterS: number
-  key: string
-  permits: number | undefined
-}
-
-export type OnLost = 'log' | 'abort' | ((info: TollgateInfo, error: Error) => void)
 
 /** Counters for metrics (the gateway exports them). */
 export interface AdmissionCounters {

@@ -4,13 +4,42 @@ import { ConfigError } from '../core/errors.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { defined, nonEmptyString, positiveInt, storeOption } from '../core/options.js'
 import type { Store } from '../core/protocol/store.js'
-import type { OnLost, Rejection } from './admission.js'
+import type { Lease } from '../core/client/lease.js'
 
 /** Where log lines go; `console` fits, so do pino and winston. Default: silent. */
 export interface Logger {
   warn(message: string, meta?: Record<string, unknown>): void
   error(message: string, meta?: Record<string, unknown>): void
 }
+
+/** What a handler sees as `req.tollgate` (Express) or `ctx.state.tollgate` (Koa). */
+export interface TollgateInfo {
+  /** The policy name (the `name` option). */
+  name: string
+  /** The bucket this request was counted in (global: '*'). */
+  key: string
+  /** Permits of the bucket (undefined for a read/write lock). */
+  permits: number | undefined
+  /** Fencing token of the held permit (G7); undefined when the request passed without one
+   * (failOpen, dryRun). Forward it to downstreams that can reject stale holders. */
+  fencingToken: number | undefined
+  /** The lease itself, e.g. to watch `lease.signal`; undefined without a permit. */
+  lease: Lease | undefined
+  /** How long the request waited for its permit, ms. */
+  waitedMs: number
+}
+
+export type RejectReason = 'queue_full' | 'timeout' | 'store_unavailable'
+
+export interface Rejection {
+  reason: RejectReason
+  status: number
+  retryAfterS: number
+  key: string
+  permits: number | undefined
+}
+
+export type OnLost = 'log' | 'abort' | ((info: TollgateInfo, error: Error) => void)
 
 /** Options shared by `semaphore()` and `rwlock()`, for Express and Koa alike. */
 export interface CommonOptions<Req> {

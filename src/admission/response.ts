@@ -1,6 +1,6 @@
 // What admission says over HTTP, as pure functions (express-rate-limit's and HPM's status shaping):
 // the IETF RateLimit headers of a concurrency policy, and the rejection response.
-import type { Rejection } from './admission.js'
+import type { Rejection } from './options.js'
 
 export interface HttpAnswer {
   status: number

@@ -31,11 +31,20 @@ export function within<T>(work: Promise<T>, ms: number): Promise<Settled<T>> {
   })
 }
 
-/** within(), for callers that only need the value: rejects with the failure or a TimeoutError. */
-export async function valueWithin<T>(work: Promise<T>, ms: number): Promise<T> {
-  const settled = await within(work, ms)
-  if (settled.ok) return settled.value
-  throw settled.error
+/** Wait `ms`, or reject with the signal's reason as soon as it aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      clearTimeout(timer)
+      reject(signal?.reason)
+    }
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort)
+      resolve()
+    }, ms)
+    if (signal?.aborted) return onAbort()
+    signal?.addEventListener('abort', onAbort, { once: true })
+  })
 }
 
 /**

@@ -8,6 +8,7 @@ import type { Socket } from 'node:net'
 import { pino, type Logger as PinoLogger } from 'pino'
 import type { Logger } from '../admission/options.js'
 import { storeHealth } from '../admission/store-health.js'
+import { within } from '../core/timeout.js'
 import { createAdminServer } from './admin.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'
@@ -112,20 +113,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     if (!redis || allFailOpen) return true
     if (health.down) return false
     // While (re)connecting, ioredis queues the PING: it answers once connected, or the timeout says no.
-    let timer: NodeJS.Timeout | undefined
-    try {
-      const answer = await Promise.race([
-        redis.ping(),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error('ping timed out')), READY_TIMEOUT_MS)
-        }),
-      ])
-      return answer === 'PONG'
-    } catch {
-      return false
-    } finally {
-      clearTimeout(timer)
-    }
+    const answer = await within(redis.ping(), READY_TIMEOUT_MS)
+    return answer.ok && answer.value === 'PONG'
   }
 
   const admin = config.admin ? createAdminServer(metrics, ready, logger) : undefined
@@ -174,17 +163,17 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     // Cut sockets emit 'close' (which releases their permits) only on a later turn: wait for every one,
     // so no lease is left behind to hold capacity the other replicas need.
     await allClosed(CLOSE_SETTLE_MS)
-    await bounded(stopped, 1000)
+    await within(stopped, 1000)
     await Promise.allSettled([...ctx.releases])
-    await bounded(ctx.proxy.close(), 1000)
+    await within(ctx.proxy.close(), 1000)
     if (admin?.listening) {
       admin.closeAllConnections()
       await new Promise<void>((resolve) => admin.close(() => resolve()))
     }
     // Redis may be down: QUIT would wait for a reconnection that never comes. Bounded, then cut.
-    await bounded(store.close(), config.commandTimeoutMs)
+    await within(store.close(), config.commandTimeoutMs)
     if (redis) {
-      await bounded(redis.quit(), config.commandTimeoutMs)
+      await within(redis.quit(), config.commandTimeoutMs)
       redis.disconnect()
     }
   }
@@ -214,16 +203,4 @@ function withErr(meta: Record<string, unknown> | undefined): Record<string, unkn
   if (!meta || !('error' in meta)) return meta ?? {}
   const { error, ...rest } = meta
   return { ...rest, err: error }
-}
-
-/** Wait for `work` at most `ms`; its failure or lateness is not an error here. */
-async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined
-  await Promise.race([
-    work.catch(() => {}),
-    new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, ms)
-    }),
-  ])
-  clearTimeout(timer)
 }

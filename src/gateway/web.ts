@@ -1,17 +1,15 @@
 // Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
 import type http from 'node:http'
 import type { GatewayContext } from './context.js'
+import { bufferBody, ClientBodyTimeout, timedBody } from './body.js'
 import {
   admitChain,
-  bufferBody,
-  ClientBodyTimeout,
   type Exchange,
   finished,
   newExchange,
   outgoing,
   release,
   reply,
-  timedBody,
   type Understood,
   understand,
 } from './exchange.js'

@@ -54,7 +54,7 @@ export interface ReentrantMutexOptions extends LockOptions {
 }
 
 /**
- * A reentrant mutex (seed 002's owner -> count hash, kept in the permit set): the same owner may
+ * A reentrant mutex (an owner's acquisitions kept with its hold in the permit set): the same owner may
  * acquire again and must release as often. Acquire N times, release N times frees it.
  */
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {

@@ -7,7 +7,7 @@ import type { Store } from '../core/protocol/store.js'
 
 /**
  * Who owns an acquisition of a reentrant lock: a fixed `owner` option (e.g. a job id), else the
- * async call chain of `withLease` (Node has no threads; seed 003's ThreadLocal becomes an
+ * async call chain of `withLease` (Node has no threads; a Java ThreadLocal becomes an
  * AsyncLocalStorage scope), else a fresh owner per call.
  */
 export interface OwnerScope {

@@ -35,7 +35,7 @@ export interface ReadWriteLock {
 }
 
 /**
- * A distributed writer-preferring read/write lock (improves seed 004). Every reader holds its own
+ * A distributed writer-preferring read/write lock (one lease per reader, not one shared `read` field). Every reader holds its own
  * lease, renewed and expiring on its own (G2), so one reader's release or death never affects
  * another's; a writer excludes everyone (G1). Waiters of both modes share one FIFO queue (G5): a
  * writer at its head enters when the last holder leaves, and a run of readers at its head enters

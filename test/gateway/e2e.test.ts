@@ -56,7 +56,7 @@ describe.each([
   ['standalone', standaloneFlags],
   ['cluster', clusterFlags],
 ] as const)('3 gateway processes sharing Redis [%s]', (_kind, redisFlags) => {
-  it('the upstream never sees more than permits=5 of 300 concurrent requests', async () => {
+  it('G1: the upstream never sees more than permits=5 of 300 concurrent requests', async () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const flags = [
@@ -87,7 +87,7 @@ describe.each([
 })
 
 describe('the gateway binary', () => {
-  it('gives the permits of a SIGKILLed replica to the others within TTL + tolerance', async () => {
+  it('G2: gives the permits of a SIGKILLed replica to the others within TTL + tolerance', async () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const flags = [...base(upstream.url, prefix), ...standaloneFlags(), '--permits', '2', '--ttl-ms', '1000']
@@ -115,7 +115,7 @@ describe('the gateway binary', () => {
     expect((await doomed.exited).signal).toBe('SIGKILL')
   }, 30_000)
 
-  it('drains on SIGTERM: in-flight requests finish with 200, new connections are refused, exit 0', async () => {
+  it('G3 G14: drains on SIGTERM: in-flight requests finish with 200, new connections are refused, exit 0', async () => {
     const upstream = await startUpstream()
     const gateway = await spawnGateway([...base(upstream.url, 'drain'), '--permits', '5'])
     const inFlight = [
@@ -137,7 +137,7 @@ describe('the gateway binary', () => {
     expect(gateway.logs().some((line) => line.msg === 'shutdown complete')).toBe(true)
   }, 20_000)
 
-  it('closes the upstream socket and gives the permit back when a client aborts mid-response', async () => {
+  it('G3 G14: closes the upstream socket and gives the permit back when a client aborts mid-response', async () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const gateway = await spawnGateway([
@@ -166,7 +166,7 @@ describe('the gateway binary', () => {
     expect(aborted).toMatchObject({ route: 'default', status: 200 })
   }, 20_000)
 
-  it('answers 502 for a refused upstream and 504 for a slow one, and /metrics counts what happened', async () => {
+  it('G3: answers 502 for a refused upstream and 504 for a slow one, and /metrics counts what happened', async () => {
     const upstream = await startUpstream()
     const closedPort = await freePort()
     const config = await writeConfig(
@@ -244,7 +244,7 @@ routes:
     }
   }, 20_000)
 
-  it('/readyz fails while its Redis is stopped and recovers after', async () => {
+  it('G14: /readyz fails while its Redis is stopped and recovers after', async () => {
     const redis = await startRedisServer()
     try {
       const upstream = await startUpstream()

@@ -109,7 +109,7 @@ describe('gateway process edge', () => {
     }, 30_000)
   }
 
-  it('a Redis user without channel rights is refused at start (exit 2) with the ACL rule to grant', async () => {
+  it('G10: a Redis user without channel rights is refused at start (exit 2) with the ACL rule to grant', async () => {
     const upstream = await startRecorder()
     const server = await startRedisServer()
     privates.push(server)

@@ -62,7 +62,7 @@ function onePermit(upstream: Recorder, extra: Record<string, unknown> = {}) {
 
 for (const kind of ['memory', 'redis'] as Kind[]) {
   describe(`gateway edge [${kind}]`, () => {
-    it('RFC 9112 §6.1-6.3: a request body never reaches the upstream as a request (smuggling corpus)', async () => {
+    it('G13: RFC 9112 §6.1-6.3: a request body never reaches the upstream as a request (smuggling corpus)', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream))
       const methods = ['DELETE', 'OPTIONS', 'GET', 'POST', 'PUT', 'PATCH']
@@ -100,7 +100,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       }
     })
 
-    it('RFC 9112 §9.3.2: pipelined requests are answered in order, each with its own response', async () => {
+    it('G13: RFC 9112 §9.3.2: pipelined requests are answered in order, each with its own response', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream))
       const answer = await rawExchange(port, get('/p1?ms=30') + get('/export/p2') + get('/p3'))
@@ -109,7 +109,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(bodies).toEqual(['/p1?ms=30', '/export/p2', '/p3'])
     })
 
-    it('Envoy normalize_path / merge_slashes: every spelling of /export/a counts against /export (RFC 3986 §5.2.4, §6.2.2)', async () => {
+    it('G13: Envoy normalize_path / merge_slashes: every spelling of /export/a counts against /export (RFC 3986 §5.2.4, §6.2.2)', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream))
       const spellings = [
@@ -168,7 +168,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(upstream.max.get('/docs')).toBe(1)
     })
 
-    it('nginx send_timeout: a client that stops reading gives its permit back', async () => {
+    it('G14: nginx send_timeout: a client that stops reading gives its permit back', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream, { timeouts: { sendMs: 400 } }))
       const reader = await rawConnect(port, { pauseReading: true })
@@ -180,7 +180,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(Date.now() - started).toBeLessThan(2 * 400 + 300)
     })
 
-    it('nginx client_body_timeout and a total request bound: a trickling upload gives its permit back (408)', async () => {
+    it('G14: nginx client_body_timeout and a total request bound: a trickling upload gives its permit back (408)', async () => {
       const upstream = await startRecorder()
       const { port } = await start(
         kind,
@@ -208,7 +208,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(Date.now() - at).toBeLessThan(2 * 300 + 200)
     })
 
-    it('nginx proxy_request_buffering: a buffered upload holds no permit while it arrives; larger bodies get 413', async () => {
+    it('G14: nginx proxy_request_buffering: a buffered upload holds no permit while it arrives; larger bodies get 413', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream, { requestBuffer: { maxBytes: 1024 } }))
       const slow = await rawConnect(port)
@@ -233,7 +233,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(upstream.requests.filter((r) => r.url === '/export/big')).toEqual([])
     })
 
-    it('WebSocket: a silent upstream handshake answers 504 and a half-open or idle tunnel is closed', async () => {
+    it('G14: WebSocket: a silent upstream handshake answers 504 and a half-open or idle tunnel is closed', async () => {
       const upstream = await startRecorder()
       // upstreamMs: undici's timers tick every ~0.5 s, so the bound is enforced within +1 s.
       const { port } = await start(
@@ -267,7 +267,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(statuses(await rawExchange(port, get('/export/after', 'Connection: close\r\n')))).toEqual([200])
     })
 
-    it('maxQueue counts only requests waiting for a permit, not those whose store call is in flight', async () => {
+    it('G14: maxQueue counts only requests waiting for a permit, not those whose store call is in flight', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, {
         defaults: { upstream: upstream.url, concurrency: { permits: 1000, maxQueue: 5 } },
@@ -280,7 +280,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(answers.filter((status) => status !== 200)).toEqual([])
     })
 
-    it('RFC 9110 §7.6.1: hop-by-hop headers, the ones Connection names, and spoofable forwarding headers never cross', async () => {
+    it('G13: RFC 9110 §7.6.1: hop-by-hop headers, the ones Connection names, and spoofable forwarding headers never cross', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream))
       const hostile = [
@@ -359,7 +359,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(head).toContain('x-up-public: ok')
     })
 
-    it('RFC 9110 §10.1.1: 100 Continue only after admission; a rejected client never sends its body; an upstream timeout is 504', async () => {
+    it('G13: RFC 9110 §10.1.1: 100 Continue only after admission; a rejected client never sends its body; an upstream timeout is 504', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, {
         defaults: { upstream: upstream.url },
@@ -400,7 +400,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(statuses(slow).filter((s) => s !== 100)).toEqual([504])
     })
 
-    it('nginx: pipelined requests are served one at a time; a closed connection leaves no permit behind', async () => {
+    it('G3 G13: nginx: pipelined requests are served one at a time; a closed connection leaves no permit behind', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, {
         defaults: { upstream: upstream.url },
@@ -424,7 +424,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(upstream.requests.map((r) => r.url)).not.toContain('/export/queued')
     })
 
-    it('Tomcat reads /public/..;/export and /;x/export as /export: so does the gateway', async () => {
+    it('G13: Tomcat reads /public/..;/export and /;x/export as /export: so does the gateway', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, {
         defaults: { upstream: upstream.url },
@@ -446,7 +446,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       upstream.release()
     })
 
-    it('WebSocket: an upgrade the upstream refuses with a large body is bounded by the send timeout', async () => {
+    it('G14: WebSocket: an upgrade the upstream refuses with a large body is bounded by the send timeout', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream, { timeouts: { sendMs: 400 } }))
       const reader = await rawConnect(port, { pauseReading: true })
@@ -459,13 +459,13 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(Date.now() - at).toBeLessThan(2 * 400 + 300)
     })
 
-    it('an upstream 204 with a body is a broken response: 502, never a silent cut', async () => {
+    it('G13: an upstream 204 with a body is a broken response: 502, never a silent cut', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream))
       expect(statuses(await rawExchange(port, get('/bad204')))).toEqual([502])
     })
 
-    it('RFC 9110 §10.1.1: Expect is read as Node reads it, and an HTTP/1.0 client never gets a 100', async () => {
+    it('G13: RFC 9110 §10.1.1: Expect is read as Node reads it, and an HTTP/1.0 client never gets a 100', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, onePermit(upstream))
       const admitted = await rawConnect(port)
@@ -492,7 +492,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       expect(lost.values.reduce((sum, v) => sum + v.value, 0)).toBe(0)
     })
 
-    it('a repeated tenant header counts as its first value (one bucket, as documented)', async () => {
+    it('G13: a repeated tenant header counts as its first value (one bucket, as documented)', async () => {
       const upstream = await startRecorder()
       const { port } = await start(kind, {
         defaults: { upstream: upstream.url, concurrency: { per: 'tenant', permits: 1, maxWaitMs: 0 } },
@@ -508,7 +508,7 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
       upstream.release()
     })
 
-    it('host routes ignore case, port and a trailing dot; HEAD follows GET; OPTIONS *, CONNECT, duplicate Host and a 101 to a plain request', async () => {
+    it('G13: host routes ignore case, port and a trailing dot; HEAD follows GET; OPTIONS *, CONNECT, duplicate Host and a 101 to a plain request', async () => {
       const special = await startRecorder()
       const upstream = await startRecorder()
       const { port } = await start(kind, {

@@ -37,7 +37,7 @@ async function get(url: string, headers: Record<string, string> = {}, method = '
 }
 
 describe('createGateway()', () => {
-  it('forwards the fencing token of the lease and X-Forwarded-*, never the client-sent ones', async () => {
+  it('G7 G13: forwards the fencing token of the lease and X-Forwarded-*, never the client-sent ones', async () => {
     const upstream = await startUpstream()
     const { url } = await start({ defaults: { upstream: upstream.url } })
     const response = await get(`${url}/headers`, {
@@ -58,14 +58,14 @@ describe('createGateway()', () => {
     expect(Number(second[FENCING_HEADER])).toBeGreaterThan(Number(seen[FENCING_HEADER]))
   })
 
-  it('chains X-Forwarded-For behind a trusted proxy', async () => {
+  it('G13: chains X-Forwarded-For behind a trusted proxy', async () => {
     const upstream = await startUpstream()
     const { url } = await start({ trustProxy: true, defaults: { upstream: upstream.url } })
     const seen = JSON.parse((await get(`${url}/headers`, { 'x-forwarded-for': '10.1.2.3' })).body)
     expect(seen['x-forwarded-for']).toBe('10.1.2.3, 127.0.0.1')
   })
 
-  it('routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {
+  it('G13: routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {
     const [a, b, c] = await Promise.all([startUpstream(), startUpstream(), startUpstream()])
     const { url } = await start({
       routes: [
@@ -91,7 +91,7 @@ describe('createGateway()', () => {
     expect([a!.probe.entered, b!.probe.entered, c!.probe.entered]).toEqual([1, 2, 1])
   })
 
-  it('isolates tenants, gives an override its own permits and rejects a keyed bucket with 429', async () => {
+  it('G1: isolates tenants, gives an override its own permits and rejects a keyed bucket with 429', async () => {
     const upstream = await startUpstream()
     const { url } = await start({
       redis: { url: `redis://127.0.0.1:${topology().standalone.port}`, prefix: uniquePrefix().slice(0, -1) },
@@ -138,7 +138,7 @@ describe('createGateway()', () => {
     expect(JSON.parse((await get(`${url}/free/headers`)).body)[FENCING_HEADER]).toBeUndefined()
   })
 
-  it('with rwlock: reads of a resource share, a write waits for them, other resources are free', async () => {
+  it('G1 G6: with rwlock: reads of a resource share, a write waits for them, other resources are free', async () => {
     const upstream = await startUpstream()
     const { url } = await start({
       defaults: {
@@ -161,7 +161,7 @@ describe('createGateway()', () => {
     expect(upstream.probe.fences.at(-1)).toBeGreaterThan(upstream.probe.fences[0]!)
   })
 
-  it('passes WebSocket upgrades through and holds the permit for the life of the socket', async () => {
+  it('G3 G14: passes WebSocket upgrades through and holds the permit for the life of the socket', async () => {
     const upstream = await startUpstream()
     const { url, gateway } = await start({
       defaults: { upstream: upstream.url, concurrency: { permits: 1, maxWaitMs: 0 } },

@@ -10,7 +10,7 @@ import { describeStores, eventually, sleep } from '../helpers/contract.js'
 const range = (n: number) => Array.from({ length: n }, (_, i) => i)
 
 describeStores('calls in one event-loop turn', (fx) => {
-  it('40 tryAcquires on 7 permits: exactly the first 7 callers win, fences rise in call order', async () => {
+  it('G1 G7: 40 tryAcquires on 7 permits: exactly the first 7 callers win, fences rise in call order', async () => {
     const { store } = fx()
     const sem = createSemaphore(store, 'burst', { permits: 7 })
     const leases = await Promise.all(range(40).map(() => sem.tryAcquire()))
@@ -28,7 +28,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     await Promise.all(again.map((lease) => lease?.release()))
   })
 
-  it('30 acquires on 3 permits queue in call order; releases in one turn hand every permit on', async () => {
+  it('G5: 30 acquires on 3 permits queue in call order; releases in one turn hand every permit on', async () => {
     const { store } = fx()
     const sem = createSemaphore(store, 'fifo', { permits: 3 })
     const order: number[] = []
@@ -58,7 +58,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     expect(await sem.stats()).toMatchObject({ holders: 0, queued: 0 })
   })
 
-  it('a token released twice in one turn is freed once', async () => {
+  it('G3: a token released twice in one turn is freed once', async () => {
     const { store, prefix } = fx()
     const space = keySpace(prefix, 'sem', 'twice')
     const request = (token: string): AcquireRequest => ({
@@ -83,7 +83,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     expect((await store.permits.inspect(space)).holders).toBe(0)
   })
 
-  it('calls of one name keep their call order across kinds (acquire, tryAcquire, release, renew)', async () => {
+  it('G1 G3: calls of one name keep their call order across kinds (acquire, tryAcquire, release, renew)', async () => {
     const { store, prefix } = fx()
     const request = (token: string, permits: number, enqueue: boolean): AcquireRequest => ({
       token,
@@ -132,7 +132,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     await store.permits.release(one, 'a2', 2)
   })
 
-  it('a burst finds the permits of many expired holders (more than one purge would drop)', async () => {
+  it('G2: a burst finds the permits of many expired holders (more than one purge would drop)', async () => {
     const { store, prefix } = fx()
     const space = keySpace(prefix, 'sem', 'expired')
     const request = (token: string, ttlMs: number): AcquireRequest => ({
@@ -159,7 +159,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     )
   })
 
-  it('reentrant acquires and releases of one owner in one turn count every entry', async () => {
+  it('G1: reentrant acquires and releases of one owner in one turn count every entry', async () => {
     const { store, prefix } = fx()
     const mutex = createReentrantMutex(store, 'owned', { owner: 'job-7' })
     const stranger = createReentrantMutex(store, 'owned', { owner: 'job-8' })
@@ -181,7 +181,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     expect((await store.permits.inspect(keySpace(prefix, 'rmutex', 'owned'))).holders).toBe(0)
   })
 
-  it('acquires of different names in one turn each get their own permit', async () => {
+  it('G1: acquires of different names in one turn each get their own permit', async () => {
     const { store } = fx()
     const sems = range(20).map((i) => createSemaphore(store, `n${i % 10}`, { permits: 1 }))
     const leases = await Promise.all(sems.map((sem) => sem.tryAcquire()))

@@ -20,7 +20,7 @@ const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
 const startWorker = () => spawnReadyChild(WORKER)
 
 describeStores('mutex', (fx, kind) => {
-  it('admits one holder at a time across 50 contenders, several connections and processes', async () => {
+  it('G1: admits one holder at a time across 50 contenders, several connections and processes', async () => {
     const { store, prefix } = fx()
     const name = 'exclusive'
     const durationMs = 3000
@@ -79,7 +79,7 @@ describeStores('mutex', (fx, kind) => {
     for (let i = 1; i < fences.length; i++) expect(fences[i]).toBeGreaterThan(fences[i - 1] as number)
   }, 60_000)
 
-  it('lets another process take over within TTL + tolerance after the holder is SIGKILLed', async () => {
+  it('G2: lets another process take over within TTL + tolerance after the holder is SIGKILLed', async () => {
     if (kind === 'memory') return // no second process shares a memory store
     const { store, prefix } = fx()
     const child = await startWorker()
@@ -96,7 +96,7 @@ describeStores('mutex', (fx, kind) => {
     await lease.release()
   })
 
-  it("never lets an expired owner release or renew the next owner's lease, and aborts its signal", async () => {
+  it("G3 G4: never lets an expired owner release or renew the next owner's lease, and aborts its signal", async () => {
     const { store } = fx()
     const mutex = createMutex(store, 'expired', { ttlMs: 200, autoRenew: false })
     const first = await mutex.acquire()
@@ -117,7 +117,7 @@ describeStores('mutex', (fx, kind) => {
     await third?.release()
   })
 
-  it('keeps a lease alive past 3 x TTL by auto-renewal', async () => {
+  it('G4: keeps a lease alive past 3 x TTL by auto-renewal', async () => {
     const { store } = fx()
     const mutex = createMutex(store, 'renewed', { ttlMs: 300 })
     const lease = await mutex.acquire()
@@ -129,7 +129,7 @@ describeStores('mutex', (fx, kind) => {
     await lease.release()
   })
 
-  it('aborts the signal, emits tollgate:lost and calls onLost when renewal finds another owner', async () => {
+  it('G4: aborts the signal, emits tollgate:lost and calls onLost when renewal finds another owner', async () => {
     const { store, client } = fx()
     const lostEvents: LeaseEvent[] = []
     const onEvent = (event: unknown) => lostEvents.push(event as LeaseEvent)
@@ -164,7 +164,7 @@ describeStores('mutex', (fx, kind) => {
     }
   })
 
-  it('serves waiters in FIFO order', async () => {
+  it('G5: serves waiters in FIFO order', async () => {
     const { store, prefix } = fx()
     const holder = await createMutex(store, 'fifo').acquire()
     const order: string[] = []
@@ -187,7 +187,7 @@ describeStores('mutex', (fx, kind) => {
     expect(order).toEqual(['w0', 'w1', 'w2', 'w3', 'w4', 'w5'])
   })
 
-  it('leaves nothing in the queue when a waiter aborts or times out', async () => {
+  it('G5: leaves nothing in the queue when a waiter aborts or times out', async () => {
     const { store, prefix, client } = fx()
     const space = keySpace(prefix, 'mutex', 'abort')
     const mutex = createMutex(store, 'abort')
@@ -204,7 +204,7 @@ describeStores('mutex', (fx, kind) => {
     if (client) await eventually(async () => (await keysUnder(client, prefix)).length === 0, 2000)
   })
 
-  it('works with hostile names (braces, 10 kB, unicode, CRLF) and keeps each name in one slot', async () => {
+  it('G8: works with hostile names (braces, 10 kB, unicode, CRLF) and keeps each name in one slot', async () => {
     const { store, prefix, client } = fx()
     const names = ['{a}', 'x}{y', '}', '{', `${'n'.repeat(10_240)}`, 'tenant-ü-🚦', 'a\r\nb', '%7B', ' ']
     for (const name of names) {
@@ -228,7 +228,7 @@ describeStores('mutex', (fx, kind) => {
 })
 
 describeStores('reentrant mutex', (fx) => {
-  it('re-enters in one async chain (3 deep) and frees only after the third release', async () => {
+  it('G1: re-enters in one async chain (3 deep) and frees only after the third release', async () => {
     const { store } = fx()
     const mutex = createReentrantMutex(store, 're')
     // An explicit owner is a different owner whatever async scope the probe runs in.
@@ -248,7 +248,7 @@ describeStores('reentrant mutex', (fx) => {
     await after?.release()
   })
 
-  it('excludes two concurrent chains in one process', async () => {
+  it('G1: excludes two concurrent chains in one process', async () => {
     const { store } = fx()
     const mutex = createReentrantMutex(store, 'chains')
     const checker = memoryChecker()
@@ -270,7 +270,7 @@ describeStores('reentrant mutex', (fx) => {
     expect(violations).toBe(0)
   })
 
-  it('counts concurrent acquires of one owner that wait together, and frees only after both release', async () => {
+  it('G1: counts concurrent acquires of one owner that wait together, and frees only after both release', async () => {
     const { store } = fx()
     const blocker = await createMutex(store, 'together-unused').acquire() // unrelated name: no effect
     const other = await createReentrantMutex(store, 'together', { owner: 'other' }).acquire()
@@ -289,7 +289,7 @@ describeStores('reentrant mutex', (fx) => {
     await Promise.all([free?.release(), blocker.release()])
   })
 
-  it('re-enters for an explicit owner across separate calls', async () => {
+  it('G1: re-enters for an explicit owner across separate calls', async () => {
     const { store } = fx()
     const a = createReentrantMutex(store, 'owned', { owner: 'job-7' })
     const first = await a.acquire()
@@ -308,7 +308,7 @@ describeStores('reentrant mutex', (fx) => {
 describeStores(
   'mutex across processes',
   (fx, kind) => {
-    it('admits waiters from several processes in the order they queued', async () => {
+    it('G5: admits waiters from several processes in the order they queued', async () => {
       const { store, prefix } = fx()
       const space = keySpace(prefix, 'mutex', 'xfifo')
       const orderKey = `${prefix}:order`
@@ -342,7 +342,7 @@ describeStores(
 describeStores(
   'closed store',
   (fx) => {
-    it('fails its waiters instead of leaving them waiting forever', async () => {
+    it('G3: fails its waiters instead of leaving them waiting forever', async () => {
       const holder = await createMutex(fx().another(), 'closing').acquire()
       const { store } = fx()
       const waiting = createMutex(store, 'closing').acquire({ timeoutMs: Number.POSITIVE_INFINITY })

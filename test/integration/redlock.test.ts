@@ -112,7 +112,7 @@ async function rejection(promise: Promise<unknown>): Promise<unknown> {
 }
 
 describe('redlock', () => {
-  it('admits one holder at a time across this process and two children, with increasing fences', async () => {
+  it('G1 G7: admits one holder at a time across this process and two children, with increasing fences', async () => {
     const name = 'contended'
     const checkerKey = `${prefix}:checker`
     const options: RedlockOptions = { ttlMs: 5000, retryDelayMs: 5, retryJitterMs: 20, perNodeTimeoutMs: 250 }
@@ -153,7 +153,7 @@ describe('redlock', () => {
     await eventually(async () => (await keyCounts(nodes)).every((count) => count === 0), 2000)
   }, 30_000)
 
-  it('holds the lock on every node, excludes a rival, and releases everywhere (idempotently)', async () => {
+  it('G1 G3: holds the lock on every node, excludes a rival, and releases everywhere (idempotently)', async () => {
     const nodes = independents()
     const lock = redlock(nodes, 'basic', { ttlMs: 10_000 })
     expect(lock.nodes).toBe(3)
@@ -180,7 +180,7 @@ describe('redlock', () => {
     expect(await keyCounts(nodes)).toEqual([0, 0, 0])
   })
 
-  it('stops retrying when the signal aborts, leaving only the holder on the nodes', async () => {
+  it('G3: stops retrying when the signal aborts, leaving only the holder on the nodes', async () => {
     const nodes = independents()
     const holder = await redlock(nodes, 'aborted').acquire()
     const waiter = rival(nodes, 'aborted', { retryDelayMs: 20, retryJitterMs: 10 })
@@ -193,7 +193,7 @@ describe('redlock', () => {
     expect(await keyCounts(nodes)).toEqual([0, 0, 0])
   })
 
-  it('acquires and releases with one node of three down', async () => {
+  it('G1: acquires and releases with one node of three down', async () => {
     const {
       servers: [down],
       nodes: [third],
@@ -215,7 +215,7 @@ describe('redlock', () => {
     await again.release()
   })
 
-  it('fails clearly in bounded time with two nodes of three down, leaving no key on the live node', async () => {
+  it('G14: fails clearly in bounded time with two nodes of three down, leaving no key on the live node', async () => {
     const { servers: down, nodes: dead } = await privateServers(2)
     const [live] = independents()
     const nodes = [live!, ...dead]
@@ -253,7 +253,7 @@ describe('redlock', () => {
     expect(await keyCounts([live!])).toEqual([0])
   })
 
-  it('refuses a majority that completes after the validity window, and cleans up every node', async () => {
+  it('G1: refuses a majority that completes after the validity window, and cleans up every node', async () => {
     const { nodes: slow } = await privateServers(2)
     const [fast] = independents()
     const nodes = [fast!, ...slow]
@@ -278,7 +278,7 @@ describe('redlock', () => {
     await lease.release()
   })
 
-  it('releases a grant that arrives after its node timed out', async () => {
+  it('G3: releases a grant that arrives after its node timed out', async () => {
     const { nodes: slow } = await privateServers(2)
     const [fast] = independents()
     const nodes = [fast!, ...slow]
@@ -293,7 +293,7 @@ describe('redlock', () => {
     await eventually(async () => (await keyCounts(slow)).every((count) => count === 0), 1000)
   })
 
-  it('keeps the lock past 3 x TTL by renewal and aborts the signal once the majority is gone', async () => {
+  it('G4: keeps the lock past 3 x TTL by renewal and aborts the signal once the majority is gone', async () => {
     const { servers: doomed, nodes: mortal } = await privateServers(2)
     const [survivor] = independents()
     const nodes = [survivor!, ...mortal]
@@ -328,7 +328,7 @@ describe('redlock', () => {
     }
   })
 
-  it('loses the lease at once when a majority of nodes no longer holds it', async () => {
+  it('G4: loses the lease at once when a majority of nodes no longer holds it', async () => {
     const nodes = independents()
     const lock = redlock(nodes, 'wiped', { ttlMs: 10_000 })
     const lease = await lock.acquire()

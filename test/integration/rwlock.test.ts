@@ -37,7 +37,7 @@ function track<T>(promise: Promise<T>): { promise: Promise<T>; settled: () => bo
 const queuedIs = (lock: ReadWriteLock, n: number) => async () => (await lock.stats()).queued === n
 
 describeStores('read/write lock', (fx, kind) => {
-  it('never lets a writer in with anyone else: 3 processes mix readers and writers for 5 s', async () => {
+  it('G1: never lets a writer in with anyone else: 3 processes mix readers and writers for 5 s', async () => {
     const { store, prefix } = fx()
     const options = { durationMs: 5000, maxHoldMs: 6, writeRatio: 0.2 }
     const lock = (s: Store) => createReadWriteLock(s, 'load', { acquireTimeoutMs: Number.POSITIVE_INFINITY })
@@ -90,7 +90,7 @@ describeStores('read/write lock', (fx, kind) => {
     expect(fenceOrderViolation(log)).toBeUndefined()
   }, 60_000)
 
-  it('admits a writer that waits behind 20 overlapping reader loops within a few read-hold times', async () => {
+  it('G6: admits a writer that waits behind 20 overlapping reader loops within a few read-hold times', async () => {
     const holdMs = 150
     const readers = createReadWriteLock(fx().store, 'busy')
     const writers = createReadWriteLock(fx().another(), 'busy')
@@ -132,7 +132,7 @@ describeStores('read/write lock', (fx, kind) => {
     expect(readsAfterWriter).toBeGreaterThan(0) // the readers queued behind the writer went on
   })
 
-  it('admits the readers queued behind a writer together, then the next writer, in FIFO order', async () => {
+  it('G5 G6: admits the readers queued behind a writer together, then the next writer, in FIFO order', async () => {
     const lock = createReadWriteLock(fx().store, 'batch')
     const other = createReadWriteLock(fx().another(), 'batch')
     const first = await lock.write.acquire()
@@ -170,7 +170,7 @@ describeStores('read/write lock', (fx, kind) => {
     await last.release()
   })
 
-  it("keeps reader B's lease, and the writer out, when reader A releases or its lease runs out", async () => {
+  it("G1 G3: keeps reader B's lease, and the writer out, when reader A releases or its lease runs out", async () => {
     const { store } = fx()
     const lock = createReadWriteLock(store, 'independent')
     const a = await lock.read.acquire()
@@ -195,7 +195,7 @@ describeStores('read/write lock', (fx, kind) => {
     await lease.release()
   })
 
-  it('re-enters read in read and write in write for the same async chain; other owners stay out', async () => {
+  it('G1: re-enters read in read and write in write for the same async chain; other owners stay out', async () => {
     const lock = createReadWriteLock(fx().store, 're')
     const probe = createReadWriteLock(fx().another(), 're', { owner: 'probe' })
     await lock.read.withLease(async (outer) => {
@@ -218,7 +218,7 @@ describeStores('read/write lock', (fx, kind) => {
     await free?.release()
   })
 
-  it("starts a returning owner's hold at count 1 after its earlier hold expired unseen", async () => {
+  it("G1: starts a returning owner's hold at count 1 after its earlier hold expired unseen", async () => {
     const { store } = fx()
     const job = createReadWriteLock(store, 'stale', { owner: 'job', ttlMs: 300, autoRenew: false })
     for (let i = 0; i < 3; i++) await job.read.acquire() // count 3, never released: it expires
@@ -233,7 +233,7 @@ describeStores('read/write lock', (fx, kind) => {
     expect(await job.stats()).toEqual({ readers: 0, writer: false, queued: 0 })
   })
 
-  it('grants a writer its read lock at once (downgrade), ahead of queued owners, with its fence', async () => {
+  it('G1 G7: grants a writer its read lock at once (downgrade), ahead of queued owners, with its fence', async () => {
     const lock = createReadWriteLock(fx().store, 'down')
     // Explicit owners: inside withLease the async scope would make this process's calls the same
     // owner as the writer (the memory fixture's another() is the same store).
@@ -281,7 +281,7 @@ describeStores('read/write lock', (fx, kind) => {
     await (await excluded.promise).release()
   })
 
-  it('refuses a read -> write upgrade at once with ERR_TOLLGATE_LOCK_UPGRADE, leaving nothing queued', async () => {
+  it('G1: refuses a read -> write upgrade at once with ERR_TOLLGATE_LOCK_UPGRADE, leaving nothing queued', async () => {
     const lock = createReadWriteLock(fx().store, 'up')
     await lock.read.withLease(async () => {
       const started = Date.now()
@@ -316,7 +316,7 @@ describeStores('read/write lock', (fx, kind) => {
     await (await waiting.promise).release()
   })
 
-  it('leaves nothing behind: aborted and timed-out waiters of both modes, then zero keys when idle', async () => {
+  it('G5: leaves nothing behind: aborted and timed-out waiters of both modes, then zero keys when idle', async () => {
     const lock = createReadWriteLock(fx().store, 'abandon')
     const holder = await lock.write.acquire()
     const controller = new AbortController()
@@ -364,7 +364,7 @@ describeStores('read/write lock', (fx, kind) => {
 describeStores(
   'read/write lock across processes',
   (fx, kind) => {
-    it("keeps reader B's lease, and the writer out, when reader A's process is SIGKILLed", async () => {
+    it("G1 G2: keeps reader B's lease, and the writer out, when reader A's process is SIGKILLed", async () => {
       const { store, prefix } = fx()
       const ttlMs = 800
       const child = await startWorker()
@@ -391,7 +391,7 @@ describeStores(
       await lease.release()
     })
 
-    it("lets readers in within TTL + tolerance after the writer's process is SIGKILLed", async () => {
+    it("G2: lets readers in within TTL + tolerance after the writer's process is SIGKILLed", async () => {
       const { store, prefix } = fx()
       const ttlMs = 1000
       const child = await startWorker()
@@ -416,7 +416,7 @@ describeStores(
 )
 
 describe('read/write lock on the memory store', () => {
-  it('keeps one lock per name and store: the same name on two stores is two locks', async () => {
+  it('G11: keeps one lock per name and store: the same name on two stores is two locks', async () => {
     const [one, two] = [createMemoryStore(), createMemoryStore()]
     const a = await createReadWriteLock(one, 'n').write.acquire()
     const b = await createReadWriteLock(two, 'n').write.tryAcquire()

@@ -19,7 +19,7 @@ const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
 const startWorker = () => spawnReadyChild(WORKER)
 
 describeStores('semaphore', (fx, kind) => {
-  it('never has more than 5 holders: 3 processes x 30 workers for 5 s, random holds', async () => {
+  it('G1: never has more than 5 holders: 3 processes x 30 workers for 5 s, random holds', async () => {
     const { store, prefix } = fx()
     const options = { contenders: 30, durationMs: 5000, maxHoldMs: 8, capacity: 5 }
     const sem = (s: Store) =>
@@ -58,7 +58,7 @@ describeStores('semaphore', (fx, kind) => {
     expect(Math.min(...results.flatMap((r) => r.perContender))).toBeGreaterThan(0)
   }, 60_000)
 
-  it('admits waiters in the order they queued', async () => {
+  it('G5: admits waiters in the order they queued', async () => {
     const { store } = fx()
     const sem = createSemaphore(store, 'fifo', { permits: 2 })
     const [keep, free] = [await sem.acquire(), await sem.acquire()] as [Lease, Lease]
@@ -81,7 +81,7 @@ describeStores('semaphore', (fx, kind) => {
     await keep.release()
   })
 
-  it('leaves nothing behind after 1,000 abandoned waits (aborted and timed out)', async () => {
+  it('G5: leaves nothing behind after 1,000 abandoned waits (aborted and timed out)', async () => {
     const { store } = fx()
     const sem = createSemaphore(store, 'abandon', { permits: 1 })
     const holder = await sem.acquire()
@@ -101,7 +101,7 @@ describeStores('semaphore', (fx, kind) => {
     await eventually(async () => (await storedKeys(fx())) === 0, 2000)
   }, 30_000)
 
-  it('leaves zero keys for idle names once their leases end (released, expired or abandoned)', async () => {
+  it('G2: leaves zero keys for idle names once their leases end (released, expired or abandoned)', async () => {
     const { store } = fx()
     for (let t = 0; t < 20; t++) {
       const sem = createSemaphore(store, `tenant-${t}`, { permits: 2, ttlMs: 300, autoRenew: false })
@@ -115,7 +115,7 @@ describeStores('semaphore', (fx, kind) => {
     await eventually(async () => (await storedKeys(fx())) === 0, 2000)
   })
 
-  it('keeps the cap when permits change under load; lowering never evicts holders', async () => {
+  it('G1: keeps the cap when permits change under load; lowering never evicts holders', async () => {
     const { store } = fx()
     const sems = [store, fx().another()].map((s) => createSemaphore(s, 'resize', { permits: 5 }))
     const first = sems[0]!
@@ -162,7 +162,7 @@ describeStores('semaphore', (fx, kind) => {
 describeStores(
   'semaphore across processes',
   (fx, kind) => {
-    it('gives every key it writes an expiry, under waiters, aborts, re-entry and setPermits', async () => {
+    it('G2: gives every key it writes an expiry, under waiters, aborts, re-entry and setPermits', async () => {
       // A key without an expiry would outlive a crash of every process: the scripts set it with
       // PEXPIREAT ... GT on keys they know exist, so a mistake there shows up as a PTTL of -1.
       const { store, client, prefix } = fx()
@@ -202,7 +202,7 @@ describeStores(
       expect([...missing]).toEqual([])
     }, 20_000)
 
-    it("gives a SIGKILLed holder's permits back within TTL + tolerance", async () => {
+    it("G2: gives a SIGKILLed holder's permits back within TTL + tolerance", async () => {
       const { store, prefix } = fx()
       const child = await startWorker()
       for (const id of ['a', 'b']) {
@@ -219,7 +219,7 @@ describeStores(
       await Promise.all(leases.map((l) => l.release()))
     })
 
-    it('lets the queue behind a SIGKILLed waiter proceed within the waiter heartbeat bound', async () => {
+    it('G5: lets the queue behind a SIGKILLed waiter proceed within the waiter heartbeat bound', async () => {
       const { store, prefix } = fx()
       const waiterTtlMs = 600
       const sem = createSemaphore(store, 'dead-waiter', { permits: 1, waiterTtlMs, ttlMs: 10_000 })
@@ -248,7 +248,7 @@ describeStores(
       await lease.release()
     })
 
-    it('takes the lease from a frozen holder; on resume its signal aborts and its release frees nothing', async () => {
+    it('G2 G3 G4: takes the lease from a frozen holder; on resume its signal aborts and its release frees nothing', async () => {
       const { store, prefix } = fx()
       const sem = createSemaphore(store, 'frozen', { permits: 1 })
       const child = await startWorker()
@@ -268,7 +268,7 @@ describeStores(
       await mine.release()
     })
 
-    it('admits waiters from several processes in the order they queued', async () => {
+    it('G5: admits waiters from several processes in the order they queued', async () => {
       const { store, prefix } = fx()
       const sem = createSemaphore(store, 'xfifo', { permits: 2 })
       const [keep, free] = [await sem.acquire(), await sem.acquire()] as [Lease, Lease]
@@ -302,7 +302,7 @@ describeStores(
 )
 
 describe('semaphore on the memory store', () => {
-  it('frees the permit of a holder that stopped renewing within TTL', async () => {
+  it('G2 G11: frees the permit of a holder that stopped renewing within TTL', async () => {
     const store = createMemoryStore()
     const sem = createSemaphore(store, 'm', { permits: 1, ttlMs: 300, autoRenew: false })
     await sem.acquire()

@@ -42,7 +42,7 @@ describe.each([
   ['standalone', 'semaphore'],
   ['cluster', 'semaphore'],
 ] as const)('waiting cost [%s, %s]', (kind, primitive) => {
-  it(`${WAITERS} waiters blocked for ${WAIT_MS} ms add fewer than ${WAITERS} commands`, async () => {
+  it(`G10: ${WAITERS} waiters blocked for ${WAIT_MS} ms add fewer than ${WAITERS} commands`, async () => {
     const lock = PRIMITIVES[primitive]
     const name = `${kind}-${primitive}`
     const connect = () => {
@@ -76,7 +76,7 @@ describe.each([
 })
 
 describe.each(['standalone', 'cluster'] as const)('bursts [%s]', (kind) => {
-  it('100 tryAcquires of one name in one turn are three script calls, and so are their 100 releases', async () => {
+  it('G10: 100 tryAcquires of one name in one turn are three script calls, and so are their 100 releases', async () => {
     const client = kind === 'standalone' ? new Redis(server.port, server.host) : new Cluster(cluster.nodes)
     const counter = kind === 'standalone' ? new Redis(server.port, server.host) : new Cluster(cluster.nodes)
     clients.push(client, counter)

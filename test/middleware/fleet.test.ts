@@ -4,7 +4,7 @@ import { spawnChild } from '../helpers/child.js'
 import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 describe.each(['standalone', 'cluster'] as const)('semaphore() across 3 app processes [%s]', (kind) => {
-  it('keeps the combined concurrency of the handlers at or under permits', async () => {
+  it('G1: keeps the combined concurrency of the handlers at or under permits', async () => {
     const prefix = uniquePrefix().slice(0, -1)
     const permits = 5
     const apps = Array.from({ length: 3 }, () =>

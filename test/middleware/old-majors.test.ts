@@ -5,7 +5,7 @@ import { get, startApp } from '../helpers/apps.js'
 import { eventually } from '../helpers/contract.js'
 
 describe.each(['express4', 'koa2'] as const)('semaphore() on %s', (framework) => {
-  it('caps, rejects with headers and releases on close', async () => {
+  it('G1 G3: caps, rejects with headers and releases on close', async () => {
     const app = await startApp(framework, { permits: 2, store: createMemoryStore(), maxWaitMs: 100 })
     const responses = await Promise.all(Array.from({ length: 10 }, () => get(`${app.url}/work?ms=10`)))
     expect(responses.map((r) => r.status)).toContain(200)

@@ -14,14 +14,14 @@ const freshStore = (kind: 'memory' | 'redis'): Store =>
 for (const framework of CURRENT) {
   for (const storeKind of ['memory', 'redis'] as const) {
     describe(`rwlock() [${framework}, ${storeKind}]`, () => {
-      it('lets GETs of one resource overlap', async () => {
+      it('G1: lets GETs of one resource overlap', async () => {
         const app = await startApp(framework, { store: freshStore(storeKind), maxWaitMs: 5000 }, 'rwlock')
         const responses = await Promise.all(Array.from({ length: 8 }, () => get(`${app.url}/docs/1?ms=60`)))
         expect(responses.map((r) => r.status)).toEqual(responses.map(() => 200))
         expect(app.probe.max).toBeGreaterThanOrEqual(4)
       })
 
-      it('makes a PUT exclusive of GETs and other PUTs on the same resource only', async () => {
+      it('G1: makes a PUT exclusive of GETs and other PUTs on the same resource only', async () => {
         const app = await startApp(framework, { store: freshStore(storeKind), maxWaitMs: 10_000 }, 'rwlock')
         const mixed = Array.from({ length: 30 }, (_, i) =>
           get(`${app.url}/docs/7?ms=${5 + (i % 4) * 5}`, {}, i % 3 === 0 ? 'PUT' : 'GET'),
@@ -38,7 +38,7 @@ for (const framework of CURRENT) {
         await slowWrite
       })
 
-      it('does not starve a waiting PUT behind a stream of GETs', async () => {
+      it('G6: does not starve a waiting PUT behind a stream of GETs', async () => {
         const app = await startApp(framework, { store: freshStore(storeKind), maxWaitMs: 10_000 }, 'rwlock')
         let stop = false
         const readers = Array.from({ length: 6 }, async () => {

@@ -18,7 +18,7 @@ const tenantKey = (fw: Framework) =>
 for (const framework of CURRENT) {
   for (const storeKind of ['memory', 'redis'] as const) {
     describe(`semaphore() [${framework}, ${storeKind}]`, () => {
-      it('never lets more than `permits` handlers run: 50 parallel requests', async () => {
+      it('G1: never lets more than `permits` handlers run: 50 parallel requests', async () => {
         const app = await startApp(framework, { permits: 4, store: freshStore(storeKind), maxWaitMs: 10_000 })
         const responses = await Promise.all(Array.from({ length: 50 }, () => get(`${app.url}/work?ms=15`)))
         expect(responses.map((r) => r.status)).toEqual(responses.map(() => 200))
@@ -109,7 +109,7 @@ for (const framework of CURRENT) {
         expect((await Promise.all([holder, ...queued])).map((r) => r.status)).toEqual([200, 200, 200])
       })
 
-      it('gives the permit back at once when a holding client aborts', async () => {
+      it('G3: gives the permit back at once when a holding client aborts', async () => {
         const app = await startApp(framework, { permits: 1, store: freshStore(storeKind), maxWaitMs: 0 })
         const controller = new AbortController()
         const aborted = fetch(`${app.url}/hold`, { signal: controller.signal }).catch(() => 'aborted')
@@ -122,7 +122,7 @@ for (const framework of CURRENT) {
         app.probe.holders.shift()?.()
       })
 
-      it('leaves the queue at once when a queued client aborts', async () => {
+      it('G3 G5: leaves the queue at once when a queued client aborts', async () => {
         const app = await startApp(framework, { permits: 1, store: freshStore(storeKind), maxWaitMs: 10_000 })
         const holder = get(`${app.url}/hold`)
         await eventually(() => app.probe.holders.length === 1)
@@ -137,14 +137,14 @@ for (const framework of CURRENT) {
         expect(app.probe.entered).toBe(1) // the aborted request never reached its handler
       })
 
-      it('gives the permit back when the handler throws', async () => {
+      it('G3: gives the permit back when the handler throws', async () => {
         const app = await startApp(framework, { permits: 1, store: freshStore(storeKind), maxWaitMs: 0 })
         expect((await get(`${app.url}/boom`)).status).toBe(500)
         await eventually(() => app.counters.inFlight === 0, 1000, 1)
         expect((await get(`${app.url}/work?ms=1`)).status).toBe(200)
       })
 
-      it('holds the permit until the last byte of a streamed response', async () => {
+      it('G3: holds the permit until the last byte of a streamed response', async () => {
         const app = await startApp(framework, { permits: 1, store: freshStore(storeKind), maxWaitMs: 0 })
         const streaming = get(`${app.url}/stream?chunks=6&every=25`)
         await eventually(() => app.probe.entered === 1)
@@ -156,7 +156,7 @@ for (const framework of CURRENT) {
         expect((await get(`${app.url}/work?ms=1`)).status).toBe(200)
       })
 
-      it('keeps hostile tenant ids out of keys and headers', async () => {
+      it('G8: keeps hostile tenant ids out of keys and headers', async () => {
         const store = freshStore(storeKind)
         const app = await startApp(framework, { permits: 1, store, key: tenantKey(framework), maxWaitMs: 0 })
         // Header values can carry braces, percent signs and long runs (control bytes cannot be sent as

@@ -19,7 +19,7 @@ afterAll(async () => {
 
 for (const framework of CURRENT) {
   describe(`store down [${framework}]`, () => {
-    it('fails open or closed within the store timeout, then recovers with no stuck permits', async () => {
+    it('G2 G14: fails open or closed within the store timeout, then recovers with no stuck permits', async () => {
       const client = new Redis({ host: server.host, port: server.port, retryStrategy: () => 50 })
       client.on('error', () => {})
       clients.push(client)

@@ -8,7 +8,7 @@ function hashTag(key: string): string {
   return key.slice(open + 1, close)
 }
 
-describe('encodeName', () => {
+describe('G8: encodeName', () => {
   it('keeps ordinary names readable', () => {
     expect(encodeName('api/export')).toBe('api/export')
     expect(encodeName('tenant-42:eu')).toBe('tenant-42:eu')
@@ -39,7 +39,7 @@ describe('encodeName', () => {
   })
 })
 
-describe('keySpace', () => {
+describe('G8: keySpace', () => {
   it('puts every key and the channel of a name under one hash tag', () => {
     for (const name of ['plain', '{evil}', 'a}b{c', '}{', 'x'.repeat(5000)]) {
       const space = keySpace('tollgate', 'sem', name)

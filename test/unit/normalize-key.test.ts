@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { DEFAULT_BUCKET, normalizeKey } from '../../src/admission/keys.js'
 
-describe('normalizeKey', () => {
+describe('G8: normalizeKey', () => {
   it('sends missing, empty and non-string keys to the default bucket', () => {
     for (const raw of [undefined, null, '', '   ', {}, Symbol('x')])
       expect(normalizeKey(raw)).toBe(DEFAULT_BUCKET)

@@ -8,7 +8,7 @@ const path = (raw: string, method = 'GET', options?: Parameters<typeof canonical
   return target.kind === 'path' ? `${target.path}${target.query}` : target.kind
 }
 
-describe('canonical request target', () => {
+describe('G13: canonical request target', () => {
   it.each([
     ['/export/a', '/export/a'],
     ['/health/../export/a', '/export/a'],

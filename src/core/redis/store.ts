@@ -9,17 +9,8 @@ import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt } from '../op
 import type { Grant, PermitFamily, RwLockFamily, Store, Unsubscribe } from '../protocol/store.js'
 import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
-import { type Call, Coalescer } from './coalescer.js'
-import {
-  acquireRow,
-  acquireRowTakes,
-  acquisitionArgs,
-  recheckReply,
-  releaseResult,
-  releaseRow,
-  RW_MODES,
-  rwAcquireReply,
-} from './replies.js'
+import { Coalescer } from './coalescer.js'
+import { type CallSpec, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
 import { nowIndex, registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
 
 const debug = debuglog('tollgate:store')
@@ -65,32 +56,6 @@ export function createRedisStore(client: Redis | Cluster | string, options?: Red
   return new RedisStore(redis, owned, prefix, commandTimeoutMs)
 }
 
-/** One script call as the coalescer queues it. */
-interface ScriptCall extends Call {
-  readonly script: ScriptName
-  readonly space: KeySpace
-  /** Arguments after the channel; the tokens of the (merged) call follow when `withToken`. */
-  readonly head: readonly (string | number)[]
-  readonly withToken: boolean
-  readonly started: number
-  /** This call's result out of the (merged) reply: the i-th call's. */
-  pick(reply: unknown, i: number): unknown
-  /** The reply came after commandTimeoutMs: give back what the i-th call took. */
-  late?(reply: unknown, i: number): void
-  /** Once per reply, before the calls resolve. */
-  onReply?(reply: unknown): void
-  resolve(value: unknown): void
-  reject(error: unknown): void
-}
-
-type CallSpec = Omit<ScriptCall, 'name' | 'started' | 'resolve' | 'reject' | 'kind' | 'token'> & {
-  /** Calls with the same merge key are merged by the coalescer; undefined: never merged. */
-  merge?: string
-  token?: string
-}
-
-const same = (reply: unknown) => reply
-
 class RedisStore implements Store {
   readonly kind = 'redis'
   clockOffsetMs = 0
@@ -103,138 +68,8 @@ class RedisStore implements Store {
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
   private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
 
-  readonly permits: PermitFamily = {
-    acquire: (space, r) =>
-      this.call({
-        script: 'tgPermitAcquire',
-        space,
-        head: [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
-        withToken: true,
-        token: r.token,
-        // A reentrant owner's call never shares a call (its one token carries an acquisition id).
-        merge: r.op === undefined ? `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}` : undefined,
-        pick: acquireRow,
-        // Grants (and queue places) whose reply came too late are handed straight back: nothing is lost.
-        late: (reply, i) => {
-          if (!acquireRowTakes(reply, i)) return
-          this.permits
-            .release(space, r.token, r.permits, r.op)
-            .catch((error: unknown) => debug('late release failed: %o', error))
-        },
-      }),
-    release: (space, token, permits, op) =>
-      this.call({
-        script: 'tgPermitRelease',
-        space,
-        head: [permits, op ?? ''],
-        withToken: true,
-        token,
-        merge: op === undefined ? `r ${permits}` : undefined,
-        pick: releaseRow,
-        // Wake our own waiters now; the same grants still arrive by pub/sub for every process (the
-        // wait group takes a grant once, for the acquisition it names).
-        onReply: (reply) => {
-          const grants = (reply as unknown[])[0]
-          if (grants) this.deliver(space.channel, grants as string)
-        },
-      }),
-    renew: (space, ttlMs, holds) =>
-      this.call({
-        script: 'tgPermitRenew',
-        space,
-        head: [ttlMs, ...acquisitionArgs(holds)],
-        withToken: false,
-        pick: (reply) => {
-          const [now, ...expiresAt] = reply as [number, ...number[]]
-          return { now, expiresAt }
-        },
-      }),
-    recheck: (space, permits, waiterTtlMs, waits) =>
-      this.call({
-        script: 'tgPermitRecheck',
-        space,
-        head: [permits, waiterTtlMs, ...acquisitionArgs(waits)],
-        withToken: false,
-        pick: recheckReply,
-      }),
-    inspect: (space) =>
-      this.call({
-        script: 'tgPermitInspect',
-        space,
-        head: [],
-        withToken: false,
-        pick: (reply) => {
-          const [holders, queued, limit] = reply as [number, number, number]
-          return { holders, queued, limit: limit || undefined }
-        },
-      }),
-    setLimit: async (space, permits) => {
-      await this.call({
-        script: 'tgPermitSetLimit',
-        space,
-        head: [permits ?? 0],
-        withToken: false,
-        pick: same,
-      })
-    },
-  }
-
-  readonly rwlock: RwLockFamily = {
-    acquire: (space, r) =>
-      this.call({
-        script: 'tgRwAcquire',
-        space,
-        head: [r.token, RW_MODES[r.mode], r.ttlMs, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op],
-        withToken: false,
-        pick: rwAcquireReply,
-        // A grant (or queue entry) whose reply came too late is handed straight back: nothing is lost.
-        late: (reply) => {
-          const [code, position] = reply as number[]
-          if (code !== 1 && (code !== 0 || position === -1)) return
-          this.rwlock
-            .release(space, r.token, r.mode, r.op)
-            .catch((error: unknown) => debug('late release failed: %o', error))
-        },
-      }),
-    release: (space, token, mode, op) =>
-      this.call({
-        script: 'tgRwRelease',
-        space,
-        head: [token, RW_MODES[mode], op],
-        withToken: false,
-        pick: releaseResult,
-      }),
-    renew: (space, mode, ttlMs, holds) =>
-      this.call({
-        script: 'tgRwRenew',
-        space,
-        head: [RW_MODES[mode], ttlMs, ...acquisitionArgs(holds)],
-        withToken: false,
-        pick: (reply) => {
-          const [now, ...expiresAt] = reply as [number, ...number[]]
-          return { now, expiresAt }
-        },
-      }),
-    recheck: (space, waiterTtlMs, waits) =>
-      this.call({
-        script: 'tgRwRecheck',
-        space,
-        head: [waiterTtlMs, ...acquisitionArgs(waits)],
-        withToken: false,
-        pick: recheckReply,
-      }),
-    inspect: (space) =>
-      this.call({
-        script: 'tgRwInspect',
-        space,
-        head: [],
-        withToken: false,
-        pick: (reply) => {
-          const [readers, writers, queued] = reply as [number, number, number]
-          return { readers, writer: writers > 0, queued }
-        },
-      }),
-  }
+  readonly permits: PermitFamily = permitFamily((spec) => this.call(spec), this.deliver.bind(this))
+  readonly rwlock: RwLockFamily = rwLockFamily((spec) => this.call(spec))
 
   constructor(
     private readonly redis: Redis | Cluster,
@@ -293,7 +128,7 @@ class RedisStore implements Store {
   }
 
   /** Hand a grant message to this process's listeners of a channel. */
-  private deliver(channel: string, message: string): void {
+  deliver(channel: string, message: string): void {
     const set = this.listeners.get(channel)
     if (!set) return
     for (const grant of parseGrants(message)) for (const listener of set) listener(grant)

@@ -13,7 +13,7 @@ import type {
   RenewReply,
   Store,
 } from '../../core/protocol/store.js'
-import { within } from '../../core/timeout.js'
+import { sleep, within } from '../../core/timeout.js'
 import type { RedlockSettings } from './options.js'
 import { decided, driftOf, majority, renewalVerdict, validityMs } from './quorum.js'
 
@@ -309,19 +309,4 @@ function quorumError(
       ? { cause: new AggregateError(errors, 'node failures of the last attempt') }
       : undefined,
   )
-}
-
-function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer)
-      reject(signal?.reason)
-    }
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
-      resolve()
-    }, ms)
-    if (signal?.aborted) return onAbort()
-    signal?.addEventListener('abort', onAbort, { once: true })
-  })
 }

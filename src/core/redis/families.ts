@@ -1,0 +1,191 @@
+// The two families of script calls of the Redis store: which script, which arguments (after the KEYS
+// and the channel), how the calls of a name may be merged, and what each caller gets of the reply.
+// lua/*.lua headers are the contract.
+import { debuglog } from 'node:util'
+import type { PermitFamily, RwLockFamily } from '../protocol/store.js'
+import {
+  acquireRow,
+  acquireRowTakes,
+  acquisitionArgs,
+  recheckReply,
+  releaseResult,
+  releaseRow,
+  RW_MODES,
+  rwAcquireReply,
+} from './replies.js'
+import type { KeySpace } from '../keys.js'
+import type { Call } from './coalescer.js'
+import type { ScriptName } from './scripts.js'
+
+const debug = debuglog('tollgate:store')
+
+/** One script call as the coalescer queues it. */
+export interface ScriptCall extends Call {
+  readonly script: ScriptName
+  readonly space: KeySpace
+  /** Arguments after the channel; the tokens of the (merged) call follow when `withToken`. */
+  readonly head: readonly (string | number)[]
+  readonly withToken: boolean
+  readonly started: number
+  /** This call's result out of the (merged) reply: the i-th call's. */
+  pick(reply: unknown, i: number): unknown
+  /** The reply came after commandTimeoutMs: give back what the i-th call took. */
+  late?(reply: unknown, i: number): void
+  /** Once per reply, before the calls resolve. */
+  onReply?(reply: unknown): void
+  resolve(value: unknown): void
+  reject(error: unknown): void
+}
+
+export type CallSpec = Omit<ScriptCall, 'name' | 'started' | 'resolve' | 'reject' | 'kind' | 'token'> & {
+  /** Calls with the same merge key are merged by the coalescer; undefined: never merged. */
+  merge?: string
+  token?: string
+}
+
+/** Queue a script call (store.ts). */
+type Caller = <T>(spec: CallSpec & { pick: (reply: unknown, i: number) => T }) => Promise<T>
+
+const same = (reply: unknown) => reply
+
+export function permitFamily(
+  call: Caller,
+  deliver: (channel: string, message: string) => void,
+): PermitFamily {
+  const family: PermitFamily = {
+    acquire: (space, r) =>
+      call({
+        script: 'tgPermitAcquire',
+        space,
+        head: [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
+        withToken: true,
+        token: r.token,
+        // A reentrant owner's call never shares a call (its one token carries an acquisition id).
+        merge: r.op === undefined ? `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}` : undefined,
+        pick: acquireRow,
+        // Grants (and queue places) whose reply came too late are handed straight back: nothing is lost.
+        late: (reply, i) => {
+          if (!acquireRowTakes(reply, i)) return
+          family
+            .release(space, r.token, r.permits, r.op)
+            .catch((error: unknown) => debug('late release failed: %o', error))
+        },
+      }),
+    release: (space, token, permits, op) =>
+      call({
+        script: 'tgPermitRelease',
+        space,
+        head: [permits, op ?? ''],
+        withToken: true,
+        token,
+        merge: op === undefined ? `r ${permits}` : undefined,
+        pick: releaseRow,
+        // Wake our own waiters now; the same grants still arrive by pub/sub for every process (the
+        // wait group takes a grant once, for the acquisition it names).
+        onReply: (reply) => {
+          const grants = (reply as unknown[])[0]
+          if (grants) deliver(space.channel, grants as string)
+        },
+      }),
+    renew: (space, ttlMs, holds) =>
+      call({
+        script: 'tgPermitRenew',
+        space,
+        head: [ttlMs, ...acquisitionArgs(holds)],
+        withToken: false,
+        pick: (reply) => {
+          const [now, ...expiresAt] = reply as [number, ...number[]]
+          return { now, expiresAt }
+        },
+      }),
+    recheck: (space, permits, waiterTtlMs, waits) =>
+      call({
+        script: 'tgPermitRecheck',
+        space,
+        head: [permits, waiterTtlMs, ...acquisitionArgs(waits)],
+        withToken: false,
+        pick: recheckReply,
+      }),
+    inspect: (space) =>
+      call({
+        script: 'tgPermitInspect',
+        space,
+        head: [],
+        withToken: false,
+        pick: (reply) => {
+          const [holders, queued, limit] = reply as [number, number, number]
+          return { holders, queued, limit: limit || undefined }
+        },
+      }),
+    setLimit: async (space, permits) => {
+      await call({
+        script: 'tgPermitSetLimit',
+        space,
+        head: [permits ?? 0],
+        withToken: false,
+        pick: same,
+      })
+    },
+  }
+  return family
+}
+
+export function rwLockFamily(call: Caller): RwLockFamily {
+  const family: RwLockFamily = {
+    acquire: (space, r) =>
+      call({
+        script: 'tgRwAcquire',
+        space,
+        head: [r.token, RW_MODES[r.mode], r.ttlMs, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op],
+        withToken: false,
+        pick: rwAcquireReply,
+        // A grant (or queue entry) whose reply came too late is handed straight back: nothing is lost.
+        late: (reply) => {
+          const [code, position] = reply as number[]
+          if (code !== 1 && (code !== 0 || position === -1)) return
+          family
+            .release(space, r.token, r.mode, r.op)
+            .catch((error: unknown) => debug('late release failed: %o', error))
+        },
+      }),
+    release: (space, token, mode, op) =>
+      call({
+        script: 'tgRwRelease',
+        space,
+        head: [token, RW_MODES[mode], op],
+        withToken: false,
+        pick: releaseResult,
+      }),
+    renew: (space, mode, ttlMs, holds) =>
+      call({
+        script: 'tgRwRenew',
+        space,
+        head: [RW_MODES[mode], ttlMs, ...acquisitionArgs(holds)],
+        withToken: false,
+        pick: (reply) => {
+          const [now, ...expiresAt] = reply as [number, ...number[]]
+          return { now, expiresAt }
+        },
+      }),
+    recheck: (space, waiterTtlMs, waits) =>
+      call({
+        script: 'tgRwRecheck',
+        space,
+        head: [waiterTtlMs, ...acquisitionArgs(waits)],
+        withToken: false,
+        pick: recheckReply,
+      }),
+    inspect: (space) =>
+      call({
+        script: 'tgRwInspect',
+        space,
+        head: [],
+        withToken: false,
+        pick: (reply) => {
+          const [readers, writers, queued] = reply as [number, number, number]
+          return { readers, writer: writers > 0, queued }
+        },
+      }),
+  }
+  return family
+}
