@@ -66,9 +66,10 @@ local queued = state >= 2
 local count = state % 2 == 1 and redis.call('ZCARD', H) or 0
 
 local permits = limit(ARGV[3])
--- One call per token would purge up to 100 each time the set is full; a batch may need n.
--- Expired holders go before the queue is served (as the memory store does) or when they fill the set.
-if count > 0 and (queued or count + n > permits) then count = count - purge_holders(math.max(100, n)) end
+-- Expired holders go first (as in the memory store), so the queue is served and `holders` is reported
+-- from live holders only; with none expired this costs one ZRANGE of the cached first expiry. One call
+-- per token would purge up to 100; a batch may need n.
+if count > 0 then count = count - purge_holders(math.max(100, n)) end
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a token of this call may be among them).
   purge_waiters()

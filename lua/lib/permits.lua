@@ -100,9 +100,7 @@ local function parse_spec(spec)
   return tonumber(string.sub(spec, 1, space - 1)), string.sub(spec, space + 1)
 end
 
--- Drop holders whose lease ran out (G2), at most `most` (default 100) of them; returns how many. Only
--- worth a call when they fill the set: with room left, expired entries only make the count larger than
--- the live count.
+-- Drop holders whose lease ran out (G2), at most `most` (default 100) of them; returns how many.
 local function purge_holders(most)
   local first = next_expiry()
   if first == 0 or first > NOW then return 0 end

@@ -1,0 +1,112 @@
+// Contract of lua/permit-renew.lua, called directly: the reply, the keys it leaves and their expiry.
+// KEYS H Q W M P F; ARGV channel, ttl, pairs (token, acquisition id)...
+// Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
+import { describe, expect, it } from 'vitest'
+import { PermitName, serverClock, sleep, type Granted } from './support.js'
+
+describe('permit-renew.lua', () => {
+  it('G9: extends a live lease to now + ttl on the server clock: {now, expiresAt}', async () => {
+    const n = new PermitName()
+    await n.acquire('a', { ttl: 1_000 })
+    const before = await serverClock()
+    const [now, exp] = await n.renew(10_000, ['a', ''])
+    const after = await serverClock()
+    expect(now).toBeGreaterThanOrEqual(before.ms)
+    expect(now).toBeLessThanOrEqual(after.ms)
+    expect(exp).toBe(now! + 10_000)
+    expect(await n.zset('h')).toEqual({ a: exp })
+  })
+
+  it('G2: H and M expire no earlier than the renewed lease; every key still expires', async () => {
+    const n = new PermitName()
+    await n.acquire('a', { ttl: 1_000 })
+    const [, exp] = await n.renew(10_000, ['a', ''])
+    await n.expectExpiresNoEarlierThan('h', exp!)
+    await n.expectExpiresNoEarlierThan('m', exp!)
+    await n.expectAllExpire()
+    expect(await n.parts()).toEqual(['f', 'h', 'm'])
+  })
+
+  it('never shortens a lease: a shorter ttl reports the lease as it stands', async () => {
+    const n = new PermitName()
+    const [, a] = await n.acquire('a', { ttl: 10_000 })
+    const before = await n.snapshot()
+    const [, exp] = await n.renew(500, ['a', ''])
+    expect(exp).toBe((a as Granted)[2])
+    expect(await n.snapshot()).toEqual(before)
+  })
+
+  it('G4: a lease that ran out is lost (0) and not revived; no key is left', async () => {
+    const n = new PermitName()
+    await n.acquire('a', { ttl: 100 })
+    await sleep(150)
+    const [, exp] = await n.renew(10_000, ['a', ''])
+    expect(exp).toBe(0)
+    expect(await n.parts()).toEqual([])
+  })
+
+  it('G4: an expired lease is not revived while another holder keeps H alive', async () => {
+    const n = new PermitName()
+    const [, a] = await n.acquire('a', { permits: 2, ttl: 100 })
+    await n.acquire('b', { permits: 2, ttl: 10_000 })
+    await sleep(150)
+    const [, lostA] = await n.renew(10_000, ['a', ''])
+    expect(lostA).toBe(0)
+    expect((await n.zset('h'))['a']).toBe((a as Granted)[2])
+  })
+
+  it('G3: a token that never held gets 0, and renewing on an idle name creates no key', async () => {
+    const n = new PermitName()
+    expect((await n.renew(10_000, ['ghost', '']))[1]).toBe(0)
+    expect(await n.parts()).toEqual([])
+    await n.acquire('a')
+    const before = await n.snapshot()
+    expect((await n.renew(10_000, ['ghost', '']))[1]).toBe(0)
+    expect(await n.snapshot()).toEqual(before)
+  })
+
+  it('G12: a resent renewal extends to the same deadline (now + ttl) once more, still one entry', async () => {
+    const n = new PermitName()
+    await n.acquire('a', { ttl: 1_000 })
+    const [now1, exp1] = await n.renew(5_000, ['a', ''])
+    const [now2, exp2] = await n.renew(5_000, ['a', ''])
+    expect(exp1).toBe(now1! + 5_000)
+    expect(exp2).toBe(Math.max(exp1!, now2! + 5_000))
+    expect(await n.zset('h')).toEqual({ a: exp2 })
+  })
+
+  it('G4: a reentrant owner’s lease is renewed only through an acquisition still holding', async () => {
+    const n = new PermitName()
+    await n.acquire('o', { op: 'a1', ttl: 1_000 })
+    await n.acquire('o', { op: 'a2', ttl: 1_000 })
+    const [now, viaA1] = await n.renew(5_000, ['o', 'a1'])
+    expect(viaA1).toBe(now! + 5_000)
+    expect(await n.release('o', 1, 'a1')).toEqual(['', 2])
+    const before = await n.snapshot()
+    expect((await n.renew(9_000, ['o', 'a1']))[1]).toBe(0)
+    expect((await n.renew(9_000, ['o', 'never']))[1]).toBe(0)
+    expect(await n.snapshot()).toEqual(before)
+    const [now2, viaA2] = await n.renew(9_000, ['o', 'a2'])
+    expect(viaA2).toBe(now2! + 9_000)
+  })
+
+  it('batch: one expiry per pair, in order, 0 for the lost ones', async () => {
+    const n = new PermitName()
+    await n.acquire(['a', 'b', 'c'], { permits: 3, ttl: 1_000 })
+    await n.release('b', 3)
+    const [now, a, b, c, d] = await n.renew(8_000, ['a', ''], ['b', ''], ['c', ''], ['d', ''])
+    expect([a, b, c, d]).toEqual([now! + 8_000, 0, now! + 8_000, 0])
+    expect(await n.zset('h')).toEqual({ a: now! + 8_000, c: now! + 8_000 })
+    await n.expectExpiresNoEarlierThan('h', now! + 8_000)
+    await n.expectExpiresNoEarlierThan('m', now! + 8_000)
+  })
+
+  it('leaves the queue alone: renewing a waiter’s token gets 0 and changes nothing', async () => {
+    const n = new PermitName()
+    await n.acquire('a')
+    await n.acquire('w', { waiterTtl: 2_000 })
+    const before = await n.snapshot()
+    expect((await n.renew(5_000, ['w', '']))[1]).toBe(0)
+    expect(await n.snapshot()).toEqual(before)
+  })
+})
