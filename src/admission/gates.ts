@@ -1,7 +1,7 @@
 // Buckets: a gate (a semaphore, or one side of a read/write lock) per key, created on first use and
 // evicted past a bound; and the two admissions the middleware and the gateway build from options.
 import { ConfigError } from '../core/errors.js'
-import { isPlainObjectOrUndefined, positiveInt } from '../core/options.js'
+import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core/options.js'
 import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
 import { createSemaphore, type Semaphore } from '../primitives/semaphore.js'
 import { Admission } from './admission.js'
@@ -44,8 +44,8 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
     throw new ConfigError('permitsFor', 'a function', permitsFor)
   }
   const config = resolveCommon(options)
-  // Validate the lock options once (throws ConfigError) with a probe name.
-  createSemaphore(config.store, config.name, { permits, ttlMs: config.ttlMs })
+  // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
+  parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
   const gates = new GateCache<Semaphore>((key) => {
     let n = permits
     if (permitsFor) {
@@ -103,7 +103,7 @@ export function rwlockAdmission<Req>(
   }
   const reads = new Set(readMethods.map((m) => m.toUpperCase()))
   const config = resolveCommon(opts)
-  createReadWriteLock(config.store, config.name, { ttlMs: config.ttlMs }) // validates the lock options
+  parseLockOptions('rw', config.store, config.name, { ttlMs: config.ttlMs }) // as every bucket's lock gets them
   const locks = new GateCache<ReadWriteLock>((key) =>
     createReadWriteLock(config.store, bucketName(config.name, key), {
       ttlMs: config.ttlMs,
