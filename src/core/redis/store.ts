@@ -157,7 +157,7 @@ class RedisStore implements Store {
   private async send(calls: readonly ScriptCall[]): Promise<void> {
     const first = calls[0] as ScriptCall
     const args = first.withToken ? [...first.head, ...calls.map((call) => call.token)] : [...first.head]
-    const late = first.late && ((reply: unknown) => calls.forEach((call, i) => call.late?.(reply, i)))
+    const late = first.late && ((reply: unknown) => calls.forEach((call, i) => call.late?.(call, reply, i)))
     let reply: unknown
     try {
       reply = await this.invoke(first.script, first.space, args, first.started, late)
@@ -170,7 +170,7 @@ class RedisStore implements Store {
     // Waking this process's waiters is no caller's business; each caller gets its own row, whatever
     // happens to the others'.
     try {
-      first.onReply?.(reply)
+      first.onReply?.(first, reply)
     } catch (error) {
       debug('handing on grants failed: %o', error)
     }
@@ -235,6 +235,7 @@ class QueuedCall implements ScriptCall {
   readonly withToken: boolean
   readonly started = Date.now()
   readonly pick: ScriptCall['pick']
+  readonly request: unknown
   readonly late: ScriptCall['late']
   readonly onReply: ScriptCall['onReply']
 
@@ -251,6 +252,7 @@ class QueuedCall implements ScriptCall {
     this.head = spec.head
     this.withToken = spec.withToken
     this.pick = spec.pick
+    this.request = spec.request
     this.late = spec.late
     this.onReply = spec.onReply
   }
