@@ -195,10 +195,13 @@ describeStores('mutex', (fx, kind) => {
     const controller = new AbortController()
     const aborted = mutex.acquire({ signal: controller.signal })
     const timedOut = mutex.acquire({ timeoutMs: 150 })
+    // Both expectations are attached at once: either call may fail while the test awaits something else.
+    const timedOutFails = expect(timedOut).rejects.toBeInstanceOf(AcquireTimeoutError)
+    const abortedFails = expect(aborted).rejects.toThrow('client went away')
     await eventually(async () => (await store.permits.inspect(space)).queued === 2)
     controller.abort(new Error('client went away'))
-    await expect(aborted).rejects.toThrow('client went away')
-    await expect(timedOut).rejects.toBeInstanceOf(AcquireTimeoutError)
+    await abortedFails
+    await timedOutFails
     await eventually(async () => (await store.permits.inspect(space)).queued === 0, 2000)
     await holder.release()
     if (client) await eventually(async () => (await keysUnder(client, prefix)).length === 0, 2000)
@@ -348,8 +351,11 @@ describeStores(
       const waiting = createMutex(store, 'closing').acquire({ timeoutMs: Number.POSITIVE_INFINITY })
       const space = keySpace(fx().prefix, 'mutex', 'closing')
       await eventually(async () => (await fx().another().permits.inspect(space)).queued === 1)
+      // The expectation is attached before close(): the waiter may fail while close() still awaits
+      // Redis, and a rejection without a handler at that moment is an unhandled rejection.
+      const failed = expect(waiting).rejects.toThrow(/closed/)
       await store.close()
-      await expect(waiting).rejects.toThrow(/closed/)
+      await failed
       await holder.release()
     })
   },
