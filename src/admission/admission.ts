@@ -1,6 +1,7 @@
 // The framework-free engine both the middleware and the gateway stand on: find a request's bucket,
 // take a permit at once or wait in the fair queue (bounded by maxWaitMs and maxQueue), and turn every
 // failure into a rejection or a fail-open pass. Adapters only move headers and bodies.
+import type { AbortSignalLike } from '../core/abort.js'
 import type { Lease } from '../core/client/lease.js'
 import { AcquireTimeoutError } from '../core/errors.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
@@ -32,7 +33,11 @@ export type AdmitResult =
 export interface Gate {
   /** Permits of the bucket; undefined for a read/write lock (no RateLimit headers then). */
   readonly permits: number | undefined
-  acquire(options: { signal: AbortSignal; timeoutMs: number; onQueued: () => boolean | void }): Promise<Lease>
+  acquire(options: {
+    signal: AbortSignalLike
+    timeoutMs: number
+    onQueued: () => boolean | void
+  }): Promise<Lease>
   tryAcquire(): Promise<Lease | undefined>
 }
 
@@ -65,7 +70,7 @@ export class Admission<Req> {
     this.health = storeHealth(config.store)
   }
 
-  async admit(req: Req, signal: AbortSignal): Promise<AdmitResult> {
+  async admit(req: Req, signal: AbortSignalLike): Promise<AdmitResult> {
     const started = Date.now()
     const { key, gate, keyed } = this.gateFor(req)
     const info = (lease: Lease | undefined): TollgateInfo => ({
@@ -147,11 +152,12 @@ export class Admission<Req> {
     return { outcome: 'admitted', info: info(lease), left: Math.max(0, left) }
   }
 
-  /** Call once per admitted request when its response is done (finish or abort). Never throws. */
-  release(info: TollgateInfo): void {
-    if (!info.lease) return
+  /** Call once per admitted request when its response is done (finish or abort). Never throws; the
+   * promise (never rejected) settles when the store has the permit back. */
+  release(info: TollgateInfo): Promise<void> | undefined {
+    if (!info.lease) return undefined
     this.counters.inFlight--
-    info.lease.release().catch((error: unknown) => {
+    return info.lease.release().catch((error: unknown) => {
       // The lease expires on its own; nothing is stuck.
       this.config.logger.warn('tollgate: release failed', { name: this.config.name, error })
     })

@@ -1,5 +1,6 @@
 // Every validator of options, in one place: bad values throw a ConfigError at construction that names
 // the option (p-limit, express-rate-limit's parseOptions), never a silent fallback.
+import { type AbortSignalLike, isAbortSignalLike } from './abort.js'
 import type { Lease } from './client/lease.js'
 import { ConfigError, type LeaseLostError } from './errors.js'
 import { type KeySpace, keySpace } from './keys.js'
@@ -122,7 +123,7 @@ export function parseLockOptions(
 
 /** Validate per-call acquire options. */
 export function checkAcquireOptions(
-  options: { signal?: AbortSignal; timeoutMs?: number; onQueued?: () => boolean | void } | undefined,
+  options: { signal?: AbortSignalLike; timeoutMs?: number; onQueued?: () => boolean | void } | undefined,
 ): void {
   if (options === undefined) return
   isPlainObjectOrUndefined('acquire options', options)
@@ -134,8 +135,12 @@ export function checkAcquireOptions(
   ) {
     throw new ConfigError('timeoutMs', 'an integer >= 0 or Infinity', timeoutMs)
   }
-  if (signal !== undefined && !(signal instanceof AbortSignal))
-    throw new ConfigError('signal', 'an AbortSignal', signal)
+  if (signal !== undefined && !isAbortSignalLike(signal))
+    throw new ConfigError(
+      'signal',
+      'an AbortSignal (or an object with aborted and add/removeEventListener)',
+      signal,
+    )
   const { onQueued } = options as { onQueued?: unknown }
   if (onQueued !== undefined && typeof onQueued !== 'function')
     throw new ConfigError('onQueued', 'a function', onQueued)

@@ -2,6 +2,7 @@
 // promise at most so long and say what happened, never rejecting (so nothing is left unhandled and no
 // timer is left running). Deadlines is the same bound for the hot path: many pending calls, one timer.
 
+import type { AbortSignalLike } from './abort.js'
 export class TimeoutError extends Error {}
 
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown; timedOut: boolean }
@@ -32,7 +33,7 @@ export function within<T>(work: Promise<T>, ms: number): Promise<Settled<T>> {
 }
 
 /** Wait `ms`, or reject with the signal's reason as soon as it aborts. */
-export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+export function sleep(ms: number, signal?: AbortSignalLike): Promise<void> {
   return new Promise((resolve, reject) => {
     const onAbort = () => {
       clearTimeout(timer)

@@ -18,9 +18,34 @@ export interface GatewayContext {
   /** Requests and WebSockets not closed yet (shutdown waits for them, then for their releases). */
   active: number
   /** Releases in flight (shutdown awaits them before closing the store). */
-  readonly releases: Set<Promise<void>>
+  readonly releases: PendingCount
   /** Client sockets of open WebSocket tunnels. */
   readonly tunnels: Set<Duplex>
   /** Called whenever `active` drops, so a drain can notice it reached 0. */
   onSettled(): void
+}
+
+/** Promises in flight, counted (a Set of them churned a hash table per request): `settled()`
+ * resolves once none is left. The promises must never reject. */
+export class PendingCount {
+  private count = 0
+  private waiters: (() => void)[] = []
+  private readonly done = () => {
+    if (--this.count > 0) return
+    for (const wake of this.waiters.splice(0)) wake()
+  }
+
+  track(promise: Promise<void>): void {
+    this.count++
+    void promise.then(this.done)
+  }
+
+  get size(): number {
+    return this.count
+  }
+
+  settled(): Promise<void> {
+    if (this.count === 0) return Promise.resolve()
+    return new Promise((resolve) => this.waiters.push(resolve))
+  }
 }

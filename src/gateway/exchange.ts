@@ -1,6 +1,7 @@
 // One request, from arrival to the close of its response: canonical target, route, body bounds,
 // admission (every lease of the route, in order), forwarding, and the release of every lease exactly
 // once when the response closes (G3, G13, G14).
+import type { AbortSignalLike } from '../core/abort.js'
 import http from 'node:http'
 import { whenLost } from '../core/client/lease.js'
 import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../admission/admission.js'
@@ -108,12 +109,12 @@ export async function admitChain(
   ctx: GatewayContext,
   facts: RequestFacts,
   exchange: Exchange,
-  signal: AbortSignal,
+  signal: AbortSignalLike,
   abort: () => void,
 ): Promise<ChainResult> {
   const { metrics } = ctx
   const name = exchange.route!.config.name
-  let headers: Record<string, string> = {}
+  const headers: Record<string, string> = {}
   let fencingToken: number | undefined
   exchange.admitting = true
   try {
@@ -149,7 +150,9 @@ export async function admitChain(
         })
         fencingToken ??= info.fencingToken // the first lease taken: the resource lock's, if any
       }
-      headers = { ...headers, ...admission.policyHeaders(info.name, info.permits, left) }
+      // Lower-case names: the proxy adds them where the upstream's (lower-cased) headers lack them.
+      const policy = admission.policyHeaders(info.name, info.permits, left)
+      for (const name in policy) headers[name.toLowerCase()] = policy[name] as string
       if (signal.aborted) {
         release(ctx, exchange) // the client left while we were being admitted
         return { outcome: 'gone' }
@@ -175,12 +178,9 @@ export function release(ctx: GatewayContext, exchange: Exchange): void {
     ctx.metrics.inFlight.dec({ route: exchange.route!.config.name })
   }
   for (const { admission, info } of exchange.held.splice(0)) {
-    admission.release(info) // counts, and logs a failed release; the lease then expires by itself
-    const pending = info.lease?.release()
-    if (pending) {
-      const tracked = pending.catch(() => {}).finally(() => ctx.releases.delete(tracked))
-      ctx.releases.add(tracked)
-    }
+    // Counts, and logs a failed release (the lease then expires by itself).
+    const pending = admission.release(info)
+    if (pending) ctx.releases.track(pending)
   }
 }
 

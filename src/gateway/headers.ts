@@ -109,7 +109,7 @@ export function upstreamRequestHeaders(
   const out: string[] = ['host', host]
   const forwardedFor: string[] = []
   /** With trustProxy, the X-Forwarded-Host/-Port/-Proto of the proxy in front are kept. */
-  const kept = new Set<string>()
+  let kept: Set<string> | undefined
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i] as string
     const lower = name.toLowerCase()
@@ -123,16 +123,16 @@ export function upstreamRequestHeaders(
         continue
       }
       if (lower === 'x-forwarded-host' || lower === 'x-forwarded-port' || lower === 'x-forwarded-proto')
-        kept.add(lower)
+        (kept ??= new Set()).add(lower)
     }
     out.push(name, rawHeaders[i + 1] as string)
   }
   if (info.clientAddress) forwardedFor.push(info.clientAddress)
   if (forwardedFor.length > 0) out.push('x-forwarded-for', forwardedFor.join(', '))
-  if (info.host && !kept.has('x-forwarded-host')) out.push('x-forwarded-host', info.host)
-  if (info.port !== undefined && !kept.has('x-forwarded-port'))
+  if (info.host && !kept?.has('x-forwarded-host')) out.push('x-forwarded-host', info.host)
+  if (info.port !== undefined && !kept?.has('x-forwarded-port'))
     out.push('x-forwarded-port', String(info.port))
-  if (!kept.has('x-forwarded-proto')) out.push('x-forwarded-proto', info.proto)
+  if (!kept?.has('x-forwarded-proto')) out.push('x-forwarded-proto', info.proto)
   if (info.fencingToken !== undefined) out.push(FENCING_HEADER, String(info.fencingToken))
   for (const [name, value] of info.extra ?? []) out.push(name, value)
   return out

@@ -103,6 +103,7 @@ function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opt
     if (!res.headersSent && !res.destroyed) {
       const body = failure.status === 504 ? 'upstream timed out\n' : 'upstream unavailable\n'
       res.writeHead(failure.status, {
+        ...opts.defaultHeaders,
         'content-type': 'text/plain; charset=utf-8',
         'content-length': Buffer.byteLength(body),
       })
@@ -124,6 +125,8 @@ function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opt
         if (statusCode < 200) return // 1xx informational: not relayed (103 would need writeEarlyHints)
         opts.onResponse?.(statusCode)
         const out = clientResponseHeaders(headers)
+        const defaults = opts.defaultHeaders
+        if (defaults) for (const name in defaults) out[name] ??= defaults[name] as string
         const extra = opts.extraHeaders?.()
         if (extra) Object.assign(out, extra)
         // Written with the first body bytes or the end: an upstream that breaks before that (a 204

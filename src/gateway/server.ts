@@ -11,7 +11,7 @@ import { storeHealth } from '../admission/store-health.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './admin.js'
 import type { GatewayConfig } from './config/index.js'
-import type { GatewayContext } from './context.js'
+import { type GatewayContext, PendingCount } from './context.js'
 import { createMetrics, type GatewayMetrics } from './metrics.js'
 import { createProxy } from './proxy.js'
 import { checkRedisAccess, openStore } from './redis.js'
@@ -78,7 +78,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     logger,
     draining: false,
     active: 0,
-    releases: new Set(),
+    releases: new PendingCount(),
     tunnels: new Set(),
     onSettled: () => {
       if (ctx.draining) {
@@ -164,7 +164,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     // so no lease is left behind to hold capacity the other replicas need.
     await allClosed(CLOSE_SETTLE_MS)
     await within(stopped, 1000)
-    await Promise.allSettled([...ctx.releases])
+    await ctx.releases.settled()
     await within(ctx.proxy.close(), 1000)
     if (admin?.listening) {
       admin.closeAllConnections()

@@ -34,8 +34,12 @@ export interface WebOptions {
   timeoutMs: number
   /** A client that accepts no response bytes for this long is cut (nginx send_timeout). */
   sendTimeoutMs: number
-  /** Response headers to add (e.g. Connection: close while draining). */
+  /** Response headers to add (e.g. Connection: close while draining); they override the upstream's. */
   extraHeaders?: () => Record<string, string> | undefined
+  /** Response headers to add where the upstream sent none of that name (lower-case names), also on
+   * the gateway's own 502/504: e.g. the RateLimit headers of the admission. Given in the response's
+   * head instead of by res.setHeader() (which validates and stores each one again). */
+  defaultHeaders?: Record<string, string> | undefined
   /** Called at most once, after the error response was sent (or the client connection cut). */
   onError(error: UpstreamError): void
   /** A request body that failed on the client's side (e.g. its body timeout): answered with this status. */

@@ -1,4 +1,5 @@
 // Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
+import { AbortFlag } from '../core/abort.js'
 import type http from 'node:http'
 import type { GatewayContext } from './context.js'
 import { bufferBody, ClientBodyTimeout, timedBody } from './body.js'
@@ -31,7 +32,7 @@ export function handleRequest(
   const exchange = newExchange(route)
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
-  const gone = route && route.admissions.length > 0 ? new AbortController() : undefined
+  const gone = route && route.admissions.length > 0 ? new AbortFlag() : undefined
   const socket = req.socket
   let ended = false
   const end = () => {
@@ -101,7 +102,7 @@ async function serve(
   res: http.ServerResponse,
   exchange: Exchange,
   understood: Understood,
-  gone: AbortController | undefined,
+  gone: AbortFlag | undefined,
   deadlineBase: number,
 ): Promise<void> {
   const route = understood.route!
@@ -139,8 +140,9 @@ async function serve(
   const streamed = body !== null && !Buffer.isBuffer(body)
 
   let fencingToken: number | undefined
+  let policy: Record<string, string> | undefined
   if (gone) {
-    const result = await admitChain(ctx, understood.facts, exchange, gone.signal, () => res.destroy())
+    const result = await admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
     if (result.outcome === 'gone') return
     if (result.outcome === 'rejected') {
       if (res.headersSent) return
@@ -152,7 +154,7 @@ async function serve(
       return
     }
     fencingToken = result.fencingToken
-    for (const [name, value] of Object.entries(result.headers)) res.setHeader(name, value)
+    policy = result.headers
   }
   // Only now, admitted: a client that waits for it sends its body only when it will be used.
   if (expectContinue && streamed) res.writeContinue()
@@ -160,6 +162,7 @@ async function serve(
   ctx.proxy.web(route.config.upstream, res, request, {
     timeoutMs: timeouts.upstreamMs,
     sendTimeoutMs: timeouts.sendMs,
+    defaultHeaders: policy,
     extraHeaders: () => (ctx.draining ? { connection: 'close' } : undefined),
     clientError: (error) => {
       if (!(error instanceof ClientBodyTimeout)) return undefined

@@ -2,6 +2,7 @@
 // held for the life of the tunnel and released when the client socket closes. Bounded (G14): the
 // upstream must answer the handshake within the upstream timeout, a tunnel silent both ways for
 // websocketIdleMs is closed, and a side that ends its half ends the tunnel.
+import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { GatewayContext } from './context.js'
@@ -28,7 +29,7 @@ export function handleUpgrade(
   ctx.active++
   ctx.tunnels.add(socket)
   const exchange = newExchange(route)
-  const gone = new AbortController()
+  const gone = new AbortFlag()
   socket.once('close', () => {
     ctx.tunnels.delete(socket)
     gone.abort(RESPONSE_CLOSED)
@@ -37,7 +38,7 @@ export function handleUpgrade(
     ctx.onSettled()
   })
   const name = route.config.name
-  void admitChain(ctx, understood.facts, exchange, gone.signal, () => socket.destroy()).then(
+  void admitChain(ctx, understood.facts, exchange, gone, () => socket.destroy()).then(
     (result) => {
       if (result.outcome === 'gone') return
       if (result.outcome === 'rejected') {

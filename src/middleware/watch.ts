@@ -2,6 +2,7 @@
 // response's close before any await (a client that leaves while queued aborts its wait, and an
 // admitted request's permit is released exactly once, when its response closes: finish, abort, error,
 // timeout), admit, and act on a lost lease (onLost: 'abort' destroys the response).
+import { AbortFlag } from '../core/abort.js'
 import type { ServerResponse } from 'node:http'
 import type { Admission, TollgateInfo } from '../admission/admission.js'
 import type { HttpAnswer } from '../admission/response.js'
@@ -23,28 +24,28 @@ export async function admitWatched<Req>(
   req: Req,
   res: ServerResponse,
 ): Promise<Watched> {
-  const gone = new AbortController()
+  const gone = new AbortFlag()
   let held: TollgateInfo | undefined
   res.once('close', () => {
     gone.abort(RESPONSE_CLOSED)
-    if (held) admission.release(held)
+    if (held) void admission.release(held)
     held = undefined
   })
   let result
   try {
-    result = await admission.admit(req, gone.signal)
+    result = await admission.admit(req, gone)
   } catch (error) {
-    if (gone.signal.aborted) return { outcome: 'gone' } // the client left while waiting
+    if (gone.aborted) return { outcome: 'gone' } // the client left while waiting
     throw error // a bug (e.g. a throwing key()): the framework answers 500
   }
   if (result.outcome === 'rejected') {
-    if (gone.signal.aborted) return { outcome: 'gone' }
+    if (gone.aborted) return { outcome: 'gone' }
     admission.notifyRejected(req, result.rejection)
     return { outcome: 'rejected', answer: admission.rejectionResponse(result.rejection) }
   }
   const { info, left } = result
-  if (gone.signal.aborted) {
-    admission.release(info)
+  if (gone.aborted) {
+    void admission.release(info)
     return { outcome: 'gone' }
   }
   held = info

@@ -58,6 +58,30 @@ describe('createGateway()', () => {
     expect(Number(second[FENCING_HEADER])).toBeGreaterThan(Number(seen[FENCING_HEADER]))
   })
 
+  it("adds the RateLimit headers where the upstream sent none, also to a 502, and never doubles the upstream's", async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({ defaults: { upstream: upstream.url } })
+    const raw = await new Promise<string[]>((resolve, reject) => {
+      http
+        .get(`${url}/limited`, (res) => {
+          res.resume()
+          res.once('end', () => resolve(res.rawHeaders))
+        })
+        .once('error', reject)
+    })
+    const named = (name: string) => raw.filter((_, i) => i % 2 === 1 && raw[i - 1]!.toLowerCase() === name)
+    expect(named('ratelimit')).toEqual(['"upstream";r=3'])
+    expect(named('ratelimit-policy')).toEqual(['"global";q=10;qu="concurrent-requests"'])
+    const closed = await startUpstream()
+    const gone = closed.url
+    await closed.close()
+    const down = await start({ defaults: { upstream: gone } })
+    const failed = await get(`${down.url}/x`)
+    expect(failed.status).toBe(502)
+    expect(failed.headers.get('ratelimit-policy')).toBe('"global";q=10;qu="concurrent-requests"')
+    expect(failed.headers.get('ratelimit')).toBe('"global";r=9')
+  })
+
   it('G13: chains X-Forwarded-For behind a trusted proxy', async () => {
     const upstream = await startUpstream()
     const { url } = await start({ trustProxy: true, defaults: { upstream: upstream.url } })

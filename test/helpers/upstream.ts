@@ -98,6 +98,11 @@ export async function startUpstream(): Promise<Upstream> {
       case '/hold':
         probe.holders.push(() => res.end('held'))
         return
+      case '/limited':
+        // An upstream with a limiter of its own: its RateLimit header must reach the client alone.
+        res.setHeader('ratelimit', '"upstream";r=3')
+        res.end('limited')
+        return
       case '/headers':
         res.setHeader('content-type', 'application/json')
         res.end(JSON.stringify(req.headers))

@@ -1,3 +1,4 @@
+import type { AbortSignalLike } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
 import { AcquireTimeoutError } from '../errors.js'
@@ -12,7 +13,7 @@ const debug = debuglog('tollgate:acquire')
 
 export interface AcquireOptions {
   /** Abort the wait; the acquire rejects with the signal's reason and leaves the queue. */
-  signal?: AbortSignal
+  signal?: AbortSignalLike | undefined
   /** Give up after this many ms with AcquireTimeoutError (default: the primitive's acquireTimeoutMs;
    * Infinity waits until a permit is free or the signal aborts). */
   timeoutMs?: number
@@ -110,7 +111,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
   async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
-    signal?.throwIfAborted()
+    if (signal?.aborted) throw signal.reason
     const started = Date.now()
     // The wait group (subscription, timers) is joined only once a call leaves us queued: an
     // uncontended acquire is one script call and touches nothing else.
@@ -124,7 +125,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
       for (let attempts = 0; ; attempts++) {
         if (attempts > 0) {
           // Queueing again (evicted, or a grant that expired on its way): within the same bounds.
-          signal?.throwIfAborted()
+          if (signal?.aborted) throw signal.reason
           if (Date.now() - started >= timeoutMs)
             throw new AcquireTimeoutError(this.space.name, Date.now() - started)
         }
@@ -207,7 +208,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    * abort or timeout. */
   private waitForChange(
     waiter: Waiter,
-    signal: AbortSignal | undefined,
+    signal: AbortSignalLike | undefined,
     started: number,
     timeoutMs: number,
     setWake: (fn: () => void) => void,

@@ -36,6 +36,9 @@ interface PermitSet {
   /** Insertion order is ticket order (FIFO). */
   queue: Map<string, Waiter>
   lastFence: number
+  /** No holder expires and no waiter lapses before this (a lower bound: renewals only push expiries
+   * later), so purge() scans only when something may be due, not on every call. */
+  purgeAt: number
 }
 
 export class MemoryPermitSets implements PermitFamily {
@@ -84,6 +87,7 @@ export class MemoryPermitSets implements PermitFamily {
         ops: r.op === undefined ? undefined : [r.op],
       }
       set.holders.set(r.token, holder)
+      set.purgeAt = Math.min(set.purgeAt, holder.expiresAt)
       return {
         granted: true,
         fence: holder.fence,
@@ -94,6 +98,7 @@ export class MemoryPermitSets implements PermitFamily {
     }
     if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
     // As in Lua: a permit handed over later starts with at most the heartbeat ttl, renewed from there.
+    set.purgeAt = Math.min(set.purgeAt, now + r.waiterTtlMs)
     set.queue.set(r.token, {
       heartbeat: now + r.waiterTtlMs,
       ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
@@ -214,7 +219,7 @@ export class MemoryPermitSets implements PermitFamily {
   private open(space: KeySpace, now: number): PermitSet {
     let set = this.sets.get(space.base)
     if (!set) {
-      set = { holders: new Map(), queue: new Map(), lastFence: 0 }
+      set = { holders: new Map(), queue: new Map(), lastFence: 0, purgeAt: Number.POSITIVE_INFINITY }
       this.sets.set(space.base, set)
       return set
     }
@@ -231,6 +236,7 @@ export class MemoryPermitSets implements PermitFamily {
       set.queue.delete(token)
       const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), ops: waiter.ops }
       set.holders.set(token, holder)
+      set.purgeAt = Math.min(set.purgeAt, holder.expiresAt)
       for (const op of waiter.ops ?? [token])
         granted.push({ token, op, fence: holder.fence, expiresAt: holder.expiresAt })
       free--
@@ -250,8 +256,17 @@ function isIdle(set: PermitSet): boolean {
 }
 
 function purge(set: PermitSet, now: number): void {
-  for (const [token, h] of set.holders) if (h.expiresAt <= now) set.holders.delete(token)
-  for (const [token, w] of set.queue) if (w.heartbeat <= now) set.queue.delete(token)
+  if (now < set.purgeAt) return
+  let next = Number.POSITIVE_INFINITY
+  for (const [token, h] of set.holders) {
+    if (h.expiresAt <= now) set.holders.delete(token)
+    else if (h.expiresAt < next) next = h.expiresAt
+  }
+  for (const [token, w] of set.queue) {
+    if (w.heartbeat <= now) set.queue.delete(token)
+    else if (w.heartbeat < next) next = w.heartbeat
+  }
+  set.purgeAt = next
 }
 
 function nextFence(set: PermitSet): number {

@@ -102,7 +102,7 @@ export class RedlockClient implements LeaseContext {
 
   async acquire(options: AcquireOptions = {}): Promise<Lease> {
     const { signal } = options
-    signal?.throwIfAborted()
+    if (signal?.aborted) throw signal.reason
     const timeoutMs = options.timeoutMs ?? this.settings.acquireTimeoutMs
     const started = Date.now()
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'

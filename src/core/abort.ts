@@ -1,0 +1,58 @@
+// What a wait needs of a cancellation, and a light one for per-request use.
+
+/**
+ * What `acquire({ signal })` reads of its signal: an `AbortSignal` fits, and so does any object with
+ * these members (the middleware and the gateway pass an {@link AbortFlag}).
+ */
+export interface AbortSignalLike {
+  readonly aborted: boolean
+  readonly reason?: unknown
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void
+  removeEventListener(type: 'abort', listener: () => void): void
+}
+
+/**
+ * A one-shot abort flag with listeners: what an `AbortController` gives a wait, without an
+ * `EventTarget` (and its maps) per request. The gateway's CPU profile showed `createAbortSignal` at
+ * ~2.5 us per request, and its allocation profile showed the signals surviving into the old
+ * generation (~700 bytes each), which made every request pay for extra full collections.
+ */
+export class AbortFlag implements AbortSignalLike {
+  aborted = false
+  reason: unknown = undefined
+  private listeners: (() => void)[] | undefined = undefined
+
+  abort(reason: unknown): void {
+    if (this.aborted) return
+    this.aborted = true
+    this.reason = reason
+    const listeners = this.listeners
+    this.listeners = undefined
+    if (listeners) for (const listener of listeners) listener()
+  }
+
+  addEventListener(_type: 'abort', listener: () => void): void {
+    if (this.aborted) return // as EventTarget: an abort is dispatched once, to those listening then
+    ;(this.listeners ??= []).push(listener)
+  }
+
+  removeEventListener(_type: 'abort', listener: () => void): void {
+    const listeners = this.listeners
+    if (!listeners) return
+    const at = listeners.indexOf(listener)
+    if (at >= 0) listeners.splice(at, 1)
+  }
+}
+
+/** An object usable as an acquire's `signal`. */
+export function isAbortSignalLike(value: unknown): value is AbortSignalLike {
+  if (value instanceof AbortSignal) return true
+  const v = value as Partial<AbortSignalLike> | null
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    typeof v.aborted === 'boolean' &&
+    typeof v.addEventListener === 'function' &&
+    typeof v.removeEventListener === 'function'
+  )
+}
