@@ -5,8 +5,15 @@
 import type { AddressInfo } from 'node:net'
 import express from 'express'
 import { rateLimit } from 'express-rate-limit'
-import { createRedisStore } from '../../src/index.js'
-import { semaphore } from '../../src/middleware/express.js'
+
+// The library as it ships (dist/, built by prebench), not src/ through tsx, whose transform adds its
+// own per-call cost; express-rate-limit runs from its published JavaScript too. A path in a variable:
+// type-checking needs no build.
+const dist = (path: string) => new URL(`../../dist/${path}`, import.meta.url).href
+const { createRedisStore } = (await import(dist('index.js'))) as typeof import('../../src/index.js')
+const { semaphore } = (await import(
+  dist('middleware/express.js')
+)) as typeof import('../../src/middleware/express.js')
 
 const [variant, redisUrl] = process.argv.slice(2)
 const app = express()

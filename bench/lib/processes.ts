@@ -1,4 +1,4 @@
-// Child processes of a benchmark (servers under test), started with tsx and stopped by their PID,
+// Child processes of a benchmark (servers under test), started with node (tsx for TypeScript) and stopped by their PID,
 // also when the bench fails or is interrupted (and by the reaper if the bench itself is SIGKILLed).
 import { type ChildProcess, spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
@@ -16,14 +16,16 @@ export interface BenchProcess {
   stop(): Promise<void>
 }
 
-/** `node --import tsx <script> ...args` from the repository root; resolves when stdout matches `ready`. */
+/** `node --import tsx <script> ...args` from the repository root (a built `.js` runs without tsx, as
+ * in production); resolves when stdout matches `ready`. */
 export async function startProcess(
   script: string,
   args: string[],
   ready: RegExp,
   env: Record<string, string> = {},
 ): Promise<BenchProcess> {
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', script, ...args], {
+  const loader = script.endsWith('.js') ? [] : ['--import', 'tsx']
+  const child: ChildProcess = spawn(process.execPath, [...loader, script, ...args], {
     cwd: ROOT,
     env: { ...process.env, ...env },
     // stderr (access logs of the gateway) is discarded, as a log shipper would take it away.

@@ -5,6 +5,7 @@
 // shared machine hits them alike; each server's CPU per request comes from /proc. Then one autocannon
 // round per variant as a cross-check, and the client-abort leak check: clients abort requests the
 // upstream is still working on; how many upstream requests are left running?
+import { existsSync } from 'node:fs'
 import autocannon from 'autocannon'
 import { freePort } from '../../test/helpers/redis-server.js'
 import { treeCpuSeconds } from '../lib/cpu.js'
@@ -25,6 +26,8 @@ const ROUND_S = 3
 const PERMITS = 1000
 const LEAK_REQUESTS = 20
 const LEAK_UPSTREAM_MS = 2000
+/** The bin as it ships (npm run build; prebench builds it): tsx would add its own per-call cost. */
+const GATEWAY_BIN = 'dist/gateway/main.js'
 
 interface Target {
   name: string
@@ -113,7 +116,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 export const gatewayThroughput: Scenario = {
   name: 'gateway',
   title: `tollgate gateway vs http-proxy (keep-alive) and nginx, wrk ${CONNECTIONS} connections; client-abort leak check`,
-  seconds: 5 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
+  seconds: 6 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
   async run(ctx) {
     const processes: BenchProcess[] = []
     let nginx: Nginx | undefined
@@ -141,9 +144,11 @@ export const gatewayThroughput: Scenario = {
       if (binary) nginx = await startNginx(binary, upstreamPort)
       else
         ctx.log('  nginx not installed: its variant is left out (scripts/ensure-bench-tools.mjs installs it)')
+      if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
       const proxy = await start('bench/lib/bare-proxy.ts', ['http-proxy', upstream])
-      const memory = await start('src/gateway/main.ts', gatewayFlags)
-      const withRedis = await start('src/gateway/main.ts', [
+      const memory = await start(GATEWAY_BIN, gatewayFlags)
+      const quiet = await start(GATEWAY_BIN, [...gatewayFlags, '--log-level', 'warn'])
+      const withRedis = await start(GATEWAY_BIN, [
         ...gatewayFlags,
         '--redis',
         redisUrl,
@@ -156,6 +161,7 @@ export const gatewayThroughput: Scenario = {
           ? [{ name: 'nginx, 1 worker, upstream keepalive', url: nginx.url, pid: nginx.pid, redis: false }]
           : []),
         { name: 'http-proxy 1.18 + keep-alive agent', url: proxy.ready, pid: proxy.pid, redis: false },
+        { name: 'tollgate in-memory, no access log', url: quiet.ready, pid: quiet.pid, redis: false },
         { name: 'tollgate in-memory', url: memory.ready, pid: memory.pid, redis: false },
         { name: 'tollgate + Redis', url: withRedis.ready, pid: withRedis.pid, redis: true },
       ]
@@ -248,7 +254,10 @@ export const gatewayThroughput: Scenario = {
 
       const memoryIndex = targets.length - 2
       const redisIndex = targets.length - 1
-      const errors = sum(memoryIndex, (r) => r.errors) + sum(redisIndex, (r) => r.errors)
+      const errors = targets.reduce(
+        (total, target, i) => (target.name.startsWith('tollgate') ? total + sum(i, (r) => r.errors) : total),
+        0,
+      )
       const cpuRatio = (i: number) => cpu(i) / cpu(baseIndex)
       const verdicts: Verdict[] = [
         {
@@ -282,7 +291,7 @@ export const gatewayThroughput: Scenario = {
         verdicts,
         notes: [
           `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this 2-core machine, the load generator too (${generator}); ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. req/s, p50, p99 and CPU: medians over the rounds; 'x http-proxy' and 'x nginx': the median over the rounds of the ratio to that peer in the same round (robust against bursts of other load); the verdicts use them. 'autocannon req/s': one extra round each with autocannon (a Node process competing for the same 2 cores).`,
-          `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the bin (src/gateway/main.ts via tsx) with --permits ${PERMITS} (never waits), its pino access log at info to a discarded stderr, metrics on.`,
+          `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the built bin (node ${GATEWAY_BIN}) with --permits ${PERMITS} (never waits), its pino access log at info to a discarded stderr (the 'no access log' variant: --log-level warn), metrics on.`,
           `CPU per request: utime + stime from /proc/<pid>/stat of the proxy process (nginx: master and worker) over each round, divided by the round's requests; 'upstream CPU' is the demo upstream's.`,
           `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (an acquire and a release per request, batched per event-loop turn while calls of the name are in flight), cmds/req = every command the server ran, those inside the scripts included: ${topCommands(
             sumDeltas(rounds[redisIndex]!.map((r) => r.server)),

@@ -218,6 +218,19 @@ export function outgoing(
   return { method: req.method ?? 'GET', path: `${base}${path}${parts.query}`, headers, body, contentLength }
 }
 
+interface AccessLine {
+  route: string
+  method: string | undefined
+  url: string | undefined
+  status: number
+  waitMs: number
+  holdMs: number
+  durationMs: number
+  upstreamError?: string
+  refused?: string
+  aborted?: true
+}
+
 /** One access-log line and the response metrics, when the response has closed. */
 export function finished(
   ctx: GatewayContext,
@@ -231,21 +244,20 @@ export function finished(
   const route = exchange.route?.config.name ?? 'unmatched'
   if (exchange.route) ctx.metrics.responses.inc({ route, class: statusClass(status) })
   if (ctx.logger.isLevelEnabled('info')) {
-    ctx.logger.info(
-      {
-        route,
-        method: req.method,
-        url: req.url,
-        status,
-        waitMs: round(exchange.waitMs),
-        holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
-        durationMs: round(now - exchange.started),
-        ...(exchange.upstreamError ? { upstreamError: exchange.upstreamError.kind } : {}),
-        ...(exchange.refused ? { refused: exchange.refused } : {}),
-        ...(res.writableFinished ? {} : { aborted: true }),
-      },
-      'request',
-    )
+    const line: AccessLine = {
+      route,
+      method: req.method,
+      url: req.url,
+      status,
+      waitMs: round(exchange.waitMs),
+      holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
+      durationMs: round(now - exchange.started),
+    }
+    // Set only when there is something to say (no spread of a fresh object per field and request).
+    if (exchange.upstreamError) line.upstreamError = exchange.upstreamError.kind
+    if (exchange.refused) line.refused = exchange.refused
+    if (!res.writableFinished) line.aborted = true
+    ctx.logger.info(line, 'request')
   }
 }
 

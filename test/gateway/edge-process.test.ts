@@ -97,6 +97,7 @@ describe('gateway process edge', () => {
       expect(ready.status).toBe(failOpen ? 200 : 503)
       const outageLines = () =>
         gateway.logs().filter((line) => String(line.msg).includes('store unavailable'))
+      await eventually(() => outageLines().length > 0, 2000)
       expect(outageLines()).toHaveLength(1)
       await server.restart()
       await eventually(async () => (await call()).status === 200, 10_000, 100)
