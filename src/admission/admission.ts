@@ -65,91 +65,99 @@ export class Admission<Req> {
   constructor(
     readonly config: ResolvedConfig<Req>,
     /** The gate and bucket of a request. */
-    private readonly gateFor: (req: Req) => { key: string; gate: Gate; keyed: boolean },
+    private readonly gateFor: (req: Req) => Bucket,
   ) {
     this.health = storeHealth(config.store)
   }
 
   async admit(req: Req, signal: AbortSignalLike): Promise<AdmitResult> {
     const started = Date.now()
-    const { key, gate, keyed } = this.gateFor(req)
-    const info = (lease: Lease | undefined): TollgateInfo => ({
-      name: this.config.name,
-      key,
-      permits: gate.permits,
-      fencingToken: lease?.fencingToken,
-      lease,
-      waitedMs: Date.now() - started,
-    })
-    const reject = (reason: RejectReason): AdmitResult => {
-      if (this.config.dryRun && reason !== 'store_unavailable') {
-        this.counters.dryRunRejected++
-        return { outcome: 'passed', info: info(undefined), left: 0 }
-      }
-      this.counters.rejected[reason]++
-      const status = reason === 'store_unavailable' ? 503 : (this.config.statusCode ?? (keyed ? 429 : 503))
-      const retryAfterS = Math.max(1, Math.ceil(this.config.maxWaitMs / 1000))
-      return { outcome: 'rejected', rejection: { reason, status, retryAfterS, key, permits: gate.permits } }
-    }
-
-    const storeFailed = (): AdmitResult => {
-      this.counters.storeErrors++
-      if (this.config.failOpen || this.config.dryRun) {
-        this.counters.failedOpen++
-        return { outcome: 'passed', info: info(undefined), left: 0 }
-      }
-      return reject('store_unavailable')
-    }
+    const bucket = this.gateFor(req)
     // The store is known down: answer now, without waiting for another timeout (G14).
     if (this.health.down) {
       this.health.failedFast++
-      return storeFailed()
+      return this.storeFailed(bucket, started)
     }
-
+    const { gate } = bucket
     let lease: Lease | undefined
-    let queueFull = false
-    let counted = false
-    // Counted only once the store put the request in its queue: a request whose call is merely on its
-    // way is not waiting for anything.
-    const onQueued = () => {
-      const waiting = this.waiting.get(key) ?? 0
-      if (waiting >= this.config.maxQueue) {
-        queueFull = true
-        return false
-      }
-      this.waiting.set(key, waiting + 1)
-      this.counters.queued++
-      counted = true
-      return true
-    }
+    // Counted only once the store put the request in its queue (onQueued): a request whose call is
+    // merely on its way is not waiting for anything.
+    const place = this.config.maxWaitMs === 0 ? undefined : new QueuePlace(this, bucket.key)
     try {
-      if (this.config.maxWaitMs === 0) {
+      if (!place) {
         lease = await gate.tryAcquire()
-        if (!lease) return reject('timeout')
+        if (!lease) return this.reject(bucket, 'timeout', started)
       } else {
         try {
-          lease = await gate.acquire({ signal, timeoutMs: this.config.maxWaitMs, onQueued })
+          lease = await gate.acquire({ signal, timeoutMs: this.config.maxWaitMs, onQueued: place.onQueued })
         } finally {
-          if (counted) {
-            this.counters.queued--
-            const left = (this.waiting.get(key) ?? 1) - 1
-            if (left > 0) this.waiting.set(key, left)
-            else this.waiting.delete(key)
-          }
+          place.leave()
         }
       }
     } catch (error) {
-      if (queueFull) return reject('queue_full')
-      if (error instanceof AcquireTimeoutError) return reject('timeout')
+      if (place?.full) return this.reject(bucket, 'queue_full', started)
+      if (error instanceof AcquireTimeoutError) return this.reject(bucket, 'timeout', started)
       if (signal.aborted) throw error // the client left: nothing to answer
       this.health.failed(error, this.config.logger)
-      return storeFailed()
+      return this.storeFailed(bucket, started)
     }
     this.counters.admitted++
     this.counters.inFlight++
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
     const left = gate.permits === undefined ? 0 : gate.permits - (lease.holders ?? gate.permits)
-    return { outcome: 'admitted', info: info(lease), left: Math.max(0, left) }
+    return { outcome: 'admitted', info: this.info(bucket, lease, started), left: Math.max(0, left) }
+  }
+
+  /** (Methods, not closures per call: admit() runs once per request on the gateway's hot path.) */
+  private info(bucket: Bucket, lease: Lease | undefined, started: number): TollgateInfo {
+    return {
+      name: this.config.name,
+      key: bucket.key,
+      permits: bucket.gate.permits,
+      fencingToken: lease?.fencingToken,
+      lease,
+      waitedMs: Date.now() - started,
+    }
+  }
+
+  private reject(bucket: Bucket, reason: RejectReason, started: number): AdmitResult {
+    if (this.config.dryRun && reason !== 'store_unavailable') {
+      this.counters.dryRunRejected++
+      return { outcome: 'passed', info: this.info(bucket, undefined, started), left: 0 }
+    }
+    this.counters.rejected[reason]++
+    const status =
+      reason === 'store_unavailable' ? 503 : (this.config.statusCode ?? (bucket.keyed ? 429 : 503))
+    const retryAfterS = Math.max(1, Math.ceil(this.config.maxWaitMs / 1000))
+    return {
+      outcome: 'rejected',
+      rejection: { reason, status, retryAfterS, key: bucket.key, permits: bucket.gate.permits },
+    }
+  }
+
+  private storeFailed(bucket: Bucket, started: number): AdmitResult {
+    this.counters.storeErrors++
+    if (this.config.failOpen || this.config.dryRun) {
+      this.counters.failedOpen++
+      return { outcome: 'passed', info: this.info(bucket, undefined, started), left: 0 }
+    }
+    return this.reject(bucket, 'store_unavailable', started)
+  }
+
+  /** Take a place in a bucket's queue (false: the queue is full); see QueuePlace. */
+  enterQueue(key: string): boolean {
+    const waiting = this.waiting.get(key) ?? 0
+    if (waiting >= this.config.maxQueue) return false
+    this.waiting.set(key, waiting + 1)
+    this.counters.queued++
+    return true
+  }
+
+  leaveQueue(key: string): void {
+    this.counters.queued--
+    const left = (this.waiting.get(key) ?? 1) - 1
+    if (left > 0) this.waiting.set(key, left)
+    else this.waiting.delete(key)
   }
 
   /** Call once per admitted request when its response is done (finish or abort). Never throws; the
@@ -196,5 +204,38 @@ export class Admission<Req> {
   /** Status, headers and JSON body of a rejection. */
   rejectionResponse(rejection: Rejection): HttpAnswer {
     return rejectionResponse(this.config.name, rejection, this.config.headers)
+  }
+}
+
+/** The bucket of a request: its key and gate, and whether a key function chose it. */
+interface Bucket {
+  key: string
+  gate: Gate
+  keyed: boolean
+}
+
+/** A request's place in its bucket's queue: taken when the store queues it (bounded by maxQueue),
+ * given back once its acquire settles. */
+class QueuePlace {
+  full = false
+  private counted = false
+
+  constructor(
+    private readonly admission: Admission<never>,
+    private readonly key: string,
+  ) {}
+
+  readonly onQueued = (): boolean => {
+    if (!this.admission.enterQueue(this.key)) {
+      this.full = true
+      return false
+    }
+    this.counted = true
+    return true
+  }
+
+  leave(): void {
+    if (this.counted) this.admission.leaveQueue(this.key)
+    this.counted = false
   }
 }

@@ -16,10 +16,17 @@ export function policyHeaders(
   left: number,
 ): Record<string, string> {
   if (permits === undefined) return {}
-  return {
-    'RateLimit-Policy': `"${name}";q=${permits};qu="concurrent-requests"`,
-    RateLimit: `"${name}";r=${left}`,
-  }
+  return { 'RateLimit-Policy': policyValue(name, permits), RateLimit: remainingValue(name, left) }
+}
+
+/** The `RateLimit-Policy` value: `permits` concurrent requests. */
+export function policyValue(name: string, permits: number): string {
+  return `"${name}";q=${permits};qu="concurrent-requests"`
+}
+
+/** The `RateLimit` value: `left` of them free. */
+export function remainingValue(name: string, left: number): string {
+  return `"${name}";r=${left}`
 }
 
 /** Status, headers (`Retry-After` always) and JSON body of a rejection. */

@@ -60,7 +60,6 @@ export async function startFromArgs(
     { url, adminUrl, store: config.store.kind, routes: config.routes.map((route) => route.name) },
     'tollgate ready',
   )
-  gateway.logger.flush() // info lines leave in batches; this one is awaited by operators and scripts
   io.stdout(`tollgate listening on ${url}`)
   return gateway
 }

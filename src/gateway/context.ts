@@ -13,6 +13,9 @@ export interface GatewayContext {
   readonly metrics: GatewayMetrics
   readonly proxy: Proxy
   readonly logger: PinoLogger
+  /** Writes one access-log line (JSON text with its newline) straight to the log's destination, or
+   * undefined when the logger was given by the caller (then lines go through logger.info). */
+  readonly accessLog: ((line: string) => void) | undefined
   /** True once shutdown began: new requests get Connection: close, new upgrades 503. */
   draining: boolean
   /** Requests and WebSockets not closed yet (shutdown waits for them, then for their releases). */

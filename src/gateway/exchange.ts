@@ -11,6 +11,8 @@ import type { Outgoing, UpstreamError } from './proxy.js'
 import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './target.js'
 import { statusClass } from './metrics.js'
+import { type AccessLine, accessJson } from './access-log.js'
+import { policyValue, remainingValue } from '../admission/response.js'
 
 /** Per-request state, from arrival to the response's close. */
 export interface Exchange {
@@ -151,8 +153,10 @@ export async function admitChain(
         fencingToken ??= info.fencingToken // the first lease taken: the resource lock's, if any
       }
       // Lower-case names: the proxy adds them where the upstream's (lower-cased) headers lack them.
-      const policy = admission.policyHeaders(info.name, info.permits, left)
-      for (const name in policy) headers[name.toLowerCase()] = policy[name] as string
+      if (admission.config.headers && info.permits !== undefined) {
+        headers['ratelimit-policy'] = policyValue(info.name, info.permits)
+        headers.ratelimit = remainingValue(info.name, left)
+      }
       if (signal.aborted) {
         release(ctx, exchange) // the client left while we were being admitted
         return { outcome: 'gone' }
@@ -218,19 +222,6 @@ export function outgoing(
   return { method: req.method ?? 'GET', path: `${base}${path}${parts.query}`, headers, body, contentLength }
 }
 
-interface AccessLine {
-  route: string
-  method: string | undefined
-  url: string | undefined
-  status: number
-  waitMs: number
-  holdMs: number
-  durationMs: number
-  upstreamError?: string
-  refused?: string
-  aborted?: true
-}
-
 /** One access-log line and the response metrics, when the response has closed. */
 export function finished(
   ctx: GatewayContext,
@@ -243,22 +234,21 @@ export function finished(
   const status = res.headersSent ? res.statusCode : 499
   const route = exchange.route?.config.name ?? 'unmatched'
   if (exchange.route) ctx.metrics.responses.inc({ route, class: statusClass(status) })
-  if (ctx.logger.isLevelEnabled('info')) {
-    const line: AccessLine = {
-      route,
-      method: req.method,
-      url: req.url,
-      status,
-      waitMs: round(exchange.waitMs),
-      holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
-      durationMs: round(now - exchange.started),
-    }
-    // Set only when there is something to say (no spread of a fresh object per field and request).
-    if (exchange.upstreamError) line.upstreamError = exchange.upstreamError.kind
-    if (exchange.refused) line.refused = exchange.refused
-    if (!res.writableFinished) line.aborted = true
-    ctx.logger.info(line, 'request')
+  if (!ctx.logger.isLevelEnabled('info')) return
+  const line: AccessLine = {
+    route,
+    method: req.method,
+    url: req.url,
+    status,
+    waitMs: round(exchange.waitMs),
+    holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
+    durationMs: round(now - exchange.started),
+    upstreamError: exchange.upstreamError?.kind,
+    refused: exchange.refused,
+    aborted: res.writableFinished ? undefined : true,
   }
+  if (ctx.accessLog) ctx.accessLog(accessJson(line))
+  else ctx.logger.info(line, 'request')
 }
 
 export function clientAddress(req: http.IncomingMessage, trustProxy: boolean): string | undefined {

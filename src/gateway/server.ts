@@ -11,6 +11,7 @@ import { storeHealth } from '../admission/store-health.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './admin.js'
 import type { GatewayConfig } from './config/index.js'
+import { LineBuffer } from './access-log.js'
 import { type GatewayContext, PendingCount } from './context.js'
 import { createMetrics, type GatewayMetrics } from './metrics.js'
 import { createProxy } from './proxy.js'
@@ -52,28 +53,23 @@ export interface Gateway {
 
 const LOG_BUFFER_BYTES = 4096
 const LOG_FLUSH_MS = 1000
-/** pino's level number of 'warn'. */
-const WARN_LEVEL = 40
 
 export function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Gateway {
-  // Info lines (the access log) leave in 4 KB batches, at most LOG_FLUSH_MS late (nginx's access_log
-  // buffer= flush=): a write per line cost a thread-pool round trip per few requests, about 10 us of
-  // CPU per request under load. Warnings and errors are written at once. Still asynchronous (a
-  // stalled log reader never blocks requests); pino flushes what is left when the process exits,
-  // and close() flushes too.
-  const destination = options.logger
-    ? undefined
-    : pino.destination({ dest: 2, sync: false, minLength: LOG_BUFFER_BYTES })
-  const flusher = destination && setInterval(() => destination.flush(), LOG_FLUSH_MS).unref()
+  // The access log leaves in 4 KB batches, at most LOG_FLUSH_MS late (access-log.ts); every other
+  // line is written at once, after the access lines before it. Still asynchronous: a stalled log
+  // reader never blocks requests. close() flushes; a crash loses at most the last batch.
+  const destination = options.logger ? undefined : pino.destination({ dest: 2, sync: false })
+  const accessLines = destination && new LineBuffer((text) => destination.write(text), LOG_BUFFER_BYTES)
+  const flusher = accessLines && setInterval(() => accessLines.flush(), LOG_FLUSH_MS).unref()
   const logger =
     options.logger ??
     pino(
       {
         level: config.logLevel,
         hooks: {
-          logMethod(args, method, level) {
+          logMethod(args, method) {
+            accessLines?.flush()
             method.apply(this, args)
-            if (level >= WARN_LEVEL) destination?.flush()
           },
         },
       },
@@ -102,6 +98,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     metrics,
     proxy: createProxy(),
     logger,
+    accessLog: accessLines && ((line) => accessLines.push(line)),
     draining: false,
     active: 0,
     releases: new PendingCount(),
@@ -197,7 +194,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       await new Promise<void>((resolve) => admin.close(() => resolve()))
     }
     clearInterval(flusher)
-    destination?.flush()
+    accessLines?.flush()
     // Redis may be down: QUIT would wait for a reconnection that never comes. Bounded, then cut.
     await within(store.close(), config.commandTimeoutMs)
     if (redis) {
