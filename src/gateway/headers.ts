@@ -66,6 +66,8 @@ const UNDERSCORED = new Set([FENCING_HEADER, ...FORWARDING])
 export function connectionTokens(values: readonly string[]): Set<string> | undefined {
   let tokens: Set<string> | undefined
   for (const value of values) {
+    // What nearly every upstream sends: nothing named, no split.
+    if (value.length <= 10 && /^(?:keep-alive|close)$/i.test(value)) continue
     for (const token of value.split(',')) {
       const name = token.trim().toLowerCase()
       if (name !== '' && name !== 'close' && name !== 'keep-alive') (tokens ??= new Set()).add(name)

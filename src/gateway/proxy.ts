@@ -24,7 +24,11 @@ export type { Outgoing, Proxy, UpstreamError, UpstreamErrorKind, WebOptions, WsO
 /** Per-origin keep-alive pools; requests beyond `connections` queue in the pool (holding their permit). */
 export function createProxy(options: { connections?: number } = {}): Proxy {
   const pools = new Map<string, Pool>()
+  /** By URL object too: URL#origin builds a new string on every read. */
+  let byTarget = new WeakMap<URL, Pool>()
   const poolFor = (target: URL): Pool => {
+    const known = byTarget.get(target)
+    if (known) return known
     let pool = pools.get(target.origin)
     if (!pool) {
       pool = new Pool(target.origin, {
@@ -35,6 +39,7 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
       })
       pools.set(target.origin, pool)
     }
+    byTarget.set(target, pool)
     return pool
   }
 
@@ -53,6 +58,7 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
     async close() {
       await Promise.allSettled([...pools.values()].map((pool) => pool.close()))
       pools.clear()
+      byTarget = new WeakMap()
     },
   }
 }

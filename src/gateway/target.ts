@@ -106,6 +106,8 @@ function decodeUnreserved(path: string, options: PathOptions): string | Target {
 /** RFC 3986 §5.2.4 remove_dot_segments on an absolute path (never above the root), optionally merging
  * empty segments. A trailing '/', '.' or '..' leaves a trailing '/'. */
 function removeDotSegments(path: string, mergeSlashes: boolean): string {
+  // Most paths have neither a dot segment nor '//': nothing to do (a profile showed the split and join).
+  if (!path.includes('/.') && !(mergeSlashes && path.includes('//'))) return path
   const input = path.split('/')
   const output: string[] = []
   for (let i = 1; i < input.length; i++) {
