@@ -17,7 +17,10 @@ export interface AccessLine {
 
 /** pino's default bindings, as it writes them. */
 const PINO_BASE = `,"pid":${process.pid},"hostname":${JSON.stringify(hostname())}`
-const json = (value: string | undefined) => (value === undefined ? 'null' : JSON.stringify(value))
+/** Printable ASCII without '"' and '\\': a JSON string as it is (most URLs and every route name). */
+const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/
+const json = (value: string | undefined) =>
+  value === undefined ? 'null' : PLAIN.test(value) ? `"${value}"` : JSON.stringify(value)
 
 /**
  * The access-log line exactly as pino would write `logger.info(line, 'request')` at level 30, built

@@ -51,11 +51,12 @@ export interface Gateway {
   close(): Promise<void>
 }
 
-const LOG_BUFFER_BYTES = 4096
+/** Under sonic-boom's 16 KB maxWrite: one write call per batch. */
+const LOG_BUFFER_BYTES = 16_000
 const LOG_FLUSH_MS = 1000
 
 export function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Gateway {
-  // The access log leaves in 4 KB batches, at most LOG_FLUSH_MS late (access-log.ts); every other
+  // The access log leaves in 16 KB batches, at most LOG_FLUSH_MS late (access-log.ts); every other
   // line is written at once, after the access lines before it. Still asynchronous: a stalled log
   // reader never blocks requests. close() flushes; a crash loses at most the last batch.
   const destination = options.logger ? undefined : pino.destination({ dest: 2, sync: false })
