@@ -28,7 +28,18 @@ export class AbortFlag implements AbortSignalLike {
     this.reason = reason
     const listeners = this.listeners
     this.listeners = undefined
-    if (listeners) for (const listener of listeners) listener()
+    if (!listeners) return
+    // As EventTarget dispatches: every listener runs; a throwing one is reported (as an uncaught
+    // exception, on a later turn), never allowed to keep the others or the caller from running.
+    for (const listener of listeners) {
+      try {
+        listener()
+      } catch (error) {
+        queueMicrotask(() => {
+          throw error
+        })
+      }
+    }
   }
 
   addEventListener(_type: 'abort', listener: () => void): void {
@@ -42,6 +53,15 @@ export class AbortFlag implements AbortSignalLike {
     const at = listeners.indexOf(listener)
     if (at >= 0) listeners.splice(at, 1)
   }
+}
+
+/** What an aborted signal without a reason rejects with (an AbortSignal always has one; an
+ * AbortSignalLike may not, and `throw undefined` would reach the caller). One object: no stack per use. */
+const ABORTED = new DOMException('This operation was aborted', 'AbortError')
+
+/** The error an aborted wait rejects with: the signal's reason, or an AbortError. */
+export function abortReason(signal: AbortSignalLike): unknown {
+  return signal.reason ?? ABORTED
 }
 
 /** An object usable as an acquire's `signal`. */

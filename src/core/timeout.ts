@@ -2,7 +2,7 @@
 // promise at most so long and say what happened, never rejecting (so nothing is left unhandled and no
 // timer is left running). Deadlines is the same bound for the hot path: many pending calls, one timer.
 
-import type { AbortSignalLike } from './abort.js'
+import { type AbortSignalLike, abortReason } from './abort.js'
 export class TimeoutError extends Error {}
 
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown; timedOut: boolean }
@@ -37,7 +37,7 @@ export function sleep(ms: number, signal?: AbortSignalLike): Promise<void> {
   return new Promise((resolve, reject) => {
     const onAbort = () => {
       clearTimeout(timer)
-      reject(signal?.reason)
+      reject(signal && abortReason(signal))
     }
     const timer = setTimeout(() => {
       signal?.removeEventListener('abort', onAbort)

@@ -29,7 +29,7 @@ export interface GatewayContext {
 }
 
 /** Promises in flight, counted (a Set of them churned a hash table per request): `settled()`
- * resolves once none is left. The promises must never reject. */
+ * resolves once none is left. */
 export class PendingCount {
   private count = 0
   private waiters: (() => void)[] = []
@@ -40,7 +40,7 @@ export class PendingCount {
 
   track(promise: Promise<void>): void {
     this.count++
-    void promise.then(this.done)
+    void promise.then(this.done, this.done)
   }
 
   get size(): number {

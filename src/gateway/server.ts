@@ -62,6 +62,17 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   const destination = options.logger ? undefined : pino.destination({ dest: 2, sync: false })
   const accessLines = destination && new LineBuffer((text) => destination.write(text), LOG_BUFFER_BYTES)
   const flusher = accessLines && setInterval(() => accessLines.flush(), LOG_FLUSH_MS).unref()
+  // At exit (also after an uncaught exception or a process.exit() elsewhere), what the batch holds is
+  // written synchronously, as pino does for its own buffer.
+  const flushAtExit = () => {
+    try {
+      accessLines?.flush()
+      destination?.flushSync()
+    } catch {
+      // stderr is gone: nothing left to tell
+    }
+  }
+  if (destination) process.once('exit', flushAtExit)
   const logger =
     options.logger ??
     pino(

@@ -1,16 +1,23 @@
 // The real `tollgate` bin, spawned as separate processes, in front of an upstream that counts what it
 // sees. Shared limits across replicas, permits of a SIGKILLed replica, SIGTERM drain, the client-abort
 // leak, upstream failures, metrics and readiness.
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import http from 'node:http'
 import os from 'node:os'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually, sleep } from '../helpers/contract.js'
 import { metric, runGateway, spawnGateway } from '../helpers/gateway.js'
+import { onProcessExit } from '../helpers/process-cleanup.js'
 import { topology, uniquePrefix } from '../helpers/redis.js'
 import { freePort, startRedisServer } from '../helpers/redis-server.js'
 import { startUpstream } from '../helpers/upstream.js'
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url))
+const CRASH_FIXTURE = 'test/fixtures/gateway-crash.ts'
 
 let dir: string
 beforeAll(async () => {
@@ -301,5 +308,31 @@ routes:
     expect(runs[2]!.stderr()).toContain('--permits: expected a positive integer')
     expect(runs[3]!.stderr()).toContain('--bogus: unknown flag')
     for (const run of runs) expect(run.stdout()).toBe('')
+  }, 20_000)
+})
+
+describe('access log', () => {
+  it('reaches stderr when the process crashes before its batch is due', async () => {
+    const upstream = await startUpstream()
+    const child = spawn(process.execPath, ['--import', 'tsx', CRASH_FIXTURE, upstream.url], {
+      cwd: ROOT,
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    const forget = onProcessExit(() => child.kill('SIGKILL'))
+    try {
+      let stderr = ''
+      child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
+      const [code] = (await once(child, 'exit')) as [number | null]
+      expect(code).not.toBe(0)
+      expect(stderr).toContain('crash on purpose')
+      const lines = stderr.split('\n').filter((line) => line.startsWith('{'))
+      const request = lines
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .find((l) => l.msg === 'request')
+      expect(request).toMatchObject({ url: '/crash-me?x=1', status: 200, route: 'default' })
+    } finally {
+      child.kill('SIGKILL')
+      forget()
+    }
   }, 20_000)
 })

@@ -4,6 +4,7 @@
 // every script of both families runs twice, on standalone and on Cluster. Each test asserts that the
 // resent call had the effect of one: counts, queue, holders, and a fence > 0 that increases.
 import { afterEach, describe, expect, it } from 'vitest'
+import { whenLost } from '../../src/core/client/lease.js'
 import { keySpace } from '../../src/core/keys.js'
 import {
   createMutex,
@@ -13,6 +14,7 @@ import {
   createReentrantMutex,
   createSemaphore,
   type Lease,
+  LeaseLostError,
   type Store,
   StoreUnavailableError,
 } from '../../src/index.js'
@@ -247,6 +249,23 @@ for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {
       )
       proxied.delay(0)
       await eventually(async () => (await createMutex(direct, name).tryAcquire()) !== undefined, 3000)
+    })
+
+    it('G4: a lease whose release failed still tells its loss listeners when it turns out lost', async () => {
+      const { prefix, proxied, store } = await setup({ commandTimeoutMs: 200 })
+      const name = 'failed-release'
+      const lease = await createMutex(store, name, { autoRenew: false }).acquire()
+      const lost: Error[] = []
+      whenLost(lease, (error) => lost.push(error))
+      proxied.delay(500, keyOf(prefix, 'mutex', name))
+      // Redis runs the release; its reply comes after commandTimeoutMs, so the call fails.
+      await expect(lease.release()).rejects.toBeInstanceOf(StoreUnavailableError)
+      proxied.delay(0)
+      await sleep(600)
+      // The store no longer holds it: a renewal finds it lost, and the listener hears it (G4).
+      await expect(lease.renew()).rejects.toBeInstanceOf(LeaseLostError)
+      expect(lost).toHaveLength(1)
+      expect(lease.signal.aborted).toBe(true)
     })
   })
 }

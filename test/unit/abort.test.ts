@@ -43,4 +43,25 @@ describe('AbortFlag', () => {
     await holder.release()
     await store.close()
   })
+
+  it('rejects with an AbortError, never undefined, for a signal-like object without a reason', async () => {
+    const store = createMemoryStore()
+    const sem = createSemaphore(store, 'no-reason', { permits: 1 })
+    const holder = await sem.acquire()
+    let listener: (() => void) | undefined
+    const signal = {
+      aborted: false,
+      addEventListener: (_type: 'abort', fn: () => void) => (listener = fn),
+      removeEventListener: () => (listener = undefined),
+    }
+    const waiting = sem.acquire({ signal })
+    const fails = expect(waiting).rejects.toMatchObject({ name: 'AbortError' })
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    signal.aborted = true
+    listener?.()
+    await fails
+    await expect(sem.acquire({ signal })).rejects.toMatchObject({ name: 'AbortError' }) // already aborted
+    await holder.release()
+    await store.close()
+  })
 })

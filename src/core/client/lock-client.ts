@@ -1,4 +1,4 @@
-import type { AbortSignalLike } from '../abort.js'
+import { type AbortSignalLike, abortReason } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
 import { AcquireTimeoutError } from '../errors.js'
@@ -111,7 +111,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
   async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
-    if (signal?.aborted) throw signal.reason
+    if (signal?.aborted) throw abortReason(signal)
     const started = Date.now()
     // The wait group (subscription, timers) is joined only once a call leaves us queued: an
     // uncontended acquire is one script call and touches nothing else.
@@ -125,7 +125,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
       for (let attempts = 0; ; attempts++) {
         if (attempts > 0) {
           // Queueing again (evicted, or a grant that expired on its way): within the same bounds.
-          if (signal?.aborted) throw signal.reason
+          if (signal?.aborted) throw abortReason(signal)
           if (Date.now() - started >= timeoutMs)
             throw new AcquireTimeoutError(this.space.name, Date.now() - started)
         }
@@ -140,7 +140,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           // Aborted while the call was in flight: the caller is gone, so the permit goes straight back.
           if (signal?.aborted) {
             lease.release().catch(() => {})
-            throw signal.reason
+            throw abortReason(signal)
           }
           outcome = 'acquired'
           return lease
@@ -231,7 +231,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
       }
       const onAbort = () => {
         done()
-        reject(signal?.reason)
+        reject(signal && abortReason(signal))
       }
       setWake(check)
       if (signal?.aborted) return onAbort()

@@ -1,5 +1,6 @@
 // One RedLock: attempts on every node at once, renewal and release on every node (the algorithm in
 // docs/redlock.md; its arithmetic in quorum.ts).
+import { abortReason } from '../../core/abort.js'
 import { debuglog } from 'node:util'
 import { type QuorumTally, RedlockQuorumError, StoreUnavailableError } from '../../core/errors.js'
 import { emit } from '../../core/events.js'
@@ -102,7 +103,7 @@ export class RedlockClient implements LeaseContext {
 
   async acquire(options: AcquireOptions = {}): Promise<Lease> {
     const { signal } = options
-    if (signal?.aborted) throw signal.reason
+    if (signal?.aborted) throw abortReason(signal)
     const timeoutMs = options.timeoutMs ?? this.settings.acquireTimeoutMs
     const started = Date.now()
     let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
@@ -113,7 +114,7 @@ export class RedlockClient implements LeaseContext {
           if (signal?.aborted) {
             // The caller left while the attempt was in flight: give the lock straight back.
             await result.lease.release()
-            throw signal.reason
+            throw abortReason(signal)
           }
           outcome = 'acquired'
           return result.lease
@@ -128,7 +129,7 @@ export class RedlockClient implements LeaseContext {
         await sleep(Math.min(leftMs, Math.round(pause)), signal)
       }
     } catch (error) {
-      if (signal?.aborted && error === signal.reason) outcome = 'aborted'
+      if (signal?.aborted && error === abortReason(signal)) outcome = 'aborted'
       throw error
     } finally {
       emit('acquire', { name: this.name, kind: this.kind, waitedMs: Date.now() - started, outcome })
