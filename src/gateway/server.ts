@@ -58,7 +58,8 @@ const LOG_FLUSH_MS = 1000
 export function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Gateway {
   // The access log leaves in 16 KB batches, at most LOG_FLUSH_MS late (access-log.ts); every other
   // line is written at once, after the access lines before it. Still asynchronous: a stalled log
-  // reader never blocks requests. close() flushes; a crash loses at most the last batch.
+  // reader never blocks requests. close() and the process's exit (an uncaught exception too) flush; a
+  // SIGKILL loses at most the last batch.
   const destination = options.logger ? undefined : pino.destination({ dest: 2, sync: false })
   const accessLines = destination && new LineBuffer((text) => destination.write(text), LOG_BUFFER_BYTES)
   const flusher = accessLines && setInterval(() => accessLines.flush(), LOG_FLUSH_MS).unref()
