@@ -83,3 +83,9 @@ export function jainIndex(values: readonly number[]): number {
 export function minMax(values: readonly number[]): { min: number; max: number } {
   return { min: Math.min(...values), max: Math.max(...values) }
 }
+
+/** The middle value (the upper one of an even count), NaN for none: medians over bench rounds. */
+export function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN
+}

@@ -3,6 +3,7 @@
 import { execFile } from 'node:child_process'
 import { accessSync, constants } from 'node:fs'
 import path from 'node:path'
+import autocannon from 'autocannon'
 
 export interface WrkResult {
   requests: number
@@ -65,4 +66,35 @@ export function runWrk(url: string, seconds: number, connections: number, thread
       },
     )
   })
+}
+
+/** What one load round measured, from wrk or autocannon. */
+export interface LoadRound {
+  rps: number
+  p50: number
+  p99: number
+  requests: number
+  errors: number
+}
+
+/** One load round: wrk when installed, else autocannon (then latency has ms resolution). */
+export async function loadRound(url: string, seconds: number, connections: number): Promise<LoadRound> {
+  if (wrkAvailable()) {
+    const result = await runWrk(url, seconds, connections)
+    return {
+      rps: result.requestsPerSecond,
+      p50: result.p50Ms,
+      p99: result.p99Ms,
+      requests: result.requests,
+      errors: result.errors,
+    }
+  }
+  const result = await autocannon({ url, connections, duration: seconds })
+  return {
+    rps: result.requests.total / result.duration,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    requests: result.requests.total,
+    errors: result.non2xx + result.errors,
+  }
 }

@@ -14,7 +14,8 @@ import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { diffSnapshots, type ServerDelta, sumDeltas, topCommands } from '../lib/redis.js'
 import { fmtFixed, fmtInt, fmtMs } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
-import { runWrk, wrkAvailable } from '../lib/wrk.js'
+import { median } from '../lib/stats.js'
+import { type LoadRound, loadRound, wrkAvailable } from '../lib/wrk.js'
 
 const CONNECTIONS = 50
 const WARMUP_S = 2
@@ -37,46 +38,13 @@ interface Target {
   redis: boolean
 }
 
-interface Round {
-  rps: number
-  p50: number
-  p99: number
-  requests: number
-  errors: number
+interface Round extends LoadRound {
   cpuUs: number
   upstreamCpuUs: number
   server: ServerDelta
 }
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN
-}
-
-/** One load round: wrk when installed, else autocannon (then latency has ms resolution). */
-async function load(
-  url: string,
-  seconds: number,
-): Promise<Omit<Round, 'cpuUs' | 'upstreamCpuUs' | 'server'>> {
-  if (wrkAvailable()) {
-    const result = await runWrk(url, seconds, CONNECTIONS)
-    return {
-      rps: result.requestsPerSecond,
-      p50: result.p50Ms,
-      p99: result.p99Ms,
-      requests: result.requests,
-      errors: result.errors,
-    }
-  }
-  const result = await autocannon({ url, connections: CONNECTIONS, duration: seconds })
-  return {
-    rps: result.requests.total / result.duration,
-    p50: result.latency.p50,
-    p99: result.latency.p99,
-    requests: result.requests.total,
-    errors: result.non2xx + result.errors,
-  }
-}
+const load = (url: string, seconds: number) => loadRound(url, seconds, CONNECTIONS)
 
 /** Requests in flight at the demo upstream, not counting the asking request itself. */
 async function upstreamInFlight(upstream: string): Promise<number> {

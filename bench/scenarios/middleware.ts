@@ -6,33 +6,15 @@ import { treeCpuSeconds } from '../lib/cpu.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt, fmtMs } from '../lib/report.js'
 import type { Scenario, Table, Verdict } from '../lib/scenario.js'
-import { runWrk, wrkAvailable } from '../lib/wrk.js'
-import autocannon from 'autocannon'
+import { median } from '../lib/stats.js'
+import { loadRound, wrkAvailable } from '../lib/wrk.js'
 
 const CONNECTIONS = 50
 const WARMUP_S = 2
 const ROUNDS = 6
 const ROUND_S = 3
 
-const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.floor(sorted.length / 2)] ?? Number.NaN
-}
-
-async function load(url: string, seconds: number) {
-  if (wrkAvailable()) {
-    const r = await runWrk(url, seconds, CONNECTIONS)
-    return { rps: r.requestsPerSecond, p50: r.p50Ms, p99: r.p99Ms, requests: r.requests, errors: r.errors }
-  }
-  const r = await autocannon({ url, connections: CONNECTIONS, duration: seconds })
-  return {
-    rps: r.requests.total / r.duration,
-    p50: r.latency.p50,
-    p99: r.latency.p99,
-    requests: r.requests.total,
-    errors: r.non2xx + r.errors,
-  }
-}
+const load = (url: string, seconds: number) => loadRound(url, seconds, CONNECTIONS)
 
 export const middlewareThroughput: Scenario = {
   name: 'middleware',
