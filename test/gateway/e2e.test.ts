@@ -10,7 +10,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually, sleep } from '../helpers/contract.js'
-import { metric, runGateway, spawnGateway } from '../helpers/gateway.js'
+import { baseFlags, metric, redisUrl, runGateway, spawnGateway } from '../helpers/gateway.js'
 import { onProcessExit } from '../helpers/process-cleanup.js'
 import { topology, uniquePrefix } from '../helpers/redis.js'
 import { freePort, startRedisServer } from '../helpers/redis-server.js'
@@ -27,20 +27,8 @@ afterAll(async () => {
   await rm(dir, { recursive: true, force: true })
 })
 
-const redisUrl = ({ host, port }: { host: string; port: number }) => `redis://${host}:${port}`
 const standaloneFlags = () => ['--redis', redisUrl(topology().standalone)]
 const clusterFlags = () => ['--redis-cluster', topology().cluster.map(redisUrl).join(',')]
-/** Every gateway of a test on ports of its own, sharing a fresh key prefix. */
-const base = (upstream: string, prefix: string) => [
-  '--upstream',
-  upstream,
-  '--port',
-  '0',
-  '--admin-port',
-  '0',
-  '--prefix',
-  prefix,
-]
 
 async function writeConfig(name: string, text: string): Promise<string> {
   const file = path.join(dir, name)
@@ -67,7 +55,7 @@ describe.each([
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const flags = [
-      ...base(upstream.url, prefix),
+      ...baseFlags(upstream.url, prefix),
       ...redisFlags(),
       '--permits',
       '5',
@@ -97,7 +85,14 @@ describe('the gateway binary', () => {
   it('G2: gives the permits of a SIGKILLed replica to the others within TTL + tolerance', async () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
-    const flags = [...base(upstream.url, prefix), ...standaloneFlags(), '--permits', '2', '--ttl-ms', '1000']
+    const flags = [
+      ...baseFlags(upstream.url, prefix),
+      ...standaloneFlags(),
+      '--permits',
+      '2',
+      '--ttl-ms',
+      '1000',
+    ]
     const [doomed, survivor] = await Promise.all([
       spawnGateway([...flags, '--log-level', 'warn']),
       spawnGateway([...flags, '--max-wait-ms', '10000']),
@@ -124,7 +119,7 @@ describe('the gateway binary', () => {
 
   it('G3 G14: drains on SIGTERM: in-flight requests finish with 200, new connections are refused, exit 0', async () => {
     const upstream = await startUpstream()
-    const gateway = await spawnGateway([...base(upstream.url, 'drain'), '--permits', '5'])
+    const gateway = await spawnGateway([...baseFlags(upstream.url, 'drain'), '--permits', '5'])
     const inFlight = [
       fetch(`${gateway.url}/work?ms=700`),
       fetch(`${gateway.url}/work?ms=700`),
@@ -148,7 +143,7 @@ describe('the gateway binary', () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const gateway = await spawnGateway([
-      ...base(upstream.url, prefix),
+      ...baseFlags(upstream.url, prefix),
       ...standaloneFlags(),
       '--permits',
       '1',
@@ -257,7 +252,7 @@ routes:
     const redis = await startRedisServer()
     try {
       const upstream = await startUpstream()
-      const gateway = await spawnGateway([...base(upstream.url, 'ready'), '--redis', redis.url])
+      const gateway = await spawnGateway([...baseFlags(upstream.url, 'ready'), '--redis', redis.url])
       const readyz = async () => (await fetch(`${gateway.adminUrl}/readyz`)).status
       await eventually(async () => (await readyz()) === 200, 5000, 50) // connected
       expect((await fetch(`${gateway.adminUrl}/healthz`)).status).toBe(200)

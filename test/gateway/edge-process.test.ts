@@ -5,7 +5,7 @@ import { Redis } from 'ioredis'
 import { afterEach, describe, expect, it } from 'vitest'
 import { aclRule } from '../../src/gateway/redis.js'
 import { eventually, keysUnder, sleep } from '../helpers/contract.js'
-import { metric, runGateway, spawnGateway } from '../helpers/gateway.js'
+import { baseFlags, metric, redisUrl, runGateway, spawnGateway } from '../helpers/gateway.js'
 import { rawConnect } from '../helpers/raw-http.js'
 import { startRecorder } from '../helpers/recorder.js'
 import { connectStandalone, connectTo, topology, uniquePrefix } from '../helpers/redis.js'
@@ -16,23 +16,14 @@ afterEach(async () => {
   await Promise.all(privates.splice(0).map((server) => server.stop()))
 })
 
-const redisUrl = ({ host, port }: { host: string; port: number }) => `redis://${host}:${port}`
-
 describe('gateway process edge', () => {
   it('G14: SIGTERM gives open WebSockets the grace period, then leaves no key of its leases in Redis', async () => {
     const upstream = await startRecorder()
     const prefix = uniquePrefix().slice(0, -1)
     const gateway = await spawnGateway([
-      '--upstream',
-      upstream.url,
-      '--port',
-      '0',
-      '--admin-port',
-      '0',
+      ...baseFlags(upstream.url, prefix),
       '--redis',
       redisUrl(topology().standalone),
-      '--prefix',
-      prefix,
       '--permits',
       '10',
       '--shutdown-grace-ms',
@@ -64,16 +55,9 @@ describe('gateway process edge', () => {
       const server = await startRedisServer()
       privates.push(server)
       const gateway = await spawnGateway([
-        '--upstream',
-        upstream.url,
-        '--port',
-        '0',
-        '--admin-port',
-        '0',
+        ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
         '--redis',
         server.url,
-        '--prefix',
-        uniquePrefix().slice(0, -1),
         '--command-timeout-ms',
         '500',
         ...(failOpen ? ['--fail-open'] : []),
@@ -119,16 +103,9 @@ describe('gateway process edge', () => {
     // No channels (the Redis 7 default for new users): releases could not PUBLISH their hand-offs.
     await admin.call('ACL', 'SETUSER', 'nochan', 'on', '>pw', `~${prefix}:*`, 'resetchannels', '+@all')
     const refused = runGateway([
-      '--upstream',
-      upstream.url,
-      '--port',
-      '0',
-      '--admin-port',
-      '0',
+      ...baseFlags(upstream.url, prefix),
       '--redis',
       `redis://nochan:pw@127.0.0.1:${server.port}`,
-      '--prefix',
-      prefix,
     ])
     expect((await refused.exited).code).toBe(2)
     expect(refused.stderr()).toContain('ACL SETUSER')
@@ -146,16 +123,9 @@ describe('gateway process edge', () => {
       ...aclRule(prefix).split(' '),
     )
     const gateway = await spawnGateway([
-      '--upstream',
-      upstream.url,
-      '--port',
-      '0',
-      '--admin-port',
-      '0',
+      ...baseFlags(upstream.url, prefix),
       '--redis',
       `redis://gate:pw@127.0.0.1:${server.port}`,
-      '--prefix',
-      prefix,
       '--permits',
       '1',
       '--max-wait-ms',

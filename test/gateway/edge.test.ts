@@ -402,17 +402,10 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
 
     it('G3 G13: nginx: pipelined requests are served one at a time; a closed connection leaves no permit behind', async () => {
       const upstream = await startRecorder()
-      const { port } = await start(kind, {
-        defaults: { upstream: upstream.url },
-        routes: [
-          {
-            name: 'export',
-            match: { pathPrefix: '/export' },
-            concurrency: { per: 'route', permits: 1, maxWaitMs: 0 },
-          },
-          { name: 'rest', match: { pathPrefix: '/' }, concurrency: { per: 'route', permits: 100 } },
-        ],
-      })
+      const { port } = await start(
+        kind,
+        onePermit(upstream, { concurrency: { per: 'route', permits: 1, maxWaitMs: 0 } }),
+      )
       const pipelined = await rawConnect(port)
       pipelined.write(get('/drip?chunks=20') + get('/export/queued'))
       await pipelined.waitFor(/drip/)
@@ -426,17 +419,10 @@ for (const kind of ['memory', 'redis'] as Kind[]) {
 
     it('G13: Tomcat reads /public/..;/export and /;x/export as /export: so does the gateway', async () => {
       const upstream = await startRecorder()
-      const { port } = await start(kind, {
-        defaults: { upstream: upstream.url },
-        routes: [
-          {
-            name: 'export',
-            match: { pathPrefix: '/export' },
-            concurrency: { per: 'route', permits: 1, maxWaitMs: 0 },
-          },
-          { name: 'rest', match: { pathPrefix: '/' }, concurrency: { per: 'route', permits: 100 } },
-        ],
-      })
+      const { port } = await start(
+        kind,
+        onePermit(upstream, { concurrency: { per: 'route', permits: 1, maxWaitMs: 0 } }),
+      )
       const holder = await rawConnect(port)
       holder.write(get('/export/hold'))
       await sleep(100)

@@ -47,6 +47,21 @@ afterEach(async () => {
   )
 })
 
+/** `redis://host:port` of a test server. */
+export const redisUrl = ({ host, port }: { host: string; port: number }) => `redis://${host}:${port}`
+
+/** The flags every spawned gateway of a test starts with: ports of its own, a key prefix of its own. */
+export const baseFlags = (upstream: string, prefix: string) => [
+  '--upstream',
+  upstream,
+  '--port',
+  '0',
+  '--admin-port',
+  '0',
+  '--prefix',
+  prefix,
+]
+
 /** Start the bin and resolve once it listens; rejects (with its output) if it exits first. */
 export async function spawnGateway(args: string[]): Promise<GatewayProcess> {
   const run = runGateway(args)
