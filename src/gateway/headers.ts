@@ -6,8 +6,9 @@
 
 export const FENCING_HEADER = 'x-tollgate-fencing-token'
 
-/** Never forwarded upstream. `upgrade` is re-added by the WebSocket path itself. */
-const REQUEST_HOP = new Set([
+/** Hop-by-hop (RFC 9110 §7.6.1, and the older or HTTP/2-only ones): never relayed in either
+ * direction. `upgrade` is re-added by the WebSocket path itself. */
+const HOP_BY_HOP = [
   'connection',
   'keep-alive',
   'proxy-connection',
@@ -18,24 +19,18 @@ const REQUEST_HOP = new Set([
   'proxy-authorization',
   'proxy-authenticate',
   'http2-settings',
+]
+
+/** Never forwarded upstream. */
+const REQUEST_HOP = new Set([
+  ...HOP_BY_HOP,
   'expect', // answered by the gateway itself (100 Continue after admission)
   'host', // set from the canonical target
   'content-length', // set again from what the body is
 ])
 
 /** Never relayed to the client. */
-const RESPONSE_HOP = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'http2-settings',
-])
+const RESPONSE_HOP = new Set(HOP_BY_HOP)
 
 /** Dropped at the edge unless trustProxy: client-written claims about the client or the request. */
 const FORWARDING = [
