@@ -23,10 +23,11 @@ const PROCESS_IO: CliIo = {
 export async function startFromArgs(
   argv: readonly string[],
   io: CliIo = PROCESS_IO,
+  env: NodeJS.ProcessEnv = process.env,
 ): Promise<Gateway | number> {
   let config
   try {
-    const flags = parseFlags(argv)
+    const flags = parseFlags(argv, env)
     if (flags.help) {
       io.stdout(USAGE.trimEnd())
       return 0

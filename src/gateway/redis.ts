@@ -1,12 +1,15 @@
-// The gateway's store: in-memory, or Redis (standalone or Cluster) with the client built from the
+// The gateway's store: in-memory, or Redis (standalone, Sentinel or Cluster; TLS and a password from a
+// file as configured) with the client built from the
 // config, and a start-up check that the Redis user may do everything the scripts do.
+import type { ConnectionOptions } from 'node:tls'
 import { Cluster, Redis } from 'ioredis'
+import { defined } from '../core/options.js'
 import type { Logger as PinoLogger } from 'pino'
 import { keySpace } from '../core/keys.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { createRedisStore } from '../core/redis/store.js'
 import type { Store } from '../core/protocol/store.js'
-import type { GatewayConfig } from './config/index.js'
+import type { GatewayConfig, RedisTlsConfig } from './config/index.js'
 
 const REDIS_ERROR_LOG_WINDOW_MS = 10_000
 
@@ -20,9 +23,26 @@ export function openStore(
   // No ioredis auto-pipelining: the store already sends the acquires (and releases) of a turn as one
   // script call, and auto-pipelining's per-command bookkeeping then costs more than it saves
   // (npm run bench -- gateway, Redis vs in-memory req/s: 0.94-0.98 without, 0.82-0.83 with).
+  const common = { enableAutoPipelining: false, reconnectOnError: reconnectOnReadonly }
   let redis: Redis | Cluster
   if (storeConfig.kind === 'redis') {
-    redis = new Redis(storeConfig.url, { enableAutoPipelining: false })
+    const secure = new URL(storeConfig.url).protocol === 'rediss:'
+    redis = new Redis(storeConfig.url, {
+      ...common,
+      ...defined({ password: storeConfig.password, tls: tlsOptions(storeConfig.tls, secure) }),
+    })
+  } else if (storeConfig.kind === 'sentinel') {
+    const tls = tlsOptions(storeConfig.tls, false)
+    redis = new Redis({
+      ...common,
+      sentinels: storeConfig.sentinels.map(({ host, port }) => ({ host, port })),
+      name: storeConfig.name,
+      // Subscribe to +switch-master: move to the new master as soon as Sentinel names it, rather
+      // than when the old one fails a command.
+      failoverDetector: true,
+      ...defined({ password: storeConfig.password, tls, sentinelTLS: tls }),
+      enableTLSForSentinelMode: tls !== undefined,
+    })
   } else {
     const [first] = storeConfig.urls.map((url) => new URL(url))
     redis = new Cluster(
@@ -33,9 +53,11 @@ export function openStore(
       {
         enableAutoPipelining: false,
         redisOptions: {
+          reconnectOnError: reconnectOnReadonly,
           username: first?.username ? decodeURIComponent(first.username) : undefined,
-          password: first?.password ? decodeURIComponent(first.password) : undefined,
-          tls: first?.protocol === 'rediss:' ? {} : undefined,
+          password:
+            storeConfig.password ?? (first?.password ? decodeURIComponent(first.password) : undefined),
+          tls: tlsOptions(storeConfig.tls, first?.protocol === 'rediss:'),
         },
       },
     )
@@ -53,6 +75,18 @@ export function openStore(
     store: createRedisStore(redis, { prefix: config.prefix, commandTimeoutMs: config.commandTimeoutMs }),
     redis,
   }
+}
+
+/** A master that became a replica (a Sentinel failover) answers writes with READONLY: reconnect,
+ * which asks Sentinel for the new master, and resend the command (every script is idempotent, G12). */
+function reconnectOnReadonly(error: Error): 2 | false {
+  return error.message.startsWith('READONLY') ? 2 : false
+}
+
+/** ioredis/tls options: undefined for plain TCP; the PEM texts and server name for TLS. */
+function tlsOptions(tls: RedisTlsConfig | undefined, secureUrl: boolean): ConnectionOptions | undefined {
+  if (!tls && !secureUrl) return undefined
+  return defined({ ca: tls?.ca, cert: tls?.cert, key: tls?.key, servername: tls?.servername })
 }
 
 /** The Redis ACL rule the gateway needs, for a key prefix (docs/gateway.md, "Redis ACL"). */

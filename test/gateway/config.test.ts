@@ -124,7 +124,7 @@ describe('gateway flags', () => {
     [['--redis', 'http://x'], '--redis: expected a redis:// or rediss:// URL'],
     [
       ['--redis', 'redis://a', '--redis-cluster', 'redis://b'],
-      '--redis-cluster: give either --redis or --redis-cluster',
+      '--redis-cluster: give one of --redis, --redis-cluster, --redis-sentinel',
     ],
     [['--tenant-header', 'x y'], '--tenant-header: expected an HTTP header name'],
     [['--max-wait-ms', ''], '--max-wait-ms: expected an integer of milliseconds >= 0'],
@@ -294,7 +294,7 @@ describe('gateway config file', () => {
           upstream: 'http://u',
         }),
       ),
-    ).toBe('redis: give either redis.url or redis.cluster, not both')
+    ).toBe('redis: give one of redis.url, redis.cluster, redis.sentinel')
   })
 
   it('reports unreadable and unparsable files', async () => {

@@ -62,9 +62,15 @@ export const baseFlags = (upstream: string, prefix: string) => [
   prefix,
 ]
 
+export interface RunOptions {
+  /** Extra environment variables (TOLLGATE_*, ...), over the runner's own minus its TOLLGATE_*. */
+  env?: Record<string, string>
+  cwd?: string
+}
+
 /** Start the bin and resolve once it listens; rejects (with its output) if it exits first. */
-export async function spawnGateway(args: string[]): Promise<GatewayProcess> {
-  const run = runGateway(args)
+export async function spawnGateway(args: string[], options: RunOptions = {}): Promise<GatewayProcess> {
+  const run = runGateway(args, options)
   const deadline = Date.now() + START_TIMEOUT_MS
   for (;;) {
     const listening = /tollgate listening on (\S+)/.exec(run.stdout())?.[1]
@@ -81,9 +87,17 @@ export async function spawnGateway(args: string[]): Promise<GatewayProcess> {
 }
 
 /** Start the bin without waiting for anything (e.g. to watch it fail). */
-export function runGateway(args: string[]): Omit<GatewayProcess, 'url' | 'adminUrl'> {
+export function runGateway(
+  args: string[],
+  options: RunOptions = {},
+): Omit<GatewayProcess, 'url' | 'adminUrl'> {
+  // TOLLGATE_* of the test runner's own environment never leak into a spawned gateway.
+  const inherited = Object.fromEntries(
+    Object.entries(process.env).filter(([name]) => !name.startsWith('TOLLGATE_')),
+  )
   const child = spawn(process.execPath, ['--import', 'tsx', MAIN, ...args], {
-    cwd: ROOT,
+    cwd: options.cwd ?? ROOT,
+    env: { ...inherited, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   live.add(child)

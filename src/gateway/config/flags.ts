@@ -14,6 +14,10 @@ import {
   port,
   positiveInt,
   redisUrl,
+  sampleRate,
+  sentinelName,
+  filePath,
+  hostPort,
 } from './schema.js'
 import { GATEWAY_DEFAULTS, GatewayConfigError, type LogLevel, type Per } from './types.js'
 
@@ -29,9 +33,17 @@ export interface GatewayFlags {
   rwlock?: boolean
   redis?: string
   redisCluster?: string[]
+  redisSentinel?: { host: string; port: number }[]
+  redisSentinelName?: string
+  redisPasswordFile?: string
+  redisTlsCa?: string
+  redisTlsCert?: string
+  redisTlsKey?: string
+  redisTlsServername?: string
   prefix?: string
   adminPort?: number
   adminHost?: string
+  adminTokenFile?: string
   ttlMs?: number
   timeoutMs?: number
   sendTimeoutMs?: number
@@ -46,7 +58,13 @@ export interface GatewayFlags {
   failOpen?: boolean
   trustProxy?: boolean
   logLevel?: LogLevel
+  accessLogSample?: number
   config?: string
+  watchConfig?: boolean
+  /** Only from the environment (TOLLGATE_REDIS_PASSWORD): a secret never given as a flag. */
+  redisPassword?: string
+  /** Only from the environment (TOLLGATE_ADMIN_TOKEN). */
+  adminToken?: string
   help?: boolean
   version?: boolean
 }
@@ -63,9 +81,17 @@ const FLAG_OPTIONS = {
   rwlock: { type: 'boolean' },
   redis: { type: 'string' },
   'redis-cluster': { type: 'string' },
+  'redis-sentinel': { type: 'string' },
+  'redis-sentinel-name': { type: 'string' },
+  'redis-password-file': { type: 'string' },
+  'redis-tls-ca': { type: 'string' },
+  'redis-tls-cert': { type: 'string' },
+  'redis-tls-key': { type: 'string' },
+  'redis-tls-servername': { type: 'string' },
   prefix: { type: 'string' },
   'admin-port': { type: 'string' },
   'admin-host': { type: 'string' },
+  'admin-token-file': { type: 'string' },
   'ttl-ms': { type: 'string' },
   'timeout-ms': { type: 'string' },
   'send-timeout-ms': { type: 'string' },
@@ -80,10 +106,37 @@ const FLAG_OPTIONS = {
   'fail-open': { type: 'boolean' },
   'trust-proxy': { type: 'boolean' },
   'log-level': { type: 'string' },
+  'access-log-sample': { type: 'string' },
   config: { type: 'string' },
+  'watch-config': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
 } as const
+
+type FlagName = keyof typeof FLAG_OPTIONS
+/** Flags that only steer the command itself: no environment variable. */
+const NO_ENV: ReadonlySet<FlagName> = new Set(['help', 'version'])
+
+/** The environment variable of a flag: TOLLGATE_ and the flag in upper snake case (--redis is
+ * TOLLGATE_REDIS_URL, as operators spell it). */
+export function envName(flag: string): string {
+  return flag === 'redis' ? 'TOLLGATE_REDIS_URL' : `TOLLGATE_${flag.toUpperCase().replace(/-/g, '_')}`
+}
+
+function envListing(): string {
+  const names = (Object.keys(FLAG_OPTIONS) as FlagName[]).filter((f) => !NO_ENV.has(f)).map(envName)
+  const lines: string[] = []
+  let line = ''
+  for (const name of names) {
+    if (line && line.length + name.length > 96) {
+      lines.push(line)
+      line = ''
+    }
+    line += line ? ` ${name}` : name
+  }
+  if (line) lines.push(line)
+  return lines.join('\n  ')
+}
 
 export const USAGE = `Usage: tollgate --upstream <url> [options]
 
@@ -100,9 +153,18 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --rwlock                    GET/HEAD/OPTIONS share a read lock on the path, other methods write-lock it
   --redis <url>               share limits through Redis (default: in-memory, this process only)
   --redis-cluster <url,...>   share limits through a Redis Cluster (seed node URLs)
+  --redis-sentinel <host:port,...>  find the Redis master through these Sentinels
+  --redis-sentinel-name <name>  the master's name in Sentinel (default ${GATEWAY_DEFAULTS.sentinelName})
+  --redis-password-file <file>  the Redis password, read from a file (also TOLLGATE_REDIS_PASSWORD)
+  --redis-tls-ca <file>       TLS to Redis: trust this CA (PEM); any --redis-tls-* or rediss:// turns TLS on
+  --redis-tls-cert <file>     TLS client certificate (PEM), with --redis-tls-key
+  --redis-tls-key <file>      TLS client key (PEM)
+  --redis-tls-servername <name>  TLS server name to verify (default: the host connected to)
   --prefix <p>                Redis key prefix (default ${GATEWAY_DEFAULTS.prefix})
   --admin-port <n>            /metrics, /healthz, /readyz port (default ${GATEWAY_DEFAULTS.adminPort}; 0 = any free port)
   --admin-host <addr>         admin listen address (default ${GATEWAY_DEFAULTS.adminHost})
+  --admin-token-file <file>   bearer token for the admin /limits API (also TOLLGATE_ADMIN_TOKEN);
+                              required for it when --admin-host is not a loopback address
   --ttl-ms <n>                lease length; a dead replica's permits come back after it (default ${GATEWAY_DEFAULTS.ttlMs})
   --timeout-ms <n>            upstream silent this long -> 504 (default ${GATEWAY_DEFAULTS.upstreamTimeoutMs})
   --send-timeout-ms <n>       a client that reads nothing this long is cut (default ${GATEWAY_DEFAULTS.sendTimeoutMs})
@@ -117,33 +179,37 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --fail-open                 let requests through while Redis is unavailable (default: reject with 503)
   --trust-proxy               take the client address from X-Forwarded-For
   --log-level <level>         fatal|error|warn|info|debug|trace|silent (default ${GATEWAY_DEFAULTS.logLevel})
+  --access-log-sample <0..1>  share of successful (< 400) requests written to the access log (default 1)
   --config <file>             YAML or JSON config file (routes, per-tenant overrides, ...); flags win
+  --watch-config              reload the config file when it changes (SIGHUP always reloads it)
   -h, --help                  this text
   --version                   print the version
+
+Environment: every flag can be set as TOLLGATE_<FLAG>; flags win over the environment, the
+environment over the config file. Booleans take true/false/1/0.
+  ${envListing()}
+Secrets that never show in ps: TOLLGATE_REDIS_PASSWORD, TOLLGATE_ADMIN_TOKEN (or the *_FILE flags).
+
+Signals: SIGTERM/SIGINT drain and exit; SIGHUP reloads the config file (an invalid one is logged and
+the running config kept).
 
 Exit codes: 0 after a clean shutdown, 2 for bad flags or config, 1 for anything else.
 `
 
-function checkFlag<T>(flag: string, raw: string, value: unknown, schema: z.ZodType<T, unknown>): T {
+/** Where each given value came from, for error messages: `--max-wait-ms` or `TOLLGATE_MAX_WAIT_MS`. */
+type Sources = Partial<Record<string, string>>
+
+function checkFlag<T>(label: string, raw: string, value: unknown, schema: z.ZodType<T, unknown>): T {
   const result = schema.safeParse(value)
   if (result.success) return result.data
   throw new GatewayConfigError([
-    { path: `--${flag}`, message: `${result.error.issues[0]?.message} (got "${raw}")` },
+    { path: label, message: `${result.error.issues[0]?.message} (got "${raw}")` },
   ])
 }
-/** Plain decimal digits only: `1e3`, `0x10`, `+5` or ` 5` are not numbers of milliseconds or permits. */
-const numberFlag = <T>(flag: string, raw: string | undefined, schema: z.ZodType<T>): T | undefined =>
-  raw === undefined
-    ? undefined
-    : checkFlag(flag, raw, /^\d{1,16}$/.test(raw) ? Number(raw) : Number.NaN, schema)
-const stringFlag = <T>(
-  flag: string,
-  raw: string | undefined,
-  schema: z.ZodType<T, unknown>,
-): T | undefined => (raw === undefined ? undefined : checkFlag(flag, raw, raw, schema))
 
-/** Parse argv (without node and the script). Throws GatewayConfigError naming the flag. */
-export function parseFlags(argv: readonly string[]): GatewayFlags {
+/** Parse argv (without node and the script), then fill what argv lacks from `env` (TOLLGATE_*).
+ * Throws GatewayConfigError naming the flag or the variable. */
+export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {}): GatewayFlags {
   let parsed: ReturnType<typeof parseArgs<{ options: typeof FLAG_OPTIONS; strict: true }>>
   try {
     parsed = parseArgs({ args: [...argv], options: FLAG_OPTIONS, strict: true, allowPositionals: false })
@@ -160,59 +226,105 @@ export function parseFlags(argv: readonly string[]): GatewayFlags {
     const detail = /argument missing/.test(message) ? 'expected a value' : message
     throw new GatewayConfigError([{ path: flag ?? 'arguments', message: detail }])
   }
-  const v = parsed.values
+  const v = parsed.values as Record<string, string | boolean | undefined>
+  const sources: Sources = {}
+  for (const flag of Object.keys(FLAG_OPTIONS) as FlagName[]) {
+    if (v[flag] !== undefined || NO_ENV.has(flag)) continue
+    const name = envName(flag)
+    const raw = env[name]
+    if (raw === undefined || raw === '') continue
+    sources[flag] = name
+    if (FLAG_OPTIONS[flag].type === 'string') {
+      v[flag] = raw
+    } else if (/^(true|1)$/i.test(raw)) {
+      v[flag] = true
+    } else if (/^(false|0)$/i.test(raw)) {
+      v[flag] = false
+    } else {
+      throw new GatewayConfigError([{ path: name, message: `expected true or false (got "${raw}")` }])
+    }
+  }
+  const label = (flag: string) => sources[flag] ?? `--${flag}`
+  /** Plain decimal digits only: `1e3`, `0x10`, `+5` or ` 5` are not numbers of milliseconds or permits. */
+  const numberFlag = <T>(flag: FlagName, schema: z.ZodType<T>): T | undefined => {
+    const raw = v[flag] as string | undefined
+    if (raw === undefined) return undefined
+    return checkFlag(label(flag), raw, /^\d{1,16}$/.test(raw) ? Number(raw) : Number.NaN, schema)
+  }
+  const stringFlag = <T>(
+    flag: FlagName,
+    schema: z.ZodType<T, unknown>,
+    raw = v[flag] as string | undefined,
+  ) => (raw === undefined ? undefined : checkFlag(label(flag), raw, raw, schema))
+  const boolFlag = (flag: FlagName) => v[flag] as boolean | undefined
+  const fileFlag = (flag: FlagName) => stringFlag(flag, filePath)
   const flags: GatewayFlags = {
-    upstream: stringFlag('upstream', v.upstream, httpUrl),
-    port: numberFlag('port', v.port, port),
-    host: stringFlag('host', v.host, host),
-    permits: numberFlag('permits', v.permits, positiveInt(1_000_000)),
-    per: stringFlag('per', v.per, per),
-    tenantHeader: stringFlag('tenant-header', v['tenant-header'], headerName),
-    maxWaitMs: numberFlag('max-wait-ms', v['max-wait-ms'], ms(0)),
-    maxQueue: numberFlag('max-queue', v['max-queue'], positiveInt(1_000_000)),
-    rwlock: v.rwlock,
-    redis: stringFlag('redis', v.redis, redisUrl),
-    prefix: stringFlag('prefix', v.prefix, keyPrefix),
-    adminPort: numberFlag('admin-port', v['admin-port'], port),
-    adminHost: stringFlag('admin-host', v['admin-host'], host),
-    ttlMs: numberFlag('ttl-ms', v['ttl-ms'], ms()),
-    timeoutMs: numberFlag('timeout-ms', v['timeout-ms'], ms()),
-    sendTimeoutMs: numberFlag('send-timeout-ms', v['send-timeout-ms'], ms()),
-    clientBodyTimeoutMs: numberFlag('client-body-timeout-ms', v['client-body-timeout-ms'], ms()),
-    requestTimeoutMs: numberFlag('request-timeout-ms', v['request-timeout-ms'], ms()),
-    websocketIdleTimeoutMs: numberFlag('websocket-idle-timeout-ms', v['websocket-idle-timeout-ms'], ms()),
+    upstream: stringFlag('upstream', httpUrl),
+    port: numberFlag('port', port),
+    host: stringFlag('host', host),
+    permits: numberFlag('permits', positiveInt(1_000_000)),
+    per: stringFlag('per', per),
+    tenantHeader: stringFlag('tenant-header', headerName),
+    maxWaitMs: numberFlag('max-wait-ms', ms(0)),
+    maxQueue: numberFlag('max-queue', positiveInt(1_000_000)),
+    rwlock: boolFlag('rwlock'),
+    redis: stringFlag('redis', redisUrl),
+    redisSentinelName: stringFlag('redis-sentinel-name', sentinelName),
+    redisPasswordFile: fileFlag('redis-password-file'),
+    redisTlsCa: fileFlag('redis-tls-ca'),
+    redisTlsCert: fileFlag('redis-tls-cert'),
+    redisTlsKey: fileFlag('redis-tls-key'),
+    redisTlsServername: stringFlag('redis-tls-servername', host),
+    prefix: stringFlag('prefix', keyPrefix),
+    adminPort: numberFlag('admin-port', port),
+    adminHost: stringFlag('admin-host', host),
+    adminTokenFile: fileFlag('admin-token-file'),
+    ttlMs: numberFlag('ttl-ms', ms()),
+    timeoutMs: numberFlag('timeout-ms', ms()),
+    sendTimeoutMs: numberFlag('send-timeout-ms', ms()),
+    clientBodyTimeoutMs: numberFlag('client-body-timeout-ms', ms()),
+    requestTimeoutMs: numberFlag('request-timeout-ms', ms()),
+    websocketIdleTimeoutMs: numberFlag('websocket-idle-timeout-ms', ms()),
     requestBufferBytes: numberFlag(
       'request-buffer-bytes',
-      v['request-buffer-bytes'],
       intIn(0, 1_073_741_824, 'expected a number of bytes from 0 to 1073741824'),
     ),
-    commandTimeoutMs: numberFlag('command-timeout-ms', v['command-timeout-ms'], ms()),
+    commandTimeoutMs: numberFlag('command-timeout-ms', ms()),
     mergeSlashes: stringFlag(
       'merge-slashes',
-      v['merge-slashes'],
       z.enum(['on', 'off'], { error: 'expected on or off' }).transform((value) => value === 'on'),
     ),
     escapedSlashes: stringFlag(
       'escaped-slashes',
-      v['escaped-slashes'],
       z.enum(['reject', 'keep'], { error: 'expected reject or keep' }),
     ),
-    shutdownGraceMs: numberFlag('shutdown-grace-ms', v['shutdown-grace-ms'], ms(0)),
-    failOpen: v['fail-open'],
-    trustProxy: v['trust-proxy'],
-    logLevel: stringFlag('log-level', v['log-level'], logLevel),
-    config: v.config,
-    help: v.help,
-    version: v.version,
+    shutdownGraceMs: numberFlag('shutdown-grace-ms', ms(0)),
+    failOpen: boolFlag('fail-open'),
+    trustProxy: boolFlag('trust-proxy'),
+    logLevel: stringFlag('log-level', logLevel),
+    accessLogSample: stringFlag('access-log-sample', sampleRate),
+    config: fileFlag('config'),
+    watchConfig: boolFlag('watch-config'),
+    help: boolFlag('help'),
+    version: boolFlag('version'),
   }
-  if (v['redis-cluster'] !== undefined) {
-    const urls = v['redis-cluster'].split(',').map((url) => url.trim())
-    for (const url of urls) stringFlag('redis-cluster', url, redisUrl)
-    flags.redisCluster = urls
+  if (env.TOLLGATE_REDIS_PASSWORD) flags.redisPassword = env.TOLLGATE_REDIS_PASSWORD
+  if (env.TOLLGATE_ADMIN_TOKEN) flags.adminToken = env.TOLLGATE_ADMIN_TOKEN
+  const list = (flag: FlagName) => (v[flag] as string | undefined)?.split(',').map((item) => item.trim())
+  const cluster = list('redis-cluster')
+  if (cluster) {
+    for (const url of cluster) stringFlag('redis-cluster', redisUrl, url)
+    flags.redisCluster = cluster
   }
-  if (flags.redis !== undefined && flags.redisCluster !== undefined) {
+  const sentinels = list('redis-sentinel')
+  if (sentinels) flags.redisSentinel = sentinels.map((item) => stringFlag('redis-sentinel', hostPort, item)!)
+  const stores = (['redis', 'redis-cluster', 'redis-sentinel'] as const).filter((f) => v[f] !== undefined)
+  if (stores.length > 1) {
     throw new GatewayConfigError([
-      { path: '--redis-cluster', message: 'give either --redis or --redis-cluster' },
+      {
+        path: label(stores[1]!),
+        message: `give one of --redis, --redis-cluster, --redis-sentinel (also got ${label(stores[0]!)})`,
+      },
     ])
   }
   return flags

@@ -11,6 +11,8 @@ export {
   GatewayConfigError,
   type LogLevel,
   type Per,
+  type RedisAuth,
+  type RedisTlsConfig,
   type RouteConfig,
   type RwLockConfig,
   type StoreConfig,

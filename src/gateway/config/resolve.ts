@@ -1,5 +1,6 @@
 // File + flags + defaults -> the GatewayConfig the gateway runs on (flags win over the file, a route's
 // own fields over `defaults`), with the checks only the whole config can make.
+import { readFileSync } from 'node:fs'
 import { defined } from '../../core/options.js'
 import { normalizeHost } from '../target.js'
 import { readConfigFile } from './file.js'
@@ -12,6 +13,8 @@ import {
   GatewayConfigError,
   type RouteConfig,
   type RwLockConfig,
+  type RedisAuth,
+  type RedisTlsConfig,
   type StoreConfig,
   type TimeoutsConfig,
 } from './types.js'
@@ -40,13 +43,16 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
   const store = storeOf(file, flags, issues)
   const routes = routesOf(file, flags, inherited(file, flags), issues)
   if (issues.length > 0) throw new GatewayConfigError(issues)
+  const fileAdmin = file.admin || undefined
   const admin =
     file.admin === false && flags.adminPort === undefined
       ? undefined
       : {
-          host: flags.adminHost ?? (file.admin || undefined)?.host ?? d.adminHost,
-          port: flags.adminPort ?? (file.admin || undefined)?.port ?? d.adminPort,
+          host: flags.adminHost ?? fileAdmin?.host ?? d.adminHost,
+          port: flags.adminPort ?? fileAdmin?.port ?? d.adminPort,
+          token: adminToken(flags, fileAdmin?.tokenFile, issues),
         }
+  if (issues.length > 0) throw new GatewayConfigError(issues)
   return {
     host: flags.host ?? file.listen?.host ?? d.host,
     port: flags.port ?? file.listen?.port ?? d.port,
@@ -58,6 +64,7 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
     shutdownGraceMs: flags.shutdownGraceMs ?? file.shutdownGraceMs ?? d.shutdownGraceMs,
     logLevel: flags.logLevel ?? file.logLevel ?? d.logLevel,
     trustProxy: flags.trustProxy ?? file.trustProxy ?? d.trustProxy,
+    accessLogSample: flags.accessLogSample ?? file.accessLog?.sample ?? d.accessLogSample,
     paths: {
       mergeSlashes: flags.mergeSlashes ?? file.paths?.mergeSlashes ?? d.mergeSlashes,
       escapedSlashes: flags.escapedSlashes ?? file.paths?.escapedSlashes ?? d.escapedSlashes,
@@ -67,15 +74,101 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
 }
 
 function storeOf(file: GatewayFile, flags: GatewayFlags, issues: Issues): StoreConfig {
-  const clusterUrls = flags.redisCluster ?? (flags.redis === undefined ? file.redis?.cluster : undefined)
-  const url = flags.redis ?? (flags.redisCluster === undefined ? file.redis?.url : undefined)
-  if (url !== undefined && clusterUrls !== undefined) {
-    issues.push({ path: 'redis', message: 'give either redis.url or redis.cluster, not both' })
+  // Flags (or their TOLLGATE_* variables) name at most one kind; one given replaces the file's kind.
+  const flagged =
+    flags.redis !== undefined || flags.redisCluster !== undefined || flags.redisSentinel !== undefined
+  const redis = file.redis ?? {}
+  const url = flagged ? flags.redis : redis.url
+  const urls = flagged ? flags.redisCluster : redis.cluster
+  const sentinels = flagged ? flags.redisSentinel : redis.sentinel?.sentinels
+  const kinds = [url, urls, sentinels].filter((value) => value !== undefined).length
+  if (kinds > 1) {
+    issues.push({ path: 'redis', message: 'give one of redis.url, redis.cluster, redis.sentinel' })
     return { kind: 'memory' }
   }
-  if (url !== undefined) return { kind: 'redis', url }
-  if (clusterUrls !== undefined) return { kind: 'cluster', urls: clusterUrls }
-  return { kind: 'memory' }
+  if (kinds === 0) return { kind: 'memory' }
+  const auth = redisAuth(file, flags, issues)
+  if (url !== undefined) return { kind: 'redis', url, ...auth }
+  if (urls !== undefined) return { kind: 'cluster', urls, ...auth }
+  return {
+    kind: 'sentinel',
+    sentinels: sentinels!,
+    name: flags.redisSentinelName ?? redis.sentinel?.name ?? GATEWAY_DEFAULTS.sentinelName,
+    ...auth,
+  }
+}
+
+/** A secret or certificate read from a file; a trailing newline (as `echo` writes) is not part of a secret. */
+function readSecret(path: string, label: string, issues: Issues, trim: boolean): string | undefined {
+  try {
+    const text = readFileSync(path, 'utf8')
+    const value = trim ? text.replace(/\r?\n$/, '') : text
+    if (value === '') issues.push({ path: label, message: `${path} is empty` })
+    return value
+  } catch (error) {
+    issues.push({
+      path: label,
+      message: `cannot read ${path}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+    })
+    return undefined
+  }
+}
+
+/** Password: --redis-password-file (or TOLLGATE_REDIS_PASSWORD_FILE), TOLLGATE_REDIS_PASSWORD, then
+ * redis.passwordFile; each over one in the URL. TLS: the flags' files over the file's, field by field. */
+function redisAuth(file: GatewayFile, flags: GatewayFlags, issues: Issues): RedisAuth {
+  const redis = file.redis ?? {}
+  let password: string | undefined
+  if (flags.redisPasswordFile !== undefined)
+    password = readSecret(flags.redisPasswordFile, '--redis-password-file', issues, true)
+  else if (flags.redisPassword !== undefined) password = flags.redisPassword
+  else if (redis.passwordFile !== undefined)
+    password = readSecret(redis.passwordFile, 'redis.passwordFile', issues, true)
+  const t = redis.tls ?? {}
+  const pem = (flag: string | undefined, flagLabel: string, own: string | undefined, ownLabel: string) =>
+    flag !== undefined
+      ? readSecret(flag, flagLabel, issues, false)
+      : own !== undefined
+        ? readSecret(own, ownLabel, issues, false)
+        : undefined
+  const tls: RedisTlsConfig = {
+    ca: pem(flags.redisTlsCa, '--redis-tls-ca', t.ca, 'redis.tls.ca'),
+    cert: pem(flags.redisTlsCert, '--redis-tls-cert', t.cert, 'redis.tls.cert'),
+    key: pem(flags.redisTlsKey, '--redis-tls-key', t.key, 'redis.tls.key'),
+    servername: flags.redisTlsServername ?? t.servername,
+  }
+  if ((tls.cert === undefined) !== (tls.key === undefined) && issues.length === 0) {
+    issues.push({
+      path: tls.cert ? '--redis-tls-key' : '--redis-tls-cert',
+      message: 'a client certificate needs both cert and key',
+    })
+  }
+  const anyTls = Object.values(tls).some((value) => value !== undefined) || redis.tls !== undefined
+  return { password, tls: anyTls ? tls : undefined }
+}
+
+/** The admin API's bearer token: --admin-token-file (or TOLLGATE_ADMIN_TOKEN_FILE), TOLLGATE_ADMIN_TOKEN,
+ * then admin.tokenFile. At least 16 characters: it guards changing every replica's limits. */
+function adminToken(flags: GatewayFlags, tokenFile: string | undefined, issues: Issues): string | undefined {
+  let token: string | undefined
+  let label = 'TOLLGATE_ADMIN_TOKEN'
+  if (flags.adminTokenFile !== undefined) {
+    label = '--admin-token-file'
+    token = readSecret(flags.adminTokenFile, label, issues, true)
+  } else if (flags.adminToken !== undefined) {
+    token = flags.adminToken
+  } else if (tokenFile !== undefined) {
+    label = 'admin.tokenFile'
+    token = readSecret(tokenFile, label, issues, true)
+  }
+  if (token !== undefined && token !== '' && !/^[\x21-\x7e]{16,4096}$/.test(token)) {
+    issues.push({
+      path: label,
+      message: 'expected a token of 16 to 4096 printable characters without spaces',
+    })
+    return undefined
+  }
+  return token
 }
 
 const bufferOf = (value: { maxBytes: number } | false | undefined) =>

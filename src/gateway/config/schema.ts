@@ -54,6 +54,24 @@ const method = z
 export const keyPrefix = z
   .string({ error: 'expected a key prefix without braces or whitespace' })
   .regex(/^[^{}\s]{1,256}$/, { error: 'expected a key prefix without braces or whitespace' })
+export const sampleRate = z
+  .string()
+  .regex(/^(0(\.\d{1,6})?|1(\.0{1,6})?)$/, { error: 'expected a decimal from 0 to 1, e.g. 0.1' })
+  .transform(Number)
+export const sentinelName = z
+  .string({ error: 'expected a master name' })
+  .regex(/^[\w.:-]{1,128}$/, { error: 'expected a master name of letters, digits and . _ : -' })
+export const filePath = z.string({ error: 'expected a file path' }).min(1, { error: 'expected a file path' })
+/** `host:port` or `[v6]:port` (a Sentinel's address). */
+export const hostPort = z.string({ error: 'expected host:port' }).transform((value, ctx) => {
+  const found = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\s[\]]+)):(\d{1,5})$/.exec(value)
+  const portNumber = Number(found?.[3])
+  if (!found || portNumber < 1 || portNumber > 65_535) {
+    ctx.addIssue({ code: 'custom', message: 'expected host:port, e.g. 10.0.0.5:26379' })
+    return z.NEVER
+  }
+  return { host: (found[1] ?? found[2]) as string, port: portNumber }
+})
 export const per = z.enum(['global', 'route', 'tenant', 'ip'], {
   error: 'expected one of global, route, tenant, ip',
 })
@@ -123,15 +141,39 @@ const fileSchema = z.strictObject(
   {
     listen: z.strictObject({ host: host.optional(), port: port.optional() }).optional(),
     admin: orFalse(
-      z.strictObject({ host: host.optional(), port: port.optional() }),
+      z.strictObject({ host: host.optional(), port: port.optional(), tokenFile: filePath.optional() }),
       'an admin object',
     ).optional(),
     redis: z
       .strictObject({
         url: redisUrl.optional(),
         cluster: z.array(redisUrl, { error: 'expected a list of redis:// URLs' }).min(1).optional(),
+        sentinel: z
+          .strictObject({
+            sentinels: z.array(hostPort, { error: 'expected a list of host:port' }).min(1),
+            name: sentinelName.optional(),
+          })
+          .optional(),
+        passwordFile: filePath.optional(),
+        tls: z
+          .strictObject({
+            ca: filePath.optional(),
+            cert: filePath.optional(),
+            key: filePath.optional(),
+            servername: host.optional(),
+          })
+          .optional(),
         prefix: keyPrefix.optional(),
         commandTimeoutMs: ms().optional(),
+      })
+      .optional(),
+    accessLog: z
+      .strictObject({
+        sample: z
+          .number({ error: 'expected a number from 0 to 1' })
+          .min(0, { error: 'expected a number from 0 to 1' })
+          .max(1, { error: 'expected a number from 0 to 1' })
+          .optional(),
       })
       .optional(),
     ttlMs: ms().optional(),

@@ -65,14 +65,33 @@ export interface TimeoutsConfig {
   websocketIdleMs: number
 }
 
+/** TLS to Redis: PEM text (read from the files the config names), and the name to verify. */
+export interface RedisTlsConfig {
+  ca: string | undefined
+  cert: string | undefined
+  key: string | undefined
+  servername: string | undefined
+}
+
+/** How to reach Redis beyond its address: a password (from a file or the environment, so never in
+ * `ps`; it wins over one in the URL) and TLS (also on for rediss:// URLs). */
+export interface RedisAuth {
+  password: string | undefined
+  tls: RedisTlsConfig | undefined
+}
+
 export type StoreConfig =
-  { kind: 'memory' } | { kind: 'redis'; url: string } | { kind: 'cluster'; urls: readonly string[] }
+  | { kind: 'memory' }
+  | ({ kind: 'redis'; url: string } & RedisAuth)
+  | ({ kind: 'cluster'; urls: readonly string[] } & RedisAuth)
+  | ({ kind: 'sentinel'; sentinels: readonly { host: string; port: number }[]; name: string } & RedisAuth)
 
 export interface GatewayConfig {
   host: string
   port: number
-  /** The admin listener (/metrics, /healthz, /readyz); undefined = none. */
-  admin: { host: string; port: number } | undefined
+  /** The admin listener (/metrics, /healthz, /readyz, /limits); undefined = none. `token`: the bearer
+   * token the /limits API asks for (required for it when `host` is not a loopback address). */
+  admin: { host: string; port: number; token: string | undefined } | undefined
   store: StoreConfig
   /** Prefix of every Redis key. */
   prefix: string
@@ -84,6 +103,8 @@ export interface GatewayConfig {
   trustProxy: boolean
   /** How request paths are made canonical before routing (docs/gateway.md, "Paths"). */
   paths: PathOptions
+  /** Share of successful (status < 400) requests written to the access log; the others always are. */
+  accessLogSample: number
   /** Matched in order: the first route that matches a request serves it. */
   routes: readonly RouteConfig[]
 }
@@ -95,6 +116,8 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   adminHost: '127.0.0.1',
   adminPort: 9090,
   prefix: 'tollgate',
+  sentinelName: 'mymaster',
+  accessLogSample: 1,
   commandTimeoutMs: 2000,
   ttlMs: 30_000,
   shutdownGraceMs: 10_000,
