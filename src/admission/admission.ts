@@ -4,6 +4,7 @@
 import type { AbortSignalLike } from '../core/abort.js'
 import type { Lease } from '../core/client/lease.js'
 import { AcquireTimeoutError } from '../core/errors.js'
+import type { Semaphore } from '../primitives/semaphore.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
 
 export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
@@ -61,6 +62,8 @@ export class Admission<Req> {
   private readonly waiting = new Map<string, number>()
   /** Whether the store is known down (shared by every admission on the store). */
   readonly health: StoreHealth
+  /** The semaphore of a bucket (for a semaphore admission): what an admin API reads and sets. */
+  semaphoreOf: ((key: string) => Semaphore) | undefined = undefined
 
   constructor(
     readonly config: ResolvedConfig<Req>,

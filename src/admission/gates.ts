@@ -78,7 +78,7 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
     })
   })
-  return new Admission(config, (req) => {
+  const admission = new Admission(config, (req: Req) => {
     if (!keyFn) return { key: GLOBAL_KEY, gate: gates.get(GLOBAL_KEY), keyed: false }
     let key: string
     try {
@@ -89,6 +89,8 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
     }
     return { key, gate: gates.get(key), keyed: true }
   })
+  admission.semaphoreOf = (key) => gates.get(key)
+  return admission
 }
 
 /** How an adapter reads the method and path of its request type. */

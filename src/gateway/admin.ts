@@ -1,34 +1,271 @@
-// The admin listener: /metrics (Prometheus), /healthz, /readyz. Loopback by default; nothing on it
-// changes state.
+// The admin listener: /metrics (Prometheus), /healthz, /readyz, and /limits, the API that reads every
+// route's limits, holders and queue and sets a route's or a bucket's limit for every replica sharing
+// the store (Semaphore.setPermits). Loopback by default; bound anywhere else, /limits answers only
+// with the bearer token (docs/gateway.md, "Admin API").
+import { createHash, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { Logger as PinoLogger } from 'pino'
+import { GLOBAL_KEY, normalizeKey } from '../admission/keys.js'
+import type { GatewayConfig } from './config/index.js'
 import type { GatewayMetrics } from './metrics.js'
+import type { LiveRoute } from './routes.js'
 
-export function createAdminServer(
-  metrics: GatewayMetrics,
-  ready: () => Promise<boolean>,
-  logger: PinoLogger,
-): http.Server {
+/** What the admin listener reads from the running gateway (the config and routes change on reload). */
+export interface AdminView {
+  readonly metrics: GatewayMetrics
+  readonly logger: PinoLogger
+  config(): GatewayConfig
+  routes(): readonly LiveRoute[]
+  ready(): Promise<boolean>
+}
+
+const MAX_BODY_BYTES = 1024
+const MAX_PERMITS = 1_000_000
+
+/** A bucket as /limits shows it: permits from the config, the run-time override every replica obeys
+ * (null: none), what applies, and the store's live holders and queue (fleet-wide). */
+interface BucketState {
+  bucket: string | null
+  configured: number
+  override: number | null
+  effective: number
+  holders: number
+  queued: number
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message)
+  }
+}
+
+export function createAdminServer(view: AdminView): http.Server {
+  /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
+  const setHere = new Map<string, Set<string>>()
+
   return http.createServer((req, res) => {
     route(req, res).catch((error: unknown) => {
-      logger.error({ err: error }, 'admin request failed')
-      if (!res.headersSent) text(res, 500, 'error\n')
+      if (error instanceof HttpError) return json(res, error.status, { error: error.message }, error.headers)
+      view.logger.error({ err: error }, 'admin request failed')
+      if (!res.headersSent) json(res, 500, { error: 'internal error' })
+      else res.destroy()
     })
   })
 
   async function route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const path = (req.url ?? '/').split('?')[0]
-    if (req.method !== 'GET' && req.method !== 'HEAD') return text(res, 405, 'method not allowed\n')
+    const path = (req.url ?? '/').split('?')[0] as string
+    if (path === '/limits' || path.startsWith('/limits/')) return limits(req, res, path)
+    if (req.method !== 'GET' && req.method !== 'HEAD')
+      throw new HttpError(405, 'method not allowed', { allow: 'GET, HEAD' })
     if (path === '/metrics') {
-      const body = await metrics.registry.metrics()
-      res.writeHead(200, { 'content-type': metrics.registry.contentType })
+      const body = await view.metrics.registry.metrics()
+      res.writeHead(200, { 'content-type': view.metrics.registry.contentType })
       res.end(body)
       return
     }
     if (path === '/healthz') return text(res, 200, 'ok\n')
-    if (path === '/readyz') return (await ready()) ? text(res, 200, 'ready\n') : text(res, 503, 'not ready\n')
+    if (path === '/readyz')
+      return (await view.ready()) ? text(res, 200, 'ready\n') : text(res, 503, 'not ready\n')
     text(res, 404, 'not found\n')
   }
+
+  async function limits(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
+    authorize(req)
+    // /limits, /limits/<route>, /limits/<route>/buckets/<bucket> (each part percent-encoded)
+    const parts = path.split('/').slice(2).map(decodePart)
+    const method = req.method ?? 'GET'
+    if (parts.length === 0) {
+      if (method !== 'GET' && method !== 'HEAD')
+        throw new HttpError(405, 'method not allowed', { allow: 'GET, HEAD' })
+      const routes = await Promise.all(view.routes().map((live) => describeRoute(live)))
+      return json(res, 200, { routes })
+    }
+    const live = view.routes().find((r) => r.config.name === parts[0])
+    if (!live) throw new HttpError(404, `no route named ${JSON.stringify(parts[0])}`)
+    const concurrency = live.config.concurrency
+    const admission = live.concurrency
+    if (!concurrency || !admission?.semaphoreOf)
+      throw new HttpError(409, `route ${JSON.stringify(live.config.name)} has no concurrency limit`)
+    const perBucket = concurrency.per === 'tenant' || concurrency.per === 'ip'
+    let key: string
+    if (parts.length === 1) {
+      if (perBucket && method !== 'GET' && method !== 'HEAD') {
+        throw new HttpError(
+          409,
+          `route ${JSON.stringify(live.config.name)} has one bucket per ${concurrency.per}: set one with /limits/${encodeURIComponent(live.config.name)}/buckets/<${concurrency.per}>, or its default in the config (then reload)`,
+        )
+      }
+      if (perBucket) return json(res, 200, await describeRoute(live))
+      key = GLOBAL_KEY
+    } else if (parts.length === 3 && parts[1] === 'buckets') {
+      if (!perBucket) {
+        throw new HttpError(
+          409,
+          `route ${JSON.stringify(live.config.name)} is per: ${concurrency.per} (one bucket): use /limits/${encodeURIComponent(live.config.name)}`,
+        )
+      }
+      key = normalizeKey(parts[2])
+    } else {
+      throw new HttpError(404, 'not found: /limits, /limits/<route> or /limits/<route>/buckets/<bucket>')
+    }
+    const semaphore = admission.semaphoreOf(key)
+    const bucketLabel = key === GLOBAL_KEY ? null : key
+    if (method === 'GET' || method === 'HEAD') return json(res, 200, await bucketState(live, bucketLabel))
+    if (method === 'PUT') {
+      const permits = await readPermits(req)
+      await semaphore.setPermits(permits)
+      if (bucketLabel !== null) rememberSet(live.config.name, bucketLabel)
+      view.logger.info(
+        { route: live.config.name, bucket: bucketLabel, permits, client: req.socket.remoteAddress },
+        'admin: limit set',
+      )
+      return json(res, 200, await bucketState(live, bucketLabel))
+    }
+    if (method === 'DELETE') {
+      await semaphore.resetPermits()
+      if (bucketLabel !== null) setHere.get(live.config.name)?.delete(bucketLabel)
+      view.logger.info(
+        { route: live.config.name, bucket: bucketLabel, client: req.socket.remoteAddress },
+        'admin: limit override dropped',
+      )
+      return json(res, 200, await bucketState(live, bucketLabel))
+    }
+    throw new HttpError(405, 'method not allowed', { allow: 'GET, HEAD, PUT, DELETE' })
+  }
+
+  function rememberSet(routeName: string, bucket: string): void {
+    let buckets = setHere.get(routeName)
+    if (!buckets) setHere.set(routeName, (buckets = new Set()))
+    if (buckets.size < 1000) buckets.add(bucket)
+  }
+
+  async function describeRoute(live: LiveRoute) {
+    const concurrency = live.config.concurrency
+    if (!concurrency || !live.concurrency) return { route: live.config.name, limited: false }
+    const perBucket = concurrency.per === 'tenant' || concurrency.per === 'ip'
+    const keys = perBucket
+      ? [...new Set([...Object.keys(concurrency.overrides), ...(setHere.get(live.config.name) ?? [])])]
+      : [null]
+    return {
+      route: live.config.name,
+      limited: true,
+      per: concurrency.per,
+      permits: concurrency.permits,
+      buckets: await Promise.all(keys.map((key) => bucketState(live, key))),
+    }
+  }
+
+  async function bucketState(live: LiveRoute, bucket: string | null): Promise<BucketState> {
+    const concurrency = live.config.concurrency!
+    const semaphore = live.concurrency!.semaphoreOf!(bucket ?? GLOBAL_KEY)
+    const configured =
+      bucket !== null && Object.hasOwn(concurrency.overrides, bucket)
+        ? (concurrency.overrides[bucket] as number)
+        : concurrency.permits
+    let stats
+    try {
+      stats = await semaphore.stats()
+    } catch (error) {
+      throw new HttpError(503, `the store did not answer: ${(error as Error).message}`)
+    }
+    return {
+      bucket,
+      configured,
+      override: stats.limit ?? null,
+      effective: stats.limit ?? configured,
+      holders: stats.holders,
+      queued: stats.queued,
+    }
+  }
+
+  /** /limits answers only with the token; with none configured, only on a loopback listener. */
+  function authorize(req: http.IncomingMessage): void {
+    const admin = view.config().admin
+    const token = admin?.token
+    if (token === undefined) {
+      if (admin && !isLoopback(admin.host)) {
+        throw new HttpError(
+          403,
+          'the admin listener is not on loopback: the /limits API needs a token (--admin-token-file or TOLLGATE_ADMIN_TOKEN)',
+        )
+      }
+      return
+    }
+    const given = /^Bearer (\S+)$/i.exec(req.headers.authorization ?? '')?.[1]
+    if (given === undefined || !sameSecret(given, token)) {
+      throw new HttpError(401, 'a valid bearer token is required', {
+        'www-authenticate': 'Bearer realm="tollgate-admin"',
+      })
+    }
+  }
+}
+
+/** Compared as digests, in constant time: neither the length nor a prefix of the token leaks. */
+function sameSecret(given: string, token: string): boolean {
+  const digest = (value: string) => createHash('sha256').update(value, 'utf8').digest()
+  return timingSafeEqual(digest(given), digest(token))
+}
+
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase()
+  return h === 'localhost' || h === '::1' || /^(::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)
+}
+
+function decodePart(part: string): string {
+  try {
+    return decodeURIComponent(part)
+  } catch {
+    throw new HttpError(400, 'bad percent-encoding in the path')
+  }
+}
+
+/** The body of a PUT: exactly {"permits": <integer from 1 to 1000000>}, at most 1 KB of JSON. */
+async function readPermits(req: http.IncomingMessage): Promise<number> {
+  const type = req.headers['content-type'] ?? ''
+  if (!/^application\/json\s*(;|$)/i.test(type))
+    throw new HttpError(415, 'expected Content-Type: application/json')
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.length
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, `expected a body of at most ${MAX_BODY_BYTES} bytes`)
+    chunks.push(chunk)
+  }
+  let body: unknown
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+  } catch {
+    throw new HttpError(400, 'expected a JSON body: {"permits": <n>}')
+  }
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new HttpError(400, 'expected a JSON object: {"permits": <n>}')
+  const unknown = Object.keys(body).filter((key) => key !== 'permits')
+  if (unknown.length > 0) throw new HttpError(400, `${unknown[0]}: unknown field`)
+  const permits = (body as { permits?: unknown }).permits
+  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS)
+    throw new HttpError(400, `permits: expected an integer from 1 to ${MAX_PERMITS}`)
+  return permits
+}
+
+function json(
+  res: http.ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  if (res.headersSent) return void res.destroy()
+  const text = `${JSON.stringify(body, null, 2)}\n`
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+    ...headers,
+  })
+  res.end(text)
 }
 
 function text(res: http.ServerResponse, status: number, body: string): void {

@@ -2,7 +2,8 @@
 // graceful shutdown on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 2 bad flags or config, 1 other.
 import { readFileSync } from 'node:fs'
 import { ConfigError } from '../core/errors.js'
-import { loadConfig, parseFlags, USAGE } from './config/index.js'
+import { watchFile, unwatchFile, type Stats } from 'node:fs'
+import { type GatewayConfigError, type GatewayFlags, loadConfig, parseFlags, USAGE } from './config/index.js'
 import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'
 
@@ -26,8 +27,9 @@ export async function startFromArgs(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<Gateway | number> {
   let config
+  let flags: GatewayFlags
   try {
-    const flags = parseFlags(argv, env)
+    flags = parseFlags(argv, env)
     if (flags.help) {
       io.stdout(USAGE.trimEnd())
       return 0
@@ -57,6 +59,8 @@ export async function startFromArgs(
     throw error
   }
   const { url, adminUrl } = urls
+  if (flags.watchConfig && flags.config !== undefined)
+    watchConfig(flags.config, () => reloadGateway(gateway, argv, env))
   gateway.logger.info(
     { url, adminUrl, store: config.store.kind, routes: config.routes.map((route) => route.name) },
     'tollgate ready',
@@ -81,6 +85,12 @@ export async function runCli(argv: readonly string[]): Promise<void> {
   }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
+  // nginx's `kill -HUP`: reload the config. Before the gateway runs there is nothing to reload (and
+  // the default action, exiting, must not happen either).
+  const hup = () => {
+    if (state.gateway && !state.signalled) void reloadGateway(state.gateway, argv, process.env)
+  }
+  process.on('SIGHUP', hup)
   let started: Gateway | number
   try {
     started = await startFromArgs(argv)
@@ -91,11 +101,78 @@ export async function runCli(argv: readonly string[]): Promise<void> {
   if (typeof started === 'number') {
     process.off('SIGTERM', stop)
     process.off('SIGINT', stop)
+    process.off('SIGHUP', hup)
     process.exitCode = started
     return
   }
   state.gateway = started
   if (state.signalled) shutdown(started, state.signalled)
+}
+
+let reloading: Promise<void> | undefined
+let reloadAgain = false
+
+/**
+ * Read flags, environment and config file again, validate them whole, and swap the result in. An
+ * invalid config is logged (every field path) and counted, and the running one stays. Reloads never
+ * overlap: one asked for during another runs after it.
+ */
+export function reloadGateway(
+  gateway: Gateway,
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv,
+): Promise<void> {
+  if (reloading) {
+    reloadAgain = true
+    return reloading
+  }
+  reloading = (async () => {
+    do {
+      reloadAgain = false
+      const { metrics, logger } = gateway
+      try {
+        const next = await loadConfig(parseFlags(argv, env))
+        const { kept } = gateway.reload(next)
+        metrics.reloads.inc({ result: 'success' })
+        metrics.reloadSuccessful.set(1)
+        metrics.reloadTimestamp.set(Math.floor(Date.now() / 1000))
+        if (kept.length > 0)
+          logger.warn(
+            { kept },
+            'config reloaded; these sections changed but need a restart, kept as they were',
+          )
+        logger.info({ routes: next.routes.map((route) => route.name) }, 'config reloaded')
+      } catch (error) {
+        metrics.reloads.inc({ result: 'failure' })
+        metrics.reloadSuccessful.set(0)
+        if (!(error instanceof ConfigError)) {
+          logger.error({ err: error }, 'config reload failed; the running config stays')
+          continue
+        }
+        const issues = (error as GatewayConfigError).issues ?? [
+          { path: error.option, message: error.message },
+        ]
+        logger.error(
+          { issues },
+          `config reload failed; the running config stays: ${error.message.split('\n')[0]}`,
+        )
+      }
+    } while (reloadAgain)
+  })().finally(() => {
+    reloading = undefined
+  })
+  return reloading
+}
+
+/** --watch-config: poll the file (a stat every 500 ms: sees in-place writes, renames over it and the
+ * symlink swaps of a Kubernetes ConfigMap alike) and reload when it changed. */
+function watchConfig(path: string, reload: () => Promise<void>): void {
+  const changed = (now: Stats, before: Stats) => {
+    if (now.mtimeMs === before.mtimeMs && now.size === before.size && now.ino === before.ino) return
+    void reload()
+  }
+  watchFile(path, { interval: 500, persistent: false }, changed)
+  process.once('exit', () => unwatchFile(path, changed))
 }
 
 function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {

@@ -8,8 +8,9 @@ import type { Proxy } from './proxy.js'
 import type { LiveRoute } from './routes.js'
 
 export interface GatewayContext {
-  readonly config: GatewayConfig
-  readonly routes: readonly LiveRoute[]
+  /** Swapped whole on reload: read it once per request and keep what was read. */
+  config: GatewayConfig
+  routes: readonly LiveRoute[]
   readonly metrics: GatewayMetrics
   readonly proxy: Proxy
   readonly logger: PinoLogger

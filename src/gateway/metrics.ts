@@ -24,13 +24,45 @@ export interface GatewayMetrics {
   readonly responses: Counter<'route' | 'class'>
   /** Requests the gateway answered by itself before or instead of forwarding (400, 404, 408, 413). */
   readonly refused: Counter<'reason'>
+  /** Permits per bucket of each route, as configured (or as set through the admin API). */
+  readonly limit: Gauge<'route'>
+  /** Seconds from a request's arrival to the close of its response. */
+  readonly requestSeconds: Histogram<'route'>
+  /** Seconds from forwarding a request to the upstream's response headers. */
+  readonly upstreamSeconds: Histogram<'route'>
+  /** Seconds a Redis call of the store took, by call (permits.acquire, permits.release, ...). */
+  readonly redisSeconds: Histogram<'call'>
+  /** Config reloads (SIGHUP, --watch-config), by result (success, failure). */
+  readonly reloads: Counter<'result'>
+  /** 1 if the last reload succeeded (or none was tried), 0 if it failed. */
+  readonly reloadSuccessful: Gauge
+  /** When the running config was loaded, in Unix seconds. */
+  readonly reloadTimestamp: Gauge
+  /** The two per-request histograms of a route, bound to its label (no label lookup per request). */
+  route(name: string): RouteMetrics
+  /** Start the series of routes that came with a reload at 0. */
+  addRoutes(routes: readonly string[]): void
 }
 
-/** `queuedOf(route)`: requests of the route waiting in the store's queue right now (read at scrape time). */
+export interface RouteMetrics {
+  requestSeconds: { observe(value: number): void }
+  upstreamSeconds: { observe(value: number): void }
+}
+
+const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+
+/** `queuedOf(route)`: requests of the route waiting in the store's queue right now, and `storeUp()`
+ * whether the store answers (both read at scrape time). */
 export function createMetrics(
-  routes: readonly string[],
-  options: { processMetrics?: boolean; queuedOf?: (route: string) => number } = {},
+  initialRoutes: readonly string[],
+  options: {
+    processMetrics?: boolean
+    queuedOf?: (route: string) => number
+    storeUp?: () => boolean
+    limits?: () => Promise<{ route: string; permits: number }[]>
+  } = {},
 ): GatewayMetrics {
+  const routes = [...initialRoutes]
   const registry = new Registry()
   if (options.processMetrics ?? true) collectDefaultMetrics({ register: registry })
   const registers = [registry]
@@ -107,21 +139,101 @@ export function createMetrics(
       labelNames: ['reason'],
       registers,
     }),
+    limit: new Gauge({
+      name: 'tollgate_limit_permits',
+      help: 'Permits per bucket of the route: requests it lets be in flight at once (per tenant or address for per: tenant/ip)',
+      labelNames: ['route'],
+      registers,
+      async collect() {
+        if (!options.limits) return
+        this.reset()
+        for (const { route, permits } of await options.limits()) this.set({ route }, permits)
+      },
+    }),
+    requestSeconds: new Histogram({
+      name: 'tollgate_request_duration_seconds',
+      help: 'Time from a request arriving to its response closing, waiting for a permit included',
+      labelNames: ['route'],
+      buckets: DURATION_BUCKETS,
+      registers,
+    }),
+    upstreamSeconds: new Histogram({
+      name: 'tollgate_upstream_duration_seconds',
+      help: "Time from forwarding a request to the upstream's response headers",
+      labelNames: ['route'],
+      buckets: DURATION_BUCKETS,
+      registers,
+    }),
+    redisSeconds: new Histogram({
+      name: 'tollgate_redis_call_duration_seconds',
+      help: 'Time a Redis call of the store took, by call',
+      labelNames: ['call'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    }),
+    reloads: new Counter({
+      name: 'tollgate_config_reloads_total',
+      help: 'Config reloads (SIGHUP or --watch-config), by result: success, failure (the old config kept)',
+      labelNames: ['result'],
+      registers,
+    }),
+    reloadSuccessful: new Gauge({
+      name: 'tollgate_config_last_reload_successful',
+      help: 'Whether the last config reload succeeded (1) or failed and the old config runs on (0)',
+      registers,
+    }),
+    reloadTimestamp: new Gauge({
+      name: 'tollgate_config_last_reload_success_timestamp_seconds',
+      help: 'When the running config was loaded, in Unix seconds',
+      registers,
+    }),
+    route(name) {
+      let bound = boundRoutes.get(name)
+      if (!bound) {
+        bound = {
+          requestSeconds: metrics.requestSeconds.labels(name),
+          upstreamSeconds: metrics.upstreamSeconds.labels(name),
+        }
+        boundRoutes.set(name, bound)
+      }
+      return bound
+    },
+    addRoutes(names) {
+      for (const name of names) if (!routes.includes(name)) routes.push(name)
+      start(names)
+    },
   }
-  // Known series start at 0, so a dashboard sees them before the first event.
-  const reasons: RejectReason[] = ['timeout', 'queue_full', 'store_unavailable']
-  const kinds: UpstreamErrorKind[] = ['refused', 'unresolved', 'timeout', 'reset', 'other']
-  for (const route of routes) {
-    metrics.inFlight.set({ route }, 0)
-    metrics.queued.set({ route }, 0)
-    metrics.admitted.inc({ route }, 0)
-    for (const reason of reasons) metrics.rejected.inc({ route, reason }, 0)
-    metrics.failedOpen.inc({ route }, 0)
-    metrics.leaseLost.inc({ route }, 0)
-    metrics.storeErrors.inc({ route }, 0)
-    for (const kind of kinds) metrics.upstreamErrors.inc({ route, kind }, 0)
-  }
+  const boundRoutes = new Map<string, RouteMetrics>()
+  new Gauge({
+    name: 'tollgate_store_up',
+    help: 'Whether the store (Redis) answers: 1, or 0 while it is known down',
+    registers,
+    collect() {
+      this.set(options.storeUp ? (options.storeUp() ? 1 : 0) : 1)
+    },
+  })
+  metrics.reloads.inc({ result: 'success' }, 0)
+  metrics.reloads.inc({ result: 'failure' }, 0)
+  metrics.reloadSuccessful.set(1)
+  metrics.reloadTimestamp.set(Math.floor(Date.now() / 1000))
+  start(routes)
   return metrics
+
+  function start(names: readonly string[]): void {
+    // Known series start at 0, so a dashboard sees them before the first event.
+    const reasons: RejectReason[] = ['timeout', 'queue_full', 'store_unavailable']
+    const kinds: UpstreamErrorKind[] = ['refused', 'unresolved', 'timeout', 'reset', 'other']
+    for (const route of names) {
+      metrics.inFlight.set({ route }, 0)
+      metrics.queued.set({ route }, 0)
+      metrics.admitted.inc({ route }, 0)
+      for (const reason of reasons) metrics.rejected.inc({ route, reason }, 0)
+      metrics.failedOpen.inc({ route }, 0)
+      metrics.leaseLost.inc({ route }, 0)
+      metrics.storeErrors.inc({ route }, 0)
+      for (const kind of kinds) metrics.upstreamErrors.inc({ route, kind }, 0)
+    }
+  }
 }
 
 export function statusClass(status: number): string {

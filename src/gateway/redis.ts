@@ -5,6 +5,7 @@ import type { ConnectionOptions } from 'node:tls'
 import { Cluster, Redis } from 'ioredis'
 import { defined } from '../core/options.js'
 import type { Logger as PinoLogger } from 'pino'
+import type { Histogram } from 'prom-client'
 import { keySpace } from '../core/keys.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { createRedisStore } from '../core/redis/store.js'
@@ -168,5 +169,45 @@ export async function checkRedisAccess(
       )
     }
     logger.warn({ err: error }, 'could not check the Redis user: Redis did not answer; starting anyway')
+  }
+}
+
+/**
+ * The store with every Redis call of its two families timed (tollgate_redis_call_duration_seconds):
+ * from the call to its reply, batching with the calls of the same turn included, as the request
+ * waiting on it sees it.
+ */
+export function timedStore(store: Store, histogram: Histogram<'call'>): Store {
+  const family = <F extends object>(name: string, inner: F): F => {
+    const out = {} as Record<string, unknown>
+    for (const method of Object.keys(inner) as (keyof F & string)[]) {
+      const fn = inner[method]
+      if (typeof fn !== 'function') continue
+      const bound = histogram.labels(`${name}.${method}`)
+      out[method] = (...args: unknown[]) => {
+        const started = performance.now()
+        const done = () => bound.observe((performance.now() - started) / 1000)
+        const result = (fn as (...a: unknown[]) => Promise<unknown>).apply(inner, args)
+        result.then(done, done)
+        return result
+      }
+    }
+    return out as F
+  }
+  const permits = family('permits', store.permits)
+  const rwlock = family('rwlock', store.rwlock)
+  return {
+    kind: store.kind,
+    prefix: store.prefix,
+    get clockOffsetMs() {
+      return store.clockOffsetMs
+    },
+    get notificationsHealthy() {
+      return store.notificationsHealthy
+    },
+    permits,
+    rwlock,
+    subscribe: (space, onGrant) => store.subscribe(space, onGrant),
+    close: () => store.close(),
   }
 }

@@ -22,6 +22,8 @@ export interface RequestFacts {
 export interface LiveRoute {
   config: RouteConfig
   admissions: Admission<RequestFacts>[]
+  /** The concurrency cap's admission (its buckets' semaphores), if the route has one. */
+  concurrency: Admission<RequestFacts> | undefined
 }
 
 export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger): LiveRoute[] {
@@ -30,13 +32,14 @@ export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger)
     const admissions: Admission<RequestFacts>[] = []
     if (route.rwlock) admissions.push(rwlockFor(route, route.rwlock, config, store, logger))
     const concurrency = route.concurrency
+    let cap: Admission<RequestFacts> | undefined
     if (concurrency?.per === 'global') {
-      global ??= semaphoreFor('global', concurrency, config, store, logger)
-      admissions.push(global)
+      cap = global ??= semaphoreFor('global', concurrency, config, store, logger)
     } else if (concurrency) {
-      admissions.push(semaphoreFor(route.name, concurrency, config, store, logger))
+      cap = semaphoreFor(route.name, concurrency, config, store, logger)
     }
-    return { config: route, admissions }
+    if (cap) admissions.push(cap)
+    return { config: route, admissions, concurrency: cap }
   })
 }
 

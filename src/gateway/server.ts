@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net'
 import type { Socket } from 'node:net'
 import { pino, type Logger as PinoLogger } from 'pino'
 import type { Logger } from '../admission/options.js'
+import { GLOBAL_KEY } from '../admission/keys.js'
 import { storeHealth } from '../admission/store-health.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './admin.js'
@@ -15,7 +16,7 @@ import { LineBuffer } from './access-log.js'
 import { type GatewayContext, PendingCount } from './context.js'
 import { createMetrics, type GatewayMetrics } from './metrics.js'
 import { createProxy } from './proxy.js'
-import { checkRedisAccess, openStore } from './redis.js'
+import { checkRedisAccess, openStore, timedStore } from './redis.js'
 import { buildRoutes } from './routes.js'
 import { handleRequest } from './web.js'
 import { handleUpgrade } from './websocket.js'
@@ -46,6 +47,9 @@ export interface Gateway {
   listen(): Promise<{ url: string; adminUrl: string | undefined }>
   /** What /readyz says: not shutting down, and the store answers (or every limit fails open). */
   ready(): Promise<boolean>
+  /** Apply a new, already validated config (SIGHUP): routes, limits, overrides and timeouts swap for
+   * new requests; in-flight ones keep theirs. Returns the sections that need a restart (kept). */
+  reload(next: GatewayConfig): { kept: string[] }
   /** Graceful shutdown: stop accepting, let in-flight requests and WebSockets finish (up to
    * shutdownGraceMs, then cut them), release every permit, close the store. Idempotent. */
   close(): Promise<void>
@@ -92,18 +96,23 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     warn: (message, meta) => logger.warn(withErr(meta), message),
     error: (message, meta) => logger.error(withErr(meta), message),
   }
-  const { store, redis } = openStore(config, logger)
-  const routes = buildRoutes(config, store, coreLogger)
+  // Read at scrape time, through `ctx` (routes change on reload) and the store's health.
   const metrics = createMetrics(
     config.routes.map((route) => route.name),
     {
       processMetrics: options.processMetrics ?? true,
       queuedOf: (name) =>
-        routes
+        ctx.routes
           .find((route) => route.config.name === name)
           ?.admissions.reduce((sum, admission) => sum + admission.counters.queued, 0) ?? 0,
+      storeUp: () => !health.down,
+      limits: effectiveLimits,
     },
   )
+  const opened = openStore(config, logger)
+  const redis = opened.redis
+  const store = redis ? timedStore(opened.store, metrics.redisSeconds) : opened.store
+  const routes = buildRoutes(config, store, coreLogger)
   let settled: (() => void) | undefined
   const ctx: GatewayContext = {
     config,
@@ -126,9 +135,10 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   const health = storeHealth(store)
   // With every limit failing open, a Redis outage does not stop this replica from serving: it stays
   // ready (otherwise every replica goes unready at once and failOpen is defeated).
-  const admissions = routes.flatMap((route) => route.admissions)
-  const allFailOpen = admissions.length > 0 && admissions.every((admission) => admission.config.failOpen)
-
+  const allFailOpen = () => {
+    const admissions = ctx.routes.flatMap((route) => route.admissions)
+    return admissions.length > 0 && admissions.every((admission) => admission.config.failOpen)
+  }
   const server = http.createServer((req, res) => handleRequest(ctx, req, res))
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
   // is admitted (web.ts), so a rejected client never uploads its body.
@@ -146,14 +156,70 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
 
   async function ready(): Promise<boolean> {
     if (ctx.draining) return false
-    if (!redis || allFailOpen) return true
+    if (!redis || allFailOpen()) return true
     if (health.down) return false
     // While (re)connecting, ioredis queues the PING: it answers once connected, or the timeout says no.
     const answer = await within(redis.ping(), READY_TIMEOUT_MS)
     return answer.ok && answer.value === 'PONG'
   }
 
-  const admin = config.admin ? createAdminServer(metrics, ready, logger) : undefined
+  // tollgate_limit_permits: the effective limit of each route's bucket (the fleet-wide override if
+  // one is set, read from the store at scrape time), the configured default for per: tenant/ip.
+  async function effectiveLimits(): Promise<{ route: string; permits: number }[]> {
+    const out: { route: string; permits: number }[] = []
+    for (const live of ctx.routes) {
+      const concurrency = live.config.concurrency
+      if (!concurrency || !live.concurrency?.semaphoreOf) continue
+      let permits = concurrency.permits
+      if (concurrency.per === 'global' || concurrency.per === 'route') {
+        const stats = await within(live.concurrency.semaphoreOf(GLOBAL_KEY).stats(), READY_TIMEOUT_MS)
+        if (stats.ok && stats.value.limit !== undefined) permits = stats.value.limit
+      }
+      out.push({ route: live.config.name, permits })
+    }
+    return out
+  }
+
+  const admin = config.admin
+    ? createAdminServer({ metrics, logger, ready, config: () => ctx.config, routes: () => ctx.routes })
+    : undefined
+
+  /**
+   * Swap in a new config: validated already (loadConfig), applied at once. Requests in flight keep
+   * the route (and leases) they started with; new requests see the new routes, limits, overrides and
+   * timeouts. What only a restart can change (listeners, store, prefix) is kept, with a warning.
+   */
+  function reload(next: GatewayConfig): { kept: string[] } {
+    const running = ctx.config
+    const kept: string[] = []
+    const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b)
+    if (next.host !== running.host || next.port !== running.port) kept.push('listen')
+    if (
+      !same(
+        next.admin && { ...next.admin, token: undefined },
+        running.admin && { ...running.admin, token: undefined },
+      )
+    )
+      kept.push('admin')
+    if (!same(next.store, running.store)) kept.push('redis')
+    if (next.prefix !== running.prefix) kept.push('redis.prefix')
+    if (next.commandTimeoutMs !== running.commandTimeoutMs) kept.push('redis.commandTimeoutMs')
+    const applied: GatewayConfig = {
+      ...next,
+      host: running.host,
+      port: running.port,
+      admin: running.admin && { ...running.admin, token: next.admin?.token },
+      store: running.store,
+      prefix: running.prefix,
+      commandTimeoutMs: running.commandTimeoutMs,
+    }
+    const nextRoutes = buildRoutes(applied, store, coreLogger)
+    metrics.addRoutes(applied.routes.map((route) => route.name))
+    ctx.config = applied
+    ctx.routes = nextRoutes
+    logger.level = applied.logLevel
+    return { kept }
+  }
 
   async function listen(): Promise<{ url: string; adminUrl: string | undefined }> {
     if (redis) await checkRedisAccess(store, redis, config.prefix, logger)
@@ -218,13 +284,16 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
 
   let closing: Promise<void> | undefined
   return {
-    config,
     server,
     admin,
     metrics,
     logger,
+    get config() {
+      return ctx.config
+    },
     listen,
     ready,
+    reload,
     close() {
       closing ??= shutdown()
       return closing

@@ -29,6 +29,9 @@ export interface Semaphore {
   /** Change the permits of this name for every process sharing the store. Raising admits waiters at
    * once; lowering never evicts a holder, it stops admissions until holders drain below it. */
   setPermits(permits: number): Promise<void>
+  /** Drop the run-time permits set with setPermits(), for every process: each instance's own
+   * `permits` applies again. */
+  resetPermits(): Promise<void>
   /** Live holders and queue length of this name (one store call, no scan), and the override if set. */
   stats(): Promise<PermitStats>
 }
@@ -56,6 +59,10 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
       positiveInt('permits', next, MAX_PERMITS)
       client.setPermits(next)
       await store.permits.setLimit(client.space, next)
+    },
+    resetPermits: async () => {
+      client.setPermits(permits)
+      await store.permits.setLimit(client.space, undefined)
     },
     stats: () => store.permits.inspect(client.space),
   }
