@@ -114,7 +114,12 @@ export function createAdminServer(view: AdminView): http.Server {
     }
     const semaphore = admission.semaphoreOf(key)
     const bucketLabel = key === GLOBAL_KEY ? null : key
-    if (method === 'GET' || method === 'HEAD') return json(res, 200, await bucketState(live, bucketLabel))
+    if (method === 'GET' || method === 'HEAD')
+      return json(
+        res,
+        200,
+        parts.length === 1 ? await describeRoute(live) : await bucketState(live, bucketLabel),
+      )
     if (method === 'PUT') {
       const permits = await readPermits(req)
       await semaphore.setPermits(permits)

@@ -16,6 +16,7 @@ export async function* timedBody(
   req: http.IncomingMessage,
   idleMs: number,
   deadline: number,
+  counter: { bytesIn: number },
 ): AsyncGenerator<Buffer> {
   const iterator = req[Symbol.asyncIterator]() as AsyncIterator<Buffer>
   for (;;) {
@@ -43,6 +44,7 @@ export async function* timedBody(
       clearTimeout(timer)
     }
     if (next.done) return
+    counter.bytesIn += next.value.length
     yield next.value
   }
 }
@@ -53,10 +55,11 @@ export async function bufferBody(
   maxBytes: number,
   idleMs: number,
   deadline: number,
+  counter: { bytesIn: number },
 ): Promise<Buffer | 'too_large'> {
   const chunks: Buffer[] = []
   let size = 0
-  for await (const chunk of timedBody(req, idleMs, deadline)) {
+  for await (const chunk of timedBody(req, idleMs, deadline, counter)) {
     size += chunk.length
     if (size > maxBytes) return 'too_large'
     chunks.push(chunk)

@@ -1,8 +1,7 @@
 // The command line: flags + config file -> a running gateway, the one "listening" line on stdout, a
 // graceful shutdown on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 2 bad flags or config, 1 other.
-import { readFileSync } from 'node:fs'
 import { ConfigError } from '../core/errors.js'
-import { watchFile, unwatchFile, type Stats } from 'node:fs'
+import { readFileSync, type Stats, unwatchFile, watchFile } from 'node:fs'
 import { type GatewayConfigError, type GatewayFlags, loadConfig, parseFlags, USAGE } from './config/index.js'
 import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'

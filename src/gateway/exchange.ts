@@ -2,6 +2,7 @@
 // admission (every lease of the route, in order), forwarding, and the release of every lease exactly
 // once when the response closes (G3, G13, G14).
 import type { AbortSignalLike } from '../core/abort.js'
+import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { whenLost } from '../core/client/lease.js'
 import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../admission/admission.js'
@@ -11,7 +12,7 @@ import type { Outgoing, UpstreamError } from './proxy.js'
 import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './target.js'
 import { statusClass } from './metrics.js'
-import { type AccessLine, accessJson } from './access-log.js'
+import { ACCESS_MESSAGE, type AccessLine, accessJson, accessRecord } from './access-log.js'
 import { policyValue, remainingValue } from '../admission/response.js'
 
 /** Per-request state, from arrival to the response's close. */
@@ -29,6 +30,27 @@ export interface Exchange {
   upstreamError: UpstreamError | undefined
   /** Why the gateway answered by itself (400, 404, 408, 413, ...), for the access log. */
   refused: string | undefined
+  /** Why a limit rejected the request (timeout, queue_full, store_unavailable). */
+  rejected: string | undefined
+  /** X-Request-Id: the client's, or a new one; sent upstream and back to the client. */
+  requestId: string
+  /** performance.now() when the request was forwarded. */
+  forwardedAt: number
+  upstreamStatus: number | undefined
+  upstreamMs: number | undefined
+  /** Request body bytes read from the client. */
+  bytesIn: number
+  /** The client connection's bytesWritten when the request arrived. */
+  bytesOutBefore: number
+}
+
+/** A client's X-Request-Id is kept when it is one printable token of at most 200 characters;
+ * anything else (spaces, control characters, a repeated header joined with ", ") is replaced. */
+const GOOD_REQUEST_ID = /^[\x21-\x7e]{1,200}$/
+
+export function requestIdOf(req: http.IncomingMessage): string {
+  const given = req.headers['x-request-id']
+  return typeof given === 'string' && GOOD_REQUEST_ID.test(given) ? given : randomUUID()
 }
 
 /** What admitting a request through every admission of its route came to. */
@@ -37,7 +59,7 @@ export type ChainResult =
   | { outcome: 'rejected'; admission: Admission<RequestFacts>; rejection: Rejection }
   | { outcome: 'gone' }
 
-export function newExchange(route: LiveRoute | undefined): Exchange {
+export function newExchange(route: LiveRoute | undefined, req: http.IncomingMessage): Exchange {
   return {
     route,
     started: performance.now(),
@@ -48,6 +70,13 @@ export function newExchange(route: LiveRoute | undefined): Exchange {
     admitting: false,
     upstreamError: undefined,
     refused: undefined,
+    rejected: undefined,
+    requestId: requestIdOf(req),
+    forwardedAt: 0,
+    upstreamStatus: undefined,
+    upstreamMs: undefined,
+    bytesIn: 0,
+    bytesOutBefore: req.socket.bytesWritten,
   }
 }
 
@@ -197,6 +226,7 @@ export function outgoing(
   fencingToken: number | undefined,
   body: Outgoing['body'],
   contentLength: number | undefined,
+  requestId: string,
 ): Outgoing {
   const config = route.config
   let path = parts.path
@@ -216,6 +246,7 @@ export function outgoing(
       proto: 'http',
       trustProxy: ctx.config.trustProxy,
       fencingToken,
+      requestId,
     },
     parts.host ?? config.upstream.host,
   )
@@ -233,22 +264,36 @@ export function finished(
   // 499: the client closed the connection before a response was sent (nginx's convention).
   const status = res.headersSent ? res.statusCode : 499
   const route = exchange.route?.config.name ?? 'unmatched'
-  if (exchange.route) ctx.metrics.responses.inc({ route, class: statusClass(status) })
+  if (exchange.route) {
+    ctx.metrics.responses.inc({ route, class: statusClass(status) })
+    ctx.metrics.route(route).requestSeconds.observe((now - exchange.started) / 1000)
+  }
   if (!ctx.logger.isLevelEnabled('info')) return
+  const aborted = res.writableFinished ? undefined : true
+  // Sampling keeps every error, rejection and aborted request; only successes are thinned.
+  const sample = ctx.config.accessLogSample
+  if (sample < 1 && status < 400 && !aborted && Math.random() >= sample) return
   const line: AccessLine = {
-    route,
+    id: exchange.requestId,
     method: req.method,
     url: req.url,
-    status,
+    remoteAddress: clientAddress(req, ctx.config.trustProxy),
+    statusCode: status,
+    responseTime: round(now - exchange.started),
+    route,
+    upstreamStatus: exchange.upstreamStatus,
+    bytesIn: exchange.bytesIn,
+    bytesOut: req.socket.bytesWritten - exchange.bytesOutBefore,
     waitMs: round(exchange.waitMs),
     holdMs: exchange.admittedAt === undefined ? 0 : round(now - exchange.admittedAt),
-    durationMs: round(now - exchange.started),
-    upstreamError: exchange.upstreamError?.kind,
+    upstreamMs: exchange.upstreamMs,
+    rejected: exchange.rejected,
     refused: exchange.refused,
-    aborted: res.writableFinished ? undefined : true,
+    upstreamError: exchange.upstreamError?.kind,
+    aborted,
   }
   if (ctx.accessLog) ctx.accessLog(accessJson(line))
-  else ctx.logger.info(line, 'request')
+  else ctx.logger.info(accessRecord(line), ACCESS_MESSAGE)
 }
 
 export function clientAddress(req: http.IncomingMessage, trustProxy: boolean): string | undefined {

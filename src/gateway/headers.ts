@@ -83,8 +83,8 @@ export interface ForwardedInfo {
   trustProxy: boolean
   /** The lease's fencing token, if the request holds one. */
   fencingToken: number | undefined
-  /** Extra headers, e.g. the request id. */
-  extra?: readonly [string, string][]
+  /** X-Request-Id to send (replacing the client's). */
+  requestId?: string
 }
 
 /**
@@ -113,6 +113,7 @@ export function upstreamRequestHeaders(
     if (REQUEST_HOP.has(lower) || named?.has(lower)) continue
     if (lower.includes('_') && UNDERSCORED.has(lower.replaceAll('_', '-'))) continue
     if (lower === FENCING_HEADER) continue
+    if (info.requestId !== undefined && lower === 'x-request-id') continue
     if (FORWARDING_SET.has(lower)) {
       if (!info.trustProxy) continue
       if (lower === 'x-forwarded-for') {
@@ -131,7 +132,7 @@ export function upstreamRequestHeaders(
     out.push('x-forwarded-port', String(info.port))
   if (!kept?.has('x-forwarded-proto')) out.push('x-forwarded-proto', info.proto)
   if (info.fencingToken !== undefined) out.push(FENCING_HEADER, String(info.fencingToken))
-  for (const [name, value] of info.extra ?? []) out.push(name, value)
+  if (info.requestId !== undefined) out.push('x-request-id', info.requestId)
   return out
 }
 

@@ -135,7 +135,7 @@ export function createMetrics(
     }),
     refused: new Counter({
       name: 'tollgate_refused_total',
-      help: 'Requests the gateway answered itself: bad_target, bad_host, duplicate_host, no_route, body_timeout, too_large, draining',
+      help: 'Requests the gateway answered itself: bad_target, bad_host, duplicate_host, no_route, body_timeout, too_large, transfer_coding, connect, draining',
       labelNames: ['reason'],
       registers,
     }),

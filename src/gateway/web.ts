@@ -29,7 +29,7 @@ export function handleRequest(
   const deadlineBase = Date.now()
   const understood = understand(ctx, req)
   const route = understood.ok ? understood.route : undefined
-  const exchange = newExchange(route)
+  const exchange = newExchange(route, req)
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
   const gone = route && route.admissions.length > 0 ? new AbortFlag() : undefined
@@ -93,7 +93,9 @@ function refuse(
   exchange.refused = reason
   ctx.metrics.refused.inc({ reason })
   if (res.headersSent) return
-  reply(res, status, MESSAGES[status] ?? 'error\n', status === 404 ? {} : { connection: 'close' })
+  const headers: Record<string, string> = { 'x-request-id': exchange.requestId }
+  if (status !== 404) headers.connection = 'close'
+  reply(res, status, MESSAGES[status] ?? 'error\n', headers)
 }
 
 async function serve(
@@ -126,7 +128,7 @@ async function serve(
     if (expectContinue) res.writeContinue()
     let read: Buffer | 'too_large'
     try {
-      read = await bufferBody(req, buffer, timeouts.clientBodyMs, deadline)
+      read = await bufferBody(req, buffer, timeouts.clientBodyMs, deadline, exchange)
     } catch (error) {
       if (error instanceof ClientBodyTimeout) return refuse(ctx, res, exchange, 408, 'body_timeout')
       throw error
@@ -135,7 +137,7 @@ async function serve(
     body = read
     contentLength = read.length
   } else if (hasBody) {
-    body = timedBody(req, timeouts.clientBodyMs, deadline)
+    body = timedBody(req, timeouts.clientBodyMs, deadline, exchange)
   }
   const streamed = body !== null && !Buffer.isBuffer(body)
 
@@ -145,8 +147,10 @@ async function serve(
     const result = await admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
     if (result.outcome === 'gone') return
     if (result.outcome === 'rejected') {
+      exchange.rejected = result.rejection.reason
       if (res.headersSent) return
       const answer = result.admission.rejectionResponse(result.rejection)
+      answer.headers['x-request-id'] = exchange.requestId
       // The body was not read (or a 100 Continue will not come): close the connection after.
       if (expectContinue || streamed) answer.headers.connection = 'close'
       res.writeHead(answer.status, answer.headers)
@@ -156,9 +160,14 @@ async function serve(
     fencingToken = result.fencingToken
     policy = result.headers
   }
+  // Sent back too (where the upstream sends none), and on the gateway's own 502/504.
+  policy ??= {}
+  policy['x-request-id'] = exchange.requestId
   // Only now, admitted: a client that waits for it sends its body only when it will be used.
   if (expectContinue && streamed) res.writeContinue()
-  const request = outgoing(ctx, req, route, understood, fencingToken, body, contentLength)
+  const request = outgoing(ctx, req, route, understood, fencingToken, body, contentLength, exchange.requestId)
+  const routeMetrics = ctx.metrics.route(route.config.name)
+  exchange.forwardedAt = performance.now()
   ctx.proxy.web(route.config.upstream, res, request, {
     timeoutMs: timeouts.upstreamMs,
     sendTimeoutMs: timeouts.sendMs,
@@ -169,6 +178,12 @@ async function serve(
       exchange.refused = 'body_timeout'
       ctx.metrics.refused.inc({ reason: 'body_timeout' })
       return 408
+    },
+    onResponse: (status) => {
+      const ms = performance.now() - exchange.forwardedAt
+      exchange.upstreamStatus = status
+      exchange.upstreamMs = Math.round(ms * 10) / 10
+      routeMetrics.upstreamSeconds.observe(ms / 1000)
     },
     onError: (error) => {
       exchange.upstreamError = error

@@ -28,7 +28,7 @@ export function handleUpgrade(
   }
   ctx.active++
   ctx.tunnels.add(socket)
-  const exchange = newExchange(route)
+  const exchange = newExchange(route, req)
   const gone = new AbortFlag()
   socket.once('close', () => {
     ctx.tunnels.delete(socket)
@@ -46,7 +46,16 @@ export function handleUpgrade(
         socket.end(rawResponse(status, { 'retry-after': String(retryAfterS) }), () => socket.destroy())
         return
       }
-      const request = outgoing(ctx, req, route, understood, result.fencingToken, null, undefined)
+      const request = outgoing(
+        ctx,
+        req,
+        route,
+        understood,
+        result.fencingToken,
+        null,
+        undefined,
+        exchange.requestId,
+      )
       const timeouts = route.config.timeouts
       ctx.proxy.ws(
         route.config.upstream,

@@ -57,13 +57,11 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
     ...freshOwnerCalls(client),
     setPermits: async (next) => {
       positiveInt('permits', next, MAX_PERMITS)
-      client.setPermits(next)
+      // Only the store's override changes: this instance keeps asking for its own permits, like
+      // every other instance, so dropping the override (from anywhere) brings all of them back alike.
       await store.permits.setLimit(client.space, next)
     },
-    resetPermits: async () => {
-      client.setPermits(permits)
-      await store.permits.setLimit(client.space, undefined)
-    },
+    resetPermits: () => store.permits.setLimit(client.space, undefined),
     stats: () => store.permits.inspect(client.space),
   }
 }

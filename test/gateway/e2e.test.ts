@@ -165,9 +165,10 @@ describe('the gateway binary', () => {
     const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
     expect(metric(text, 'tollgate_requests_in_flight', { route: 'default' })).toBe(0)
     // The log leaves in batches, at most a second late.
-    const aborted = () => gateway.logs().find((line) => line.msg === 'request' && line.aborted === true)
+    const aborted = () =>
+      gateway.logs().find((line) => line.msg === 'request completed' && line.aborted === true)
     await eventually(() => aborted() !== undefined, 3000)
-    expect(aborted()).toMatchObject({ route: 'default', status: 200 })
+    expect(aborted()).toMatchObject({ route: 'default', res: { statusCode: 200 } })
   }, 20_000)
 
   it('G3: answers 502 for a refused upstream and 504 for a slow one, and /metrics counts what happened', async () => {
@@ -232,17 +233,17 @@ routes:
     expect(value('tollgate_requests_in_flight', { route: 'down' })).toBe(0)
     expect(value('tollgate_requests_in_flight', { route: 'slow' })).toBe(0)
     // One access log line per request, with route, status, wait and hold time.
-    const requests = () => gateway.logs().filter((line) => line.msg === 'request')
+    const requests = () => gateway.logs().filter((line) => line.msg === 'request completed')
     await eventually(() => requests().length >= 9) // the log is written asynchronously
     const lines = requests()
     expect(lines).toHaveLength(9)
-    expect(lines[0]).toMatchObject({ route: 'down', status: 502, upstreamError: 'refused' })
+    expect(lines[0]).toMatchObject({ route: 'down', res: { statusCode: 502 }, upstreamError: 'refused' })
     for (const line of lines) {
       expect(line).toEqual(
         expect.objectContaining({
           waitMs: expect.any(Number),
           holdMs: expect.any(Number),
-          status: expect.any(Number),
+          res: { statusCode: expect.any(Number) },
         }),
       )
     }
@@ -323,8 +324,12 @@ describe('access log', () => {
       const lines = stderr.split('\n').filter((line) => line.startsWith('{'))
       const request = lines
         .map((line) => JSON.parse(line) as Record<string, unknown>)
-        .find((l) => l.msg === 'request')
-      expect(request).toMatchObject({ url: '/crash-me?x=1', status: 200, route: 'default' })
+        .find((l) => l.msg === 'request completed')
+      expect(request).toMatchObject({
+        req: { url: '/crash-me?x=1' },
+        res: { statusCode: 200 },
+        route: 'default',
+      })
     } finally {
       child.kill('SIGKILL')
       forget()

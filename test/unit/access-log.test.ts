@@ -3,7 +3,13 @@
 import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
-import { type AccessLine, accessJson, LineBuffer } from '../../src/gateway/access-log.js'
+import {
+  ACCESS_MESSAGE,
+  type AccessLine,
+  accessJson,
+  accessRecord,
+  LineBuffer,
+} from '../../src/gateway/access-log.js'
 
 function pinoLine(line: AccessLine, time: number): string {
   let out = ''
@@ -13,20 +19,27 @@ function pinoLine(line: AccessLine, time: number): string {
       done()
     },
   })
-  pino({ level: 'info', timestamp: () => `,"time":${time}` }, sink).info(line, 'request')
+  pino({ level: 'info', timestamp: () => `,"time":${time}` }, sink).info(accessRecord(line), ACCESS_MESSAGE)
   return out
 }
 
 const base: AccessLine = {
-  route: 'default',
+  id: '4f1c2a9e-0d3b-4d6a-9a51-7c1f0e2b8d11',
   method: 'GET',
   url: '/x?y=1',
-  status: 200,
+  remoteAddress: '127.0.0.1',
+  statusCode: 200,
+  responseTime: 1.5,
+  route: 'default',
+  upstreamStatus: 200,
+  bytesIn: 0,
+  bytesOut: 312,
   waitMs: 0,
   holdMs: 1.2,
-  durationMs: 1.5,
-  upstreamError: undefined,
+  upstreamMs: 0.9,
+  rejected: undefined,
   refused: undefined,
+  upstreamError: undefined,
   aborted: undefined,
 }
 
@@ -35,8 +48,22 @@ describe('accessJson()', () => {
     ['a plain request', base],
     [
       'an upstream error, refused and aborted',
-      { ...base, status: 499, upstreamError: 'reset', refused: 'body_timeout', aborted: true as const },
+      {
+        ...base,
+        statusCode: 499,
+        upstreamStatus: undefined,
+        upstreamMs: undefined,
+        upstreamError: 'reset',
+        refused: 'body_timeout',
+        aborted: true as const,
+      },
     ],
+    [
+      'a rejection without upstream',
+      { ...base, statusCode: 503, upstreamStatus: undefined, rejected: 'timeout' },
+    ],
+    ['a request id that needs escaping', { ...base, id: 'a"b\\c' }],
+    ['no method, URL or address', { ...base, method: undefined, url: undefined, remoteAddress: undefined }],
     ['quotes, backslashes and control characters in the URL', { ...base, url: '/"a"\\b\u0000\u001f\u007f' }],
     ['line and paragraph separators', { ...base, url: '/\u2028\u2029' }],
     ['a route name that needs escaping', { ...base, route: 'api "v2"' }],
@@ -46,13 +73,13 @@ describe('accessJson()', () => {
     expect(ours).toBe(pinoLine(line, time))
     expect(ours.endsWith('\n')).toBe(true)
     expect(ours.slice(0, -1)).not.toContain('\n')
-    expect(JSON.parse(ours)).toMatchObject({ level: 30, msg: 'request', url: line.url })
+    expect(JSON.parse(ours)).toMatchObject({ level: 30, msg: 'request completed', req: { id: line.id } })
   })
 
   it('escapes a lone surrogate (pino writes it raw, which UTF-8 turns into U+FFFD)', () => {
     const ours = accessJson({ ...base, url: '/\ud800' }, 1)
     expect(ours).toContain('"url":"/\\ud800"')
-    expect(JSON.parse(ours).url).toBe('/\ud800')
+    expect(JSON.parse(ours).req.url).toBe('/\ud800')
   })
 })
 

@@ -5,7 +5,7 @@ import type { AcquireReply, Acquisition, RecheckReply, ReleaseResult, RenewReply
 
 /** The fair permit set (lua/permit-*.lua): mutex, reentrant mutex and semaphore. */
 export class PermitClient extends LockClient {
-  private currentPermits: number
+  private readonly currentPermits: number
 
   constructor(settings: LockSettings, permits: number) {
     super(settings)
@@ -14,10 +14,6 @@ export class PermitClient extends LockClient {
 
   permits(): number {
     return this.currentPermits
-  }
-
-  setPermits(permits: number): void {
-    this.currentPermits = permits
   }
 
   protected attempt({ token, op }: Acquisition, enqueue: boolean): Promise<AcquireReply> {
