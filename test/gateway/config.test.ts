@@ -142,6 +142,79 @@ describe('gateway flags', () => {
     expect(problem(() => parseFlags(argv))).toContain(message)
   })
 
+  it('reads TOLLGATE_* for every flag argv lacks: flags win over the environment, which wins over the file', () => {
+    const env = { TOLLGATE_PERMITS: '3', TOLLGATE_UPSTREAM: 'http://env:1', TOLLGATE_FAIL_OPEN: 'true' }
+    expect(parseFlags([], env)).toMatchObject({ permits: 3, upstream: 'http://env:1', failOpen: true })
+    expect(parseFlags(['--permits', '4'], env).permits).toBe(4)
+    const file = { defaults: { upstream: 'http://file:1', concurrency: { permits: 9, maxQueue: 5 } } }
+    const route = resolveConfig(file, parseFlags([], env)).routes[0]
+    expect(route?.upstream.href).toBe('http://env:1/')
+    expect(route?.concurrency).toMatchObject({ permits: 3, maxQueue: 5, failOpen: true })
+    // A store flag on the command line beats a store variable of another kind.
+    const flags = parseFlags(['--redis', 'redis://a:1'], { TOLLGATE_REDIS_CLUSTER: 'redis://b:1' })
+    expect(flags.redis).toBe('redis://a:1')
+    expect(flags.redisCluster).toBeUndefined()
+    expect(problem(() => parseFlags([], { TOLLGATE_PERMITS: '1e3' }))).toBe(
+      'TOLLGATE_PERMITS: expected a positive integer (got "1e3")',
+    )
+    expect(problem(() => parseFlags([], { TOLLGATE_RWLOCK: 'yes' }))).toBe(
+      'TOLLGATE_RWLOCK: expected true or false (got "yes")',
+    )
+    // Empty variables count as unset, as in most CLIs.
+    expect(parseFlags([], { TOLLGATE_PERMITS: '' }).permits).toBeUndefined()
+  })
+
+  it('Sentinel, TLS and secrets: from flags or the file, files read and checked at load', () => {
+    const sentinel = resolveConfig(
+      { redis: { sentinel: { sentinels: [{ host: '10.0.0.1', port: 26379 }] } } },
+      parseFlags(['--upstream', 'http://u:1']),
+    ).store
+    expect(sentinel).toEqual({
+      kind: 'sentinel',
+      sentinels: [{ host: '10.0.0.1', port: 26379 }],
+      name: 'mymaster',
+      password: undefined,
+      tls: undefined,
+    })
+    expect(
+      parseFlags(['--redis-sentinel', '[::1]:26379,s2:26380', '--redis-sentinel-name', 'cache']),
+    ).toMatchObject({
+      redisSentinel: [
+        { host: '::1', port: 26379 },
+        { host: 's2', port: 26380 },
+      ],
+      redisSentinelName: 'cache',
+    })
+    expect(problem(() => parseFlags(['--redis-sentinel', 's:0']))).toContain(
+      '--redis-sentinel: expected host:port',
+    )
+    expect(problem(() => validateConfigFile({ redis: { tls: { ca: '/x', verify: false } } }))).toBe(
+      'redis.tls.verify: unknown field',
+    )
+    expect(
+      problem(() =>
+        resolveConfig(
+          {},
+          parseFlags([
+            '--upstream',
+            'http://u:1',
+            '--redis',
+            'redis://r:1',
+            '--redis-tls-cert',
+            '/nonexistent.pem',
+          ]),
+        ),
+      ),
+    ).toBe('--redis-tls-cert: cannot read /nonexistent.pem: ENOENT')
+    const password = resolveConfig(
+      {},
+      parseFlags(['--upstream', 'http://u:1', '--redis', 'rediss://r:1'], {
+        TOLLGATE_REDIS_PASSWORD: 's3cret',
+      }),
+    ).store
+    expect(password).toMatchObject({ kind: 'redis', password: 's3cret', tls: undefined })
+  })
+
   it('requires an upstream', () => {
     expect(problem(() => resolveConfig({}, parseFlags([])))).toMatch(/^--upstream: required/)
   })

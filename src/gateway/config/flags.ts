@@ -228,8 +228,12 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
   }
   const v = parsed.values as Record<string, string | boolean | undefined>
   const sources: Sources = {}
+  // One store: a store flag on the command line beats every store variable, not only its own.
+  const storeFlags: FlagName[] = ['redis', 'redis-cluster', 'redis-sentinel']
+  const storeOnArgv = storeFlags.some((flag) => v[flag] !== undefined)
   for (const flag of Object.keys(FLAG_OPTIONS) as FlagName[]) {
     if (v[flag] !== undefined || NO_ENV.has(flag)) continue
+    if (storeOnArgv && storeFlags.includes(flag)) continue
     const name = envName(flag)
     const raw = env[name]
     if (raw === undefined || raw === '') continue
