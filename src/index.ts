@@ -33,4 +33,9 @@ export {
   type ReadWriteLockSide,
   type ReadWriteLockStats,
 } from './primitives/rwlock.js'
-export { createSemaphore, type Semaphore, type SemaphoreOptions } from './primitives/semaphore.js'
+export {
+  createSemaphore,
+  type Semaphore,
+  type SemaphoreOptions,
+  type SemaphoreStats,
+} from './primitives/semaphore.js'

@@ -21,6 +21,9 @@ export interface AdminView {
 
 const MAX_BODY_BYTES = 1024
 const MAX_PERMITS = 1_000_000
+/** Buckets listed per route by GET /limits (read by name beyond that), and store reads at once. */
+const MAX_LISTED_BUCKETS = 100
+const READS_AT_ONCE = 16
 
 /** A bucket as /limits shows it: permits from the config, the run-time override every replica obeys
  * (null: none), what applies, and the store's live holders and queue (fleet-wide). */
@@ -47,7 +50,8 @@ export function createAdminServer(view: AdminView): http.Server {
   /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
   const setHere = new Map<string, Set<string>>()
 
-  return http.createServer((req, res) => {
+  // A slow client holds an admin socket for seconds, not Node's default 5 minutes; and only so many.
+  const server = http.createServer({ requestTimeout: 10_000, headersTimeout: 5_000 }, (req, res) => {
     route(req, res).catch((error: unknown) => {
       if (error instanceof HttpError) return json(res, error.status, { error: error.message }, error.headers)
       view.logger.error({ err: error }, 'admin request failed')
@@ -55,6 +59,8 @@ export function createAdminServer(view: AdminView): http.Server {
       else res.destroy()
     })
   })
+  server.maxConnections = 64
+  return server
 
   async function route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0] as string
@@ -152,15 +158,26 @@ export function createAdminServer(view: AdminView): http.Server {
     const concurrency = live.config.concurrency
     if (!concurrency || !live.concurrency) return { route: live.config.name, limited: false }
     const perBucket = concurrency.per === 'tenant' || concurrency.per === 'ip'
-    const keys = perBucket
+    const all = perBucket
       ? [...new Set([...Object.keys(concurrency.overrides), ...(setHere.get(live.config.name) ?? [])])]
       : [null]
+    // Bounded: a config with thousands of overrides must not turn one GET into thousands of store
+    // reads at once (every other bucket is read by name).
+    const keys = all.slice(0, MAX_LISTED_BUCKETS)
+    const buckets: BucketState[] = []
+    for (let i = 0; i < keys.length; i += READS_AT_ONCE)
+      buckets.push(
+        ...(await Promise.all(keys.slice(i, i + READS_AT_ONCE).map((key) => bucketState(live, key)))),
+      )
     return {
       route: live.config.name,
       limited: true,
       per: concurrency.per,
       permits: concurrency.permits,
-      buckets: await Promise.all(keys.map((key) => bucketState(live, key))),
+      buckets,
+      ...(all.length > keys.length
+        ? { truncated: true, bucketsListed: keys.length, bucketsKnown: all.length }
+        : {}),
     }
   }
 
@@ -180,14 +197,16 @@ export function createAdminServer(view: AdminView): http.Server {
     return {
       bucket,
       configured,
-      override: stats.limit ?? null,
-      effective: stats.limit ?? configured,
+      override: stats.override ?? null,
+      effective: stats.override ?? configured,
       holders: stats.holders,
       queued: stats.queued,
     }
   }
 
-  /** /limits answers only with the token; with none configured, only on a loopback listener. */
+  /** /limits answers only with the token; with none configured, only on a loopback listener, and only
+   * to requests that name a loopback host and come from no web page: a browser on the machine,
+   * steered by a page (DNS rebinding, a cross-site request), sends a foreign Host or an Origin. */
   function authorize(req: http.IncomingMessage): void {
     const admin = view.config().admin
     const token = admin?.token
@@ -196,6 +215,13 @@ export function createAdminServer(view: AdminView): http.Server {
         throw new HttpError(
           403,
           'the admin listener is not on loopback: the /limits API needs a token (--admin-token-file or TOLLGATE_ADMIN_TOKEN)',
+        )
+      }
+      const host = (req.headers.host ?? '').replace(/:\d+$/, '')
+      if (!isLoopback(host) || req.headers.origin !== undefined) {
+        throw new HttpError(
+          403,
+          'without a token, /limits answers only local requests (loopback Host, no Origin)',
         )
       }
       return

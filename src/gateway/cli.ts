@@ -1,10 +1,11 @@
 // The command line: flags + config file -> a running gateway, the one "listening" line on stdout, a
 // graceful shutdown on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 2 bad flags or config, 1 other.
 import { ConfigError } from '../core/errors.js'
-import { readFileSync, type Stats, unwatchFile, watchFile } from 'node:fs'
+import { type Stats, unwatchFile, watchFile } from 'node:fs'
 import { type GatewayConfigError, type GatewayFlags, loadConfig, parseFlags, USAGE } from './config/index.js'
 import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'
+import { VERSION } from './version.js'
 
 export interface CliIo {
   stdout: (line: string) => void
@@ -108,8 +109,8 @@ export async function runCli(argv: readonly string[]): Promise<void> {
   if (state.signalled) shutdown(started, state.signalled)
 }
 
-let reloading: Promise<void> | undefined
-let reloadAgain = false
+/** Per gateway: the reload under way, and whether another was asked for meanwhile. */
+const reloads = new WeakMap<Gateway, { running: Promise<void> | undefined; again: boolean }>()
 
 /**
  * Read flags, environment and config file again, validate them whole, and swap the result in. An
@@ -121,58 +122,66 @@ export function reloadGateway(
   argv: readonly string[],
   env: NodeJS.ProcessEnv,
 ): Promise<void> {
-  if (reloading) {
-    reloadAgain = true
-    return reloading
+  let state = reloads.get(gateway)
+  if (!state) reloads.set(gateway, (state = { running: undefined, again: false }))
+  if (state.running) {
+    state.again = true
+    return state.running
   }
-  reloading = (async () => {
+  const own = state
+  own.running = (async () => {
     do {
-      reloadAgain = false
-      const { metrics, logger } = gateway
-      try {
-        const next = await loadConfig(parseFlags(argv, env))
-        const { kept } = gateway.reload(next)
-        metrics.reloads.inc({ result: 'success' })
-        metrics.reloadSuccessful.set(1)
-        metrics.reloadTimestamp.set(Math.floor(Date.now() / 1000))
-        if (kept.length > 0)
-          logger.warn(
-            { kept },
-            'config reloaded; these sections changed but need a restart, kept as they were',
-          )
-        logger.info({ routes: next.routes.map((route) => route.name) }, 'config reloaded')
-      } catch (error) {
-        metrics.reloads.inc({ result: 'failure' })
-        metrics.reloadSuccessful.set(0)
-        if (!(error instanceof ConfigError)) {
-          logger.error({ err: error }, 'config reload failed; the running config stays')
-          continue
-        }
-        const issues = (error as GatewayConfigError).issues ?? [
-          { path: error.option, message: error.message },
-        ]
-        logger.error(
-          { issues },
-          `config reload failed; the running config stays: ${error.message.split('\n')[0]}`,
-        )
-      }
-    } while (reloadAgain)
+      own.again = false
+      await reloadOnce(gateway, argv, env)
+    } while (own.again)
   })().finally(() => {
-    reloading = undefined
+    own.running = undefined
   })
-  return reloading
+  return own.running
+}
+
+async function reloadOnce(gateway: Gateway, argv: readonly string[], env: NodeJS.ProcessEnv): Promise<void> {
+  const { metrics, logger } = gateway
+  try {
+    const next = await loadConfig(parseFlags(argv, env))
+    const { kept } = gateway.reload(next)
+    metrics.reloads.inc({ result: 'success' })
+    metrics.reloadSuccessful.set(1)
+    metrics.reloadTimestamp.set(Math.floor(Date.now() / 1000))
+    if (kept.length > 0)
+      logger.warn({ kept }, 'config reloaded; these sections changed but need a restart, kept as they were')
+    logger.info({ routes: next.routes.map((route) => route.name) }, 'config reloaded')
+  } catch (error) {
+    metrics.reloads.inc({ result: 'failure' })
+    metrics.reloadSuccessful.set(0)
+    if (!(error instanceof ConfigError)) {
+      logger.error({ err: error }, 'config reload failed; the running config stays')
+      return
+    }
+    const issues = (error as GatewayConfigError).issues ?? [{ path: error.option, message: error.message }]
+    logger.error(
+      { issues },
+      `config reload failed; the running config stays: ${error.message.split('\n')[0]}`,
+    )
+  }
 }
 
 /** --watch-config: poll the file (a stat every 500 ms: sees in-place writes, renames over it and the
- * symlink swaps of a Kubernetes ConfigMap alike) and reload when it changed. */
+ * symlink swaps of a Kubernetes ConfigMap alike) and reload once it changed and then stayed the same
+ * for a poll (an editor's save in several writes is read whole, not half-written). */
 function watchConfig(path: string, reload: () => Promise<void>): void {
+  let settle: NodeJS.Timeout | undefined
   const changed = (now: Stats, before: Stats) => {
     if (now.mtimeMs === before.mtimeMs && now.size === before.size && now.ino === before.ino) return
-    void reload()
+    clearTimeout(settle)
+    settle = setTimeout(() => void reload(), WATCH_INTERVAL_MS + 100)
+    settle.unref()
   }
-  watchFile(path, { interval: 500, persistent: false }, changed)
+  watchFile(path, { interval: WATCH_INTERVAL_MS, persistent: false }, changed)
   process.once('exit', () => unwatchFile(path, changed))
 }
+
+const WATCH_INTERVAL_MS = 500
 
 function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
   gateway.logger.info({ signal }, 'shutting down: draining in-flight requests')
@@ -188,13 +197,8 @@ function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
   )
 }
 
+/** package.json's version, embedded at build time (scripts/embed-version.mjs): no import.meta, so the
+ * CommonJS build and bundles print it too. */
 function version(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
-      version: string
-    }
-    return pkg.version
-  } catch {
-    return 'unknown'
-  }
+  return VERSION
 }

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { whenLost } from '../core/client/lease.js'
 import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../admission/admission.js'
+import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'
 import { countHeader, upstreamRequestHeaders } from './headers.js'
 import type { Outgoing, UpstreamError } from './proxy.js'
@@ -42,6 +43,8 @@ export interface Exchange {
   bytesIn: number
   /** The client connection's bytesWritten when the request arrived. */
   bytesOutBefore: number
+  /** The config the request was understood under (undefined: answered before that). */
+  config: GatewayConfig | undefined
 }
 
 /** A client's X-Request-Id is kept when it is one printable token of at most 200 characters;
@@ -77,12 +80,16 @@ export function newExchange(route: LiveRoute | undefined, req: http.IncomingMess
     upstreamMs: undefined,
     bytesIn: 0,
     bytesOutBefore: req.socket.bytesWritten,
+    config: undefined,
   }
 }
 
 /** A request understood: what routing and admission see, and the parts of its canonical target. */
 export interface Understood {
   ok: true
+  /** The config this request was understood under: the rest of its life reads this one, not a
+   * config a reload swapped in meanwhile. */
+  config: GatewayConfig
   facts: RequestFacts
   route: LiveRoute | undefined
   /** Canonical path (what the upstream gets, before stripPrefix). */
@@ -106,7 +113,8 @@ export function understand(ctx: GatewayContext, req: http.IncomingMessage): Unde
   const method = req.method ?? 'GET'
   // RFC 9112 §3.2: a request with more than one Host field line is answered 400.
   if (countHeader(req.rawHeaders, 'host') > 1) return { ok: false, status: 400, reason: 'duplicate_host' }
-  const target = canonicalTarget(req.url ?? '/', method, ctx.config.paths)
+  const config = ctx.config
+  const target = canonicalTarget(req.url ?? '/', method, config.paths)
   if (target.kind === 'invalid') return { ok: false, status: 400, reason: 'bad_target' }
   if (target.kind === 'asterisk') {
     const allow = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS'
@@ -119,11 +127,12 @@ export function understand(ctx: GatewayContext, req: http.IncomingMessage): Unde
     method,
     match: target.match,
     headers: req.headers,
-    clientAddress: clientAddress(req, ctx.config.trustProxy),
+    clientAddress: clientAddress(req, config.trustProxy),
   }
   const route = matchRoute(ctx.routes, method, target.match, host)
   return {
     ok: true,
+    config,
     facts,
     route,
     path: target.path,
@@ -222,7 +231,7 @@ export function outgoing(
   ctx: GatewayContext,
   req: http.IncomingMessage,
   route: LiveRoute,
-  parts: { path: string; query: string; host: string | undefined },
+  parts: { path: string; query: string; host: string | undefined; config: GatewayConfig },
   fencingToken: number | undefined,
   body: Outgoing['body'],
   contentLength: number | undefined,
@@ -244,7 +253,7 @@ export function outgoing(
       host: parts.host,
       port: req.socket.localPort,
       proto: 'http',
-      trustProxy: ctx.config.trustProxy,
+      trustProxy: parts.config.trustProxy,
       fencingToken,
       requestId,
     },
@@ -271,13 +280,14 @@ export function finished(
   if (!ctx.logger.isLevelEnabled('info')) return
   const aborted = res.writableFinished ? undefined : true
   // Sampling keeps every error, rejection and aborted request; only successes are thinned.
-  const sample = ctx.config.accessLogSample
+  const config = exchange.config ?? ctx.config
+  const sample = config.accessLogSample
   if (sample < 1 && status < 400 && !aborted && Math.random() >= sample) return
   const line: AccessLine = {
     id: exchange.requestId,
     method: req.method,
     url: req.url,
-    remoteAddress: clientAddress(req, ctx.config.trustProxy),
+    remoteAddress: clientAddress(req, config.trustProxy),
     statusCode: status,
     responseTime: round(now - exchange.started),
     route,

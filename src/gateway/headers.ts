@@ -55,7 +55,7 @@ const FORWARDING_SET = new Set(FORWARDING)
 
 /** Dropped in any spelling with '_' for '-' (CGI-style servers read both as the same variable), also
  * behind a trusted proxy: none would send those. */
-const UNDERSCORED = new Set([FENCING_HEADER, ...FORWARDING])
+const UNDERSCORED = new Set([FENCING_HEADER, 'x-request-id', ...FORWARDING])
 
 /** Header names listed in Connection values (lower-case), or undefined. */
 export function connectionTokens(values: readonly string[]): Set<string> | undefined {

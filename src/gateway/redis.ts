@@ -24,11 +24,15 @@ export function openStore(
   // No ioredis auto-pipelining: the store already sends the acquires (and releases) of a turn as one
   // script call, and auto-pipelining's per-command bookkeeping then costs more than it saves
   // (npm run bench -- gateway, Redis vs in-memory req/s: 0.94-0.98 without, 0.82-0.83 with).
-  const common = { enableAutoPipelining: false, reconnectOnError: reconnectOnReadonly }
+  const reconnectOnError = reconnectOnFailover(config.commandTimeoutMs)
+  const common = { enableAutoPipelining: false, reconnectOnError }
   let redis: Redis | Cluster
   if (storeConfig.kind === 'redis') {
-    const secure = new URL(storeConfig.url).protocol === 'rediss:'
-    redis = new Redis(storeConfig.url, {
+    const url = new URL(storeConfig.url)
+    const secure = url.protocol === 'rediss:'
+    // ioredis lets a password in the URL win over the option: drop it when one was configured.
+    if (storeConfig.password !== undefined) url.password = ''
+    redis = new Redis(url.href, {
       ...common,
       ...defined({ password: storeConfig.password, tls: tlsOptions(storeConfig.tls, secure) }),
     })
@@ -54,7 +58,7 @@ export function openStore(
       {
         enableAutoPipelining: false,
         redisOptions: {
-          reconnectOnError: reconnectOnReadonly,
+          reconnectOnError,
           username: first?.username ? decodeURIComponent(first.username) : undefined,
           password:
             storeConfig.password ?? (first?.password ? decodeURIComponent(first.password) : undefined),
@@ -78,10 +82,22 @@ export function openStore(
   }
 }
 
-/** A master that became a replica (a Sentinel failover) answers writes with READONLY: reconnect,
- * which asks Sentinel for the new master, and resend the command (every script is idempotent, G12). */
-function reconnectOnReadonly(error: Error): 2 | false {
-  return error.message.startsWith('READONLY') ? 2 : false
+/**
+ * A master that became a replica (a Sentinel failover) answers writes with READONLY, and one whose
+ * replica was just promoted (min-replicas-to-write) with NOREPLICAS: reconnect, which asks Sentinel
+ * for the master, and resend the command (every script is idempotent, G12). NOREPLICAS also means
+ * "the replica is down, no failover coming": resent only for `windowMs` from the first one of an
+ * episode, then it fails the call like any other error.
+ */
+function reconnectOnFailover(windowMs: number): (error: Error) => 2 | false {
+  let since: number | undefined
+  return (error) => {
+    if (error.message.startsWith('READONLY')) return 2
+    if (!error.message.startsWith('NOREPLICAS')) return false
+    const now = Date.now()
+    if (since === undefined || now - since > 10 * windowMs) since = now
+    return now - since <= windowMs ? 2 : false
+  }
 }
 
 /** ioredis/tls options: undefined for plain TCP; the PEM texts and server name for TLS. */
@@ -196,7 +212,7 @@ export function timedStore(store: Store, histogram: Histogram<'call'>): Store {
   }
   const permits = family('permits', store.permits)
   const rwlock = family('rwlock', store.rwlock)
-  return {
+  const timed: Store & { readonly closed?: boolean } = {
     kind: store.kind,
     prefix: store.prefix,
     get clockOffsetMs() {
@@ -205,9 +221,14 @@ export function timedStore(store: Store, histogram: Histogram<'call'>): Store {
     get notificationsHealthy() {
       return store.notificationsHealthy
     },
+    // Read by store health and wait groups: a closed store fails its waiters instead of probing.
+    get closed() {
+      return (store as { closed?: boolean }).closed
+    },
     permits,
     rwlock,
     subscribe: (space, onGrant) => store.subscribe(space, onGrant),
     close: () => store.close(),
   }
+  return timed
 }

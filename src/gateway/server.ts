@@ -24,6 +24,8 @@ import { handleUpgrade } from './websocket.js'
 export { FENCING_HEADER } from './headers.js'
 
 const READY_TIMEOUT_MS = 1000
+/** How long a scrape waits for the store's run-time limits (tollgate_limit_permits). */
+const LIMIT_READ_TIMEOUT_MS = 250
 /** After the grace period, cut connections get this long to emit 'close' (and release). */
 const CLOSE_SETTLE_MS = 2000
 
@@ -166,18 +168,25 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   // tollgate_limit_permits: the effective limit of each route's bucket (the fleet-wide override if
   // one is set, read from the store at scrape time), the configured default for per: tenant/ip.
   async function effectiveLimits(): Promise<{ route: string; permits: number }[]> {
-    const out: { route: string; permits: number }[] = []
-    for (const live of ctx.routes) {
-      const concurrency = live.config.concurrency
-      if (!concurrency || !live.concurrency?.semaphoreOf) continue
-      let permits = concurrency.permits
-      if (concurrency.per === 'global' || concurrency.per === 'route') {
-        const stats = await within(live.concurrency.semaphoreOf(GLOBAL_KEY).stats(), READY_TIMEOUT_MS)
-        if (stats.ok && stats.value.limit !== undefined) permits = stats.value.limit
-      }
-      out.push({ route: live.config.name, permits })
-    }
-    return out
+    // Read in parallel under one short deadline, and not at all while the store is known down: a
+    // scrape must answer (tollgate_store_up=0 included) well within Prometheus's timeout.
+    return Promise.all(
+      ctx.routes.flatMap((live) => {
+        const concurrency = live.config.concurrency
+        const cap = live.concurrency
+        if (!concurrency || !cap?.semaphoreOf) return []
+        const route = live.config.name
+        const configured = concurrency.permits
+        if (health.down || (concurrency.per !== 'global' && concurrency.per !== 'route'))
+          return [Promise.resolve({ route, permits: configured })]
+        return [
+          within(cap.semaphoreOf(GLOBAL_KEY).stats(), LIMIT_READ_TIMEOUT_MS).then((stats) => ({
+            route,
+            permits: stats.ok && stats.value.override !== undefined ? stats.value.override : configured,
+          })),
+        ]
+      }),
+    )
   }
 
   const admin = config.admin
@@ -257,7 +266,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       : Promise.resolve()
     server.closeIdleConnections()
     // Requests and WebSockets alike get the grace period.
-    if (!(await allClosed(config.shutdownGraceMs))) {
+    if (!(await allClosed(ctx.config.shutdownGraceMs))) {
       logger.warn({ open: ctx.active }, 'shutdown grace period over: closing the remaining connections')
     }
     server.closeAllConnections()

@@ -30,6 +30,7 @@ export function handleRequest(
   const understood = understand(ctx, req)
   const route = understood.ok ? understood.route : undefined
   const exchange = newExchange(route, req)
+  if (understood.ok) exchange.config = understood.config
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
   const gone = route && route.admissions.length > 0 ? new AbortFlag() : undefined

@@ -3,7 +3,7 @@ import type { Lease } from '../core/client/lease.js'
 import { positiveInt } from '../core/options.js'
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
-import type { PermitStats, Store } from '../core/protocol/store.js'
+import type { Store } from '../core/protocol/store.js'
 import { freshOwnerCalls } from './mutex.js'
 import { type LockOptions, parseLockOptions } from '../core/options.js'
 
@@ -13,6 +13,17 @@ const MAX_PERMITS = 1_000_000
 export interface SemaphoreOptions extends LockOptions {
   /** How many leases may be held at once across every process (G1). */
   permits: number
+}
+
+export interface SemaphoreStats {
+  /** Live leases across every process. */
+  holders: number
+  /** Live waiters across every process. */
+  queued: number
+  /** The permits in force: the run-time override, else this instance's `permits`. */
+  limit: number
+  /** The run-time permits set with setPermits() (for every process), if any. */
+  override: number | undefined
 }
 
 export interface Semaphore {
@@ -32,8 +43,9 @@ export interface Semaphore {
   /** Drop the run-time permits set with setPermits(), for every process: each instance's own
    * `permits` applies again. */
   resetPermits(): Promise<void>
-  /** Live holders and queue length of this name (one store call, no scan), and the override if set. */
-  stats(): Promise<PermitStats>
+  /** Live holders and queue length of this name (one store call, no scan), the limit in force (the
+   * run-time override if one is set, else this instance's `permits`), and the override. */
+  stats(): Promise<SemaphoreStats>
 }
 
 /**
@@ -62,6 +74,9 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
       await store.permits.setLimit(client.space, next)
     },
     resetPermits: () => store.permits.setLimit(client.space, undefined),
-    stats: () => store.permits.inspect(client.space),
+    stats: async () => {
+      const { holders, queued, limit } = await store.permits.inspect(client.space)
+      return { holders, queued, limit: limit ?? permits, override: limit }
+    },
   }
 }

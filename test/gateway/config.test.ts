@@ -160,6 +160,12 @@ describe('gateway flags', () => {
     expect(problem(() => parseFlags([], { TOLLGATE_RWLOCK: 'yes' }))).toBe(
       'TOLLGATE_RWLOCK: expected true or false (got "yes")',
     )
+    // A URL's password is never echoed.
+    const message = problem(() => parseFlags([], { TOLLGATE_REDIS_URL: 'redis://app:s3cretPW@h:99999999' }))
+    expect(message).toContain(
+      'TOLLGATE_REDIS_URL: expected a redis:// or rediss:// URL (got "redis://app:***@h:99999999")',
+    )
+    expect(message).not.toContain('s3cretPW')
     // Empty variables count as unset, as in most CLIs.
     expect(parseFlags([], { TOLLGATE_PERMITS: '' }).permits).toBeUndefined()
   })

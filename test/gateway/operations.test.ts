@@ -3,6 +3,7 @@
 // loopback), the pino-http style access log with request ids, trace headers passed through, and the
 // operational metrics.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -274,6 +275,30 @@ describe('admin /limits API', () => {
     await Promise.all(held)
   }, 30_000)
 
+  it('without a token, /limits answers only local requests: a foreign Host (DNS rebinding) or an Origin gets 403', async () => {
+    const recorder = await startRecorder()
+    const gateway = await spawnGateway(baseFlags(recorder.url, prefix()))
+    const port = new URL(gateway.adminUrl ?? '').port
+    const raw = (headers: string) =>
+      new Promise<string>((resolve, reject) => {
+        const socket = net.connect(Number(port), '127.0.0.1', () => {
+          socket.end(
+            `PUT /limits/default HTTP/1.1\r\n${headers}content-type: application/json\r\ncontent-length: 14\r\nconnection: close\r\n\r\n{"permits": 1}`,
+          )
+        })
+        let text = ''
+        socket.on('data', (chunk) => (text += chunk.toString()))
+        socket.on('end', () => resolve(text))
+        socket.on('error', reject)
+      })
+    expect(await raw(`host: attacker.example:${port}\r\n`)).toMatch(/^HTTP\/1\.1 403/)
+    expect(await raw(`host: 127.0.0.1:${port}\r\norigin: http://attacker.example\r\n`)).toMatch(
+      /^HTTP\/1\.1 403/,
+    )
+    expect(await raw(`host: localhost:${port}\r\n`)).toMatch(/^HTTP\/1\.1 200/)
+    expect((await limits(gateway, '/default')).body).toMatchObject({ buckets: [{ override: 1 }] })
+  })
+
   it('beyond loopback: /limits needs the bearer token (403 without one configured, 401 without the header)', async () => {
     const recorder = await startRecorder()
     const flags = [...baseFlags(recorder.url, prefix()), '--admin-host', '0.0.0.0']
@@ -367,7 +392,9 @@ routes:
     expect(id).toMatch(/^[0-9a-f-]{36}$/)
     expect(recorder.requests.at(-1)?.headers['x-request-id']).toBe(id)
     // One header, one token: anything else is replaced, never forwarded.
-    const hostile = await fetch(`${gateway.url}/svc/c`, { headers: { 'x-request-id': 'a b\tc' } })
+    const hostile = await fetch(`${gateway.url}/svc/c`, {
+      headers: { 'x-request-id': 'a b\tc', x_request_id: 'forged' },
+    })
     expect(hostile.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
     expect(
       recorder.requests.at(-1)?.rawHeaders.filter((h) => h.toLowerCase() === 'x-request-id'),

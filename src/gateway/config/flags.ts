@@ -202,8 +202,10 @@ type Sources = Partial<Record<string, string>>
 function checkFlag<T>(label: string, raw: string, value: unknown, schema: z.ZodType<T, unknown>): T {
   const result = schema.safeParse(value)
   if (result.success) return result.data
+  // A URL's password never reaches the terminal or the log.
+  const shown = raw.replace(/\/\/([^@/]*):[^@/]*@/, '//$1:***@')
   throw new GatewayConfigError([
-    { path: label, message: `${result.error.issues[0]?.message} (got "${raw}")` },
+    { path: label, message: `${result.error.issues[0]?.message} (got "${shown}")` },
   ])
 }
 
