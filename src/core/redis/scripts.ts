@@ -1,13 +1,11 @@
-import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
-
-const LUA_DIR = new URL('../../../lua/', import.meta.url)
+import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 
 /** Preludes of each family of scripts, prepended in this order (they declare KEYS and helpers). */
 const PRELUDES = {
   permits: ['lib/common.lua', 'lib/permits.lua'],
   rwlock: ['lib/common.lua', 'lib/rwlock.lua'],
-} as const
+} as const satisfies Record<string, readonly LuaFile[]>
 
 /** Every script we register: command name -> file, prelude family, and where its reply carries the
  * server's `now` (first or last element; undefined = a plain number reply). */
@@ -25,17 +23,18 @@ export const SCRIPTS = {
   tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 5, lib: 'rwlock', now: 'last' },
 } as const satisfies Record<
   string,
-  { file: string; numberOfKeys: number; lib: keyof typeof PRELUDES; now: 'first' | 'last' | undefined }
+  { file: LuaFile; numberOfKeys: number; lib: keyof typeof PRELUDES; now: 'first' | 'last' | undefined }
 >
 
 export type ScriptName = keyof typeof SCRIPTS
 
 let sources: Map<ScriptName, string> | undefined
 
-/** Read lua/ once per process (shipped in package.json#files): each script with its preludes. */
+/** Each script with its preludes, assembled once per process from the embedded lua/ sources
+ * (lua-sources.ts, generated from lua/ by scripts/embed-lua.mjs: nothing is read from disk). */
 export function scriptSource(name: ScriptName): string {
   if (!sources) {
-    const read = (file: string) => readFileSync(new URL(file, LUA_DIR), 'utf8')
+    const read = (file: LuaFile) => LUA_SOURCES[file]
     sources = new Map()
     for (const [script, { file, lib }] of Object.entries(SCRIPTS) as [
       ScriptName,

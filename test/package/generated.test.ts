@@ -1,0 +1,38 @@
+// The generated sources are committed, so running from src/ (tsx, vitest) needs no build step: they
+// must match what they are generated from. Fix a failure with `npm run build` (or the script named).
+import { execFile } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { describe, expect, it } from 'vitest'
+import { scriptSource } from '../../src/core/redis/scripts.js'
+import { VERSION } from '../../src/gateway/version.js'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const exec = promisify(execFile)
+
+describe('generated sources', () => {
+  it.each(['scripts/embed-lua.mjs', 'scripts/embed-version.mjs'])(
+    '%s --check: up to date',
+    async (script) => {
+      await expect(exec(process.execPath, [script, '--check'], { cwd: ROOT })).resolves.toBeDefined()
+    },
+  )
+
+  it('each script is its preludes and its own file from lua/, byte for byte', () => {
+    const lua = (file: string) => readFileSync(new URL(`lua/${file}`, `file://${ROOT}`), 'utf8')
+    expect(scriptSource('tgPermitAcquire')).toBe(
+      [lua('lib/common.lua'), lua('lib/permits.lua'), lua('permit-acquire.lua')].join('\n'),
+    )
+    expect(scriptSource('tgRwRelease')).toBe(
+      [lua('lib/common.lua'), lua('lib/rwlock.lua'), lua('rwlock-release.lua')].join('\n'),
+    )
+  })
+
+  it("the embedded version is package.json's", () => {
+    const pkg = JSON.parse(readFileSync(new URL('package.json', `file://${ROOT}`), 'utf8')) as {
+      version: string
+    }
+    expect(VERSION).toBe(pkg.version)
+  })
+})

@@ -1,0 +1,500 @@
+// Packaging (issue 18): what `npm pack` ships, used the way users use it. The tarball (built by
+// scripts/build.mjs, as `prepare` does, into a staged copy of the package) is unpacked into fresh
+// projects outside the repository, whose other dependencies are symlinks into the repository's
+// node_modules (offline, no registry):
+//   full/  tollgate + its dependencies + ioredis: a "type":"commonjs" consumer using require(), an ESM
+//          consumer using import, a TypeScript `module: nodenext` consumer in a CommonJS package
+//          (compiled with the repository's typescript, then run), and an esbuild bundle run against
+//          the test Redis from a directory without node_modules (no lua/ on disk, no package.json);
+//   lib/   tollgate + ioredis only, as a library user would like it: the library entry points load,
+//          so none of them needs a gateway dependency (the gateway entry names the missing one).
+// @arethetypeswrong/cli checks every entry point of the tarball under node10, node16 and bundler.
+import { execFile } from 'node:child_process'
+import {
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { build } from 'esbuild'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { topology, uniquePrefix } from '../helpers/redis.js'
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url))
+const REPO_MODULES = path.join(ROOT, 'node_modules')
+const ATTW = path.join(REPO_MODULES, '@arethetypeswrong/cli/dist/index.js')
+const TSC = path.join(REPO_MODULES, 'typescript/bin/tsc')
+const BUILD = path.join(ROOT, 'scripts/build.mjs')
+type Conditions = Record<'import' | 'require', { types: string; default: string }>
+const PKG = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+  version: string
+  optionalDependencies: Record<string, string>
+  exports: Record<string, Conditions | string>
+}
+/** The gateway's own dependencies (optional: `--omit=optional` leaves them out): a library import
+ * must load none of them. */
+const GATEWAY_DEPS = Object.keys(PKG.optionalDependencies)
+const GATEWAY_DEP_PATH = new RegExp(`[\\\\/]node_modules[\\\\/](${GATEWAY_DEPS.join('|')})[\\\\/]`)
+/** What the adapters are for (installed as the repository has them) and @types/node for TypeScript. */
+const PEERS = ['ioredis', 'express', 'koa', 'fastify', 'hono', '@types/node']
+/** Every code entry point of the exports map: '.', './express', ..., './gateway'. */
+const ENTRIES = Object.entries(PKG.exports).flatMap(([key, value]) =>
+  typeof value === 'string' ? [] : [{ key, id: `tollgate${key.slice(1)}`, ...value }],
+)
+/** The middleware entry points (each exports `semaphore`); the gateway is loaded last and apart. */
+const ADAPTERS = ENTRIES.filter(({ key }) => key !== '.' && key !== './gateway').map(({ id }) => id)
+/** The library entry points a user without the gateway's dependencies or any framework imports. */
+const LIBRARY = ['tollgate', 'tollgate/express', 'tollgate/koa']
+
+interface Run {
+  stdout: string
+  stderr: string
+}
+
+function run(file: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    execFile(
+      file,
+      args,
+      { cwd, env: { ...process.env, ...env }, timeout: 60_000, maxBuffer: 32 * 1024 * 1024 },
+      (error, stdout, stderr) => {
+        if (error)
+          reject(new Error(`${path.basename(file)} ${args.join(' ')} failed: ${error.message}\n${stderr}`))
+        else resolve({ stdout, stderr })
+      },
+    )
+  })
+}
+
+/** Run a consumer with node and parse the JSON report it prints as its last line. */
+async function report(
+  dir: string,
+  args: string[],
+  env?: NodeJS.ProcessEnv,
+): Promise<Record<string, unknown>> {
+  const { stdout } = await run(process.execPath, args, dir, env)
+  return JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Record<string, unknown>
+}
+
+function write(file: string, text: string): void {
+  mkdirSync(path.dirname(file), { recursive: true })
+  writeFileSync(file, text)
+}
+
+function link(modules: string, name: string): void {
+  mkdirSync(path.dirname(path.join(modules, name)), { recursive: true })
+  symlinkSync(path.join(REPO_MODULES, name), path.join(modules, name), 'dir')
+}
+
+let tmp: string
+let tarball: string
+let entries: string[]
+
+async function unpackInto(modules: string): Promise<void> {
+  const dest = path.join(modules, 'tollgate')
+  mkdirSync(dest, { recursive: true })
+  await run('tar', ['-xzf', tarball, '-C', dest, '--strip-components=1'], tmp)
+}
+
+beforeAll(async () => {
+  tmp = mkdtempSync(path.join(os.tmpdir(), 'tollgate-package-'))
+  // Pack what `npm pack` in the checkout packs, without touching the checkout's dist/ (other tests or a
+  // running gateway may use it): a staged copy of the package, built by the same build script.
+  const stage = path.join(tmp, 'stage')
+  const { files } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[] }
+  for (const file of ['package.json', 'README.md', 'LICENSE', ...files.filter((file) => file !== 'dist')])
+    cpSync(path.join(ROOT, file), path.join(stage, file), { recursive: true })
+  await run(process.execPath, [BUILD, '--out-dir', path.join(stage, 'dist'), '--no-generate'], ROOT)
+  const { stdout } = await run(
+    'npm',
+    ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp],
+    stage,
+  )
+  const [packed] = JSON.parse(stdout.slice(stdout.lastIndexOf('\n[\n') + 1)) as { filename: string }[]
+  tarball = path.join(tmp, packed!.filename)
+  entries = (await run('tar', ['-tzf', tarball], tmp)).stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((entry) => entry.replace(/^package\//, ''))
+
+  const full = path.join(tmp, 'full/node_modules')
+  await unpackInto(full)
+  for (const name of [...GATEWAY_DEPS, ...PEERS]) link(full, name)
+  const lib = path.join(tmp, 'lib/node_modules')
+  await unpackInto(lib)
+  link(lib, 'ioredis')
+}, 180_000)
+
+afterAll(() => {
+  if (tmp) rmSync(tmp, { recursive: true, force: true })
+})
+
+describe('the tarball', () => {
+  it('ships both builds, the typings, LICENSE and the linked docs; no sources, maps or import.meta', () => {
+    const files = ENTRIES.flatMap((entry) => [entry.import.default, entry.import.types])
+      .concat(ENTRIES.flatMap((entry) => [entry.require.default, entry.require.types]))
+      .map((file) => file.replace(/^\.\//, ''))
+    expect(entries).toEqual(
+      expect.arrayContaining([
+        'LICENSE',
+        'README.md',
+        'package.json',
+        'dist/gateway/main.js',
+        'dist/cjs/package.json',
+        ...files,
+      ]),
+    )
+    expect(entries.filter((entry) => /\.map$|^src\/|^test\//.test(entry))).toEqual([])
+    expect(readFileSync(path.join(tmp, 'full/node_modules/tollgate/LICENSE'), 'utf8')).toMatch(/^MIT License/)
+    // README links to docs/*.md must resolve in the package (and on the npm page, via `repository`).
+    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8')
+    const linked = [...readme.matchAll(/\]\((docs\/[^)#\s]+)/g)].map((match) => match[1]!)
+    expect(linked.filter((doc) => !entries.includes(doc))).toEqual([])
+    // Compiled code never locates files by its own URL (bundles and CommonJS have none to offer).
+    const installed = path.join(tmp, 'full/node_modules/tollgate/dist')
+    const js = readdirSync(installed, { recursive: true })
+      .map(String)
+      .filter((file) => file.endsWith('.js'))
+    const selfLocating = /\bimport\.meta\.(url|dirname|filename|resolve)\b/
+    const offenders = js.filter((file) => selfLocating.test(readFileSync(path.join(installed, file), 'utf8')))
+    expect(offenders).toEqual([])
+  })
+
+  it('has a node10 stub (<subpath>/package.json) for every subpath, pointing at the CommonJS build', () => {
+    for (const { key, require } of ENTRIES.filter((entry) => entry.key !== '.')) {
+      const stub = JSON.parse(
+        readFileSync(path.join(tmp, 'full/node_modules/tollgate', key, 'package.json'), 'utf8'),
+      ) as Record<string, string>
+      expect(stub, key).toEqual({ main: `.${require.default}`, types: `.${require.types}` })
+    }
+  })
+
+  it('has no type problem for node10, node16 (CJS and ESM) and bundler on any entry point (attw)', async () => {
+    const { stdout } = await run(
+      process.execPath,
+      [ATTW, tarball, '--format', 'json', '--no-definitely-typed', '--profile', 'strict'],
+      tmp,
+    )
+    const { analysis } = JSON.parse(stdout) as {
+      analysis: {
+        problems: unknown[]
+        entrypoints: Record<string, { resolutions: Record<string, { resolution?: { fileName: string } }> }>
+      }
+    }
+    expect(analysis.problems).toEqual([])
+    expect(Object.keys(analysis.entrypoints).sort()).toEqual(Object.keys(PKG.exports).sort())
+    for (const entry of ENTRIES) {
+      const { resolutions } = analysis.entrypoints[entry.key]!
+      const files = Object.fromEntries(
+        Object.entries(resolutions).map(([kind, { resolution }]) => [kind, resolution?.fileName]),
+      )
+      const at = (file: string) => `/node_modules/tollgate/${file.slice(2)}`
+      expect(files, entry.key).toEqual({
+        node10: at(entry.require.types),
+        'node16-cjs': at(entry.require.types),
+        'node16-esm': at(entry.import.types),
+        bundler: at(entry.import.types),
+      })
+    }
+  })
+})
+
+/** What every JavaScript consumer does with the library (memory store, mutex, semaphore, errors) and
+ * with each adapter (`mods` maps an entry id to its module). */
+const EXERCISE = `
+  const tollgate = mods.tollgate
+  const store = tollgate.createMemoryStore()
+  const mutex = tollgate.createMutex(store, 'm')
+  const lease = await mutex.acquire({ timeoutMs: 1000 })
+  assert.equal(await mutex.tryAcquire(), undefined)
+  await lease.release()
+  const again = await mutex.tryAcquire()
+  assert.ok(again)
+  await again.release()
+  const sem = tollgate.createSemaphore(store, 's', { permits: 2 })
+  assert.equal(await sem.withLease(async () => 42), 42)
+  assert.throws(() => tollgate.createSemaphore(store, 's', { permits: 0 }), tollgate.ConfigError)
+  for (const [id, mod] of Object.entries(mods)) {
+    if (id !== 'tollgate') assert.equal(typeof mod.semaphore(2), 'function', id)
+  }
+`
+
+const GATEWAY_ID = 'tollgate/gateway'
+
+describe('consumers of the installed tarball', () => {
+  it('require() works from a "type": "commonjs" package, every entry point from dist/cjs', async () => {
+    const dir = path.join(tmp, 'full/cjs')
+    write(path.join(dir, 'package.json'), JSON.stringify({ name: 'cjs-consumer', type: 'commonjs' }))
+    write(
+      path.join(dir, 'index.js'),
+      `const assert = require('node:assert/strict')
+const GATEWAY_DEP = ${GATEWAY_DEP_PATH.toString()}
+const loaded = () => Object.keys(require.cache).filter((file) => GATEWAY_DEP.test(file))
+const mods = Object.fromEntries(${JSON.stringify(['tollgate', ...ADAPTERS])}.map((id) => [id, require(id)]))
+async function main() {
+  ${EXERCISE}
+  const library = loaded()
+  assert.equal(typeof require('${GATEWAY_ID}').startFromArgs, 'function')
+  console.log(JSON.stringify({
+    resolved: ${JSON.stringify(ENTRIES.map(({ id }) => id))}.map((id) => require.resolve(id)),
+    library,
+    gateway: loaded().length,
+  }))
+}
+main().catch((error) => { console.error(error); process.exit(1) })
+`,
+    )
+    const result = await report(dir, ['index.js'])
+    const installed = path.join(tmp, 'full/node_modules/tollgate')
+    expect(result.resolved).toEqual(ENTRIES.map((entry) => path.join(installed, entry.require.default)))
+    expect(result.library).toEqual([]) // no library or adapter entry loaded a gateway dependency
+    expect(result.gateway).toBeGreaterThan(0) // ...which require.cache would have shown
+  })
+
+  it('import works from an ESM package, every entry point from dist/, and loads no gateway dependency', async () => {
+    const dir = path.join(tmp, 'full/esm')
+    write(path.join(dir, 'package.json'), JSON.stringify({ name: 'esm-consumer', type: 'module' }))
+    // Records every URL the ESM loader resolves (module.register hooks run off-thread in Node 20).
+    write(
+      path.join(dir, 'hooks.js'),
+      `import { appendFileSync } from 'node:fs'
+let log
+export function initialize(data) { log = data.log }
+export async function resolve(specifier, context, next) {
+  const result = await next(specifier, context)
+  appendFileSync(log, result.url + '\\n')
+  return result
+}
+`,
+    )
+    write(
+      path.join(dir, 'register.js'),
+      `import { register } from 'node:module'
+register('./hooks.js', import.meta.url, { data: { log: process.env.RESOLVE_LOG } })
+`,
+    )
+    write(
+      path.join(dir, 'index.js'),
+      `import assert from 'node:assert/strict'
+import { readFileSync } from 'node:fs'
+const GATEWAY_DEP = ${GATEWAY_DEP_PATH.toString()}
+const loaded = () => readFileSync(process.env.RESOLVE_LOG, 'utf8').split('\\n').filter((url) => GATEWAY_DEP.test(url))
+const ids = ${JSON.stringify(['tollgate', ...ADAPTERS])}
+const mods = Object.fromEntries(await Promise.all(ids.map(async (id) => [id, await import(id)])))
+${EXERCISE}
+const library = loaded()
+assert.equal(typeof (await import('${GATEWAY_ID}')).startFromArgs, 'function')
+console.log(JSON.stringify({
+  resolved: ${JSON.stringify(ENTRIES.map(({ id }) => id))}.map((id) => import.meta.resolve(id)),
+  library,
+  gateway: loaded().length,
+}))
+`,
+    )
+    const log = path.join(dir, 'resolved.log')
+    write(log, '')
+    const result = await report(dir, ['--import', './register.js', 'index.js'], { RESOLVE_LOG: log })
+    const installed = path.join(tmp, 'full/node_modules/tollgate')
+    expect(result.resolved).toEqual(
+      ENTRIES.map((entry) => pathToFileURL(path.join(installed, entry.import.default)).href),
+    )
+    expect(result.library).toEqual([])
+    expect(result.gateway).toBeGreaterThan(0)
+  })
+
+  it('TypeScript `module: nodenext` in a CommonJS package type-checks and runs', async () => {
+    const dir = path.join(tmp, 'full/ts')
+    write(path.join(dir, 'package.json'), JSON.stringify({ name: 'ts-consumer', type: 'commonjs' }))
+    write(
+      path.join(dir, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          strict: true,
+          skipLibCheck: true,
+          types: ['node'],
+          rootDir: '.',
+          outDir: '.',
+        },
+        files: ['index.ts'],
+      }),
+    )
+    write(
+      path.join(dir, 'index.ts'),
+      `import { ConfigError, createMemoryStore, createMutex, createSemaphore, type Lease, TollgateError } from 'tollgate'
+import { semaphore as expressSemaphore, type ExpressMiddleware } from 'tollgate/express'
+import { semaphore as koaSemaphore, type KoaMiddleware } from 'tollgate/koa'
+import { startFromArgs, type GatewayConfig } from 'tollgate/gateway'
+
+async function main(): Promise<void> {
+  const store = createMemoryStore()
+  const mutex = createMutex(store, 'ts')
+  const lease: Lease = await mutex.acquire({ timeoutMs: 1000 })
+  const token: number = lease.fencingToken
+  await lease.release()
+  const sem = createSemaphore(store, 's', { permits: 1 })
+  const answer: number = await sem.withLease(async () => 42)
+  // @ts-expect-error permits is a number: the typings are real, not any
+  const wrong = () => createSemaphore(store, 's', { permits: 'one' })
+  let caught: unknown
+  try {
+    wrong()
+  } catch (error) {
+    caught = error
+  }
+  const mw: ExpressMiddleware = expressSemaphore(2)
+  const kmw: KoaMiddleware = koaSemaphore(2)
+  const config: GatewayConfig | undefined = undefined
+  console.log(JSON.stringify({
+    answer,
+    token: typeof token,
+    configError: caught instanceof ConfigError && caught instanceof TollgateError,
+    functions: [typeof mw, typeof kmw, typeof startFromArgs],
+    config: config ?? null,
+    entry: require.resolve('tollgate'),
+  }))
+}
+main().catch((error: unknown) => {
+  console.error(error)
+  process.exit(1)
+})
+`,
+    )
+    await run(process.execPath, [TSC, '-p', dir], dir)
+    const result = await report(dir, ['index.js'])
+    expect(result).toEqual({
+      answer: 42,
+      token: 'number',
+      configError: true,
+      functions: ['function', 'function', 'function'],
+      config: null,
+      entry: path.join(tmp, 'full/node_modules/tollgate/dist/cjs/index.js'),
+    })
+  })
+
+  it('prints its version from the bin', async () => {
+    const bin = path.join(tmp, 'full/node_modules/tollgate/dist/gateway/main.js')
+    const { stdout } = await run(process.execPath, [bin, '--version'], tmp)
+    expect(stdout.trim()).toBe(PKG.version)
+  })
+
+  it('a library-only install (tollgate and ioredis) loads tollgate, /express and /koa', async () => {
+    const modules = path.join(tmp, 'lib/node_modules')
+    expect(readdirSync(modules).sort()).toEqual(['ioredis', 'tollgate'])
+    const cjs = path.join(tmp, 'lib/cjs')
+    write(path.join(cjs, 'package.json'), JSON.stringify({ type: 'commonjs' }))
+    write(
+      path.join(cjs, 'index.js'),
+      `const assert = require('node:assert/strict')
+const mods = Object.fromEntries(${JSON.stringify(LIBRARY)}.map((id) => [id, require(id)]))
+async function main() {
+  ${EXERCISE}
+  let missing
+  try { require('${GATEWAY_ID}') } catch (error) { missing = error.code + ' ' + error.message.split('\\n')[0] }
+  console.log(JSON.stringify({ ok: true, missing }))
+}
+main().catch((error) => { console.error(error); process.exit(1) })
+`,
+    )
+    const esm = path.join(tmp, 'lib/esm')
+    write(path.join(esm, 'package.json'), JSON.stringify({ type: 'module' }))
+    write(
+      path.join(esm, 'index.js'),
+      `import assert from 'node:assert/strict'
+const ids = ${JSON.stringify(LIBRARY)}
+const mods = Object.fromEntries(await Promise.all(ids.map(async (id) => [id, await import(id)])))
+${EXERCISE}
+let missing
+try { await import('${GATEWAY_ID}') } catch (error) { missing = error.code + ' ' + error.message.split('\\n')[0] }
+console.log(JSON.stringify({ ok: true, missing }))
+`,
+    )
+    // The gateway entry does need its dependencies: the error names the first one it reaches.
+    const missing = expect.stringMatching(new RegExp(`MODULE_NOT_FOUND .*'(${GATEWAY_DEPS.join('|')})'`))
+    expect(await report(cjs, ['index.js'])).toEqual({ ok: true, missing })
+    expect(await report(esm, ['index.js'])).toEqual({ ok: true, missing })
+    // So does the bin: it says what to install instead of a stack trace (exit 1).
+    const bin = path.join(tmp, 'lib/node_modules/tollgate/dist/gateway/main.js')
+    const failed = await run(process.execPath, [bin, '--help'], esm).then(
+      () => undefined,
+      (error: Error) => error.message,
+    )
+    expect(failed).toMatch(
+      /tollgate: the gateway needs (pino|prom-client|undici|yaml|zod), which is not installed/,
+    )
+    expect(failed).toContain('npm install pino prom-client undici yaml zod')
+  })
+})
+
+describe('the README', () => {
+  it('runs every complete program in it with plain Node (no TypeScript, no transpiler) against the tarball', async () => {
+    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8')
+    const programs = [...readme.matchAll(/```js\n(\/\/ A complete program[^\n]*\n[\s\S]*?)```/g)].map(
+      (m) => m[1] as string,
+    )
+    expect(programs.length).toBeGreaterThanOrEqual(1)
+    for (const [i, program] of programs.entries()) {
+      const file = path.join(tmp, `full/readme-${i}.mjs`)
+      write(file, program)
+      const { stdout } = await run(process.execPath, [file], path.dirname(file))
+      expect(stdout, program).toMatch(/\S/)
+    }
+  })
+})
+
+describe('an esbuild bundle', () => {
+  it('runs semaphores, a mutex and a read/write lock on Redis with nothing on disk but the bundle', async () => {
+    const source = path.join(tmp, 'full/bundle/app.mjs')
+    write(
+      source,
+      `import assert from 'node:assert/strict'
+import { Redis } from 'ioredis'
+import { createMutex, createReadWriteLock, createRedisStore, createSemaphore } from 'tollgate'
+
+async function main() {
+  const redis = new Redis({ host: process.env.REDIS_HOST, port: Number(process.env.REDIS_PORT) })
+  const store = createRedisStore(redis, { prefix: process.env.PREFIX })
+  const sem = createSemaphore(store, 'bundle', { permits: 1 })
+  const lease = await sem.acquire({ timeoutMs: 2000 })
+  assert.equal(await sem.tryAcquire(), undefined)
+  await lease.release()
+  assert.equal(await sem.withLease(async () => 'granted'), 'granted')
+  const mutex = createMutex(store, 'bundle-mutex')
+  await (await mutex.acquire({ timeoutMs: 2000 })).release()
+  const rw = createReadWriteLock(store, 'bundle-rw')
+  await (await rw.read.acquire({ timeoutMs: 2000 })).release()
+  await (await rw.write.acquire({ timeoutMs: 2000 })).release()
+  await store.close()
+  await redis.quit()
+  console.log(JSON.stringify({ ok: true }))
+}
+main().catch((error) => { console.error(error); process.exit(1) })
+`,
+    )
+    const outfile = path.join(tmp, 'bundle-out/app.cjs')
+    const result = await build({
+      entryPoints: [source],
+      bundle: true, // tollgate and ioredis both inside: no node_modules next to the output
+      platform: 'node',
+      format: 'cjs',
+      target: 'node20',
+      outfile,
+      logLevel: 'silent',
+    })
+    expect(result.errors).toEqual([])
+    expect(result.warnings).toEqual([]) // e.g. no "import.meta" emptied in a CommonJS output
+    expect(readdirSync(path.dirname(outfile))).toEqual(['app.cjs'])
+    const { host, port } = topology().standalone
+    const env = { REDIS_HOST: host, REDIS_PORT: String(port), PREFIX: uniquePrefix().slice(0, -1) }
+    expect(await report(path.dirname(outfile), ['app.cjs'], env)).toEqual({ ok: true })
+  })
+})
