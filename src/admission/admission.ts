@@ -9,6 +9,7 @@ import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './op
 
 export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
 import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js'
+import { attachMetrics } from './metrics.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 
 /** Counters for metrics (the gateway exports them). */
@@ -71,6 +72,7 @@ export class Admission<Req> {
     private readonly gateFor: (req: Req) => Bucket,
   ) {
     this.health = storeHealth(config.store)
+    if (config.metrics) attachMetrics(this, config.metrics.registry)
   }
 
   async admit(req: Req, signal: AbortSignalLike): Promise<AdmitResult> {
@@ -199,14 +201,35 @@ export class Admission<Req> {
     return onLost === 'abort'
   }
 
-  /** Headers for an admitted or passed request (none with `headers: false` or without permits). */
+  /** Headers for an admitted or passed request (none with `standardHeaders: false` or without permits). */
   policyHeaders(name: string, permits: number | undefined, left: number): Record<string, string> {
-    return this.config.headers ? policyHeaders(name, permits, left) : {}
+    return policyHeaders(name, permits, left, this.config.standardHeaders)
   }
 
-  /** Status, headers and JSON body of a rejection. */
-  rejectionResponse(rejection: Rejection): HttpAnswer {
-    return rejectionResponse(this.config.name, rejection, this.config.headers)
+  /** Status, headers and body of a rejection (the `message` option's body, if given; a throwing
+   * message function is logged and the default body sent). */
+  rejectionResponse(rejection: Rejection, req?: Req): HttpAnswer {
+    const { name, standardHeaders, message } = this.config
+    if (message === undefined || req === undefined) return rejectionResponse(name, rejection, standardHeaders)
+    try {
+      return rejectionResponse(name, rejection, standardHeaders, { req, option: message })
+    } catch (error) {
+      this.config.logger.error('tollgate: message() threw; sending the default body', { error })
+      return rejectionResponse(name, rejection, standardHeaders)
+    }
+  }
+
+  /** The `skip` option's answer: true = take no permit. A throwing (or rejecting) skip is logged and
+   * the request is admitted as usual. */
+  async skips(req: Req): Promise<boolean> {
+    const skip = this.config.skip
+    if (!skip) return false
+    try {
+      return (await skip(req)) === true
+    } catch (error) {
+      this.config.logger.error('tollgate: skip() threw; limiting the request as usual', { error })
+      return false
+    }
   }
 }
 

@@ -6,7 +6,12 @@ import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js
 import { createSemaphore, type Semaphore } from '../primitives/semaphore.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
-import { resolveCommon, type RwlockMiddlewareOptions, type SemaphoreMiddlewareOptions } from './options.js'
+import {
+  rejectUnknownOptions,
+  resolveCommon,
+  type RwlockMiddlewareOptions,
+  type SemaphoreMiddlewareOptions,
+} from './options.js'
 
 const MAX_CACHED_GATES = 10_000
 
@@ -50,6 +55,7 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
     throw new ConfigError('options', 'a number of permits or an options object', input)
   }
   isPlainObjectOrUndefined('options', options)
+  rejectUnknownOptions(options, ['permits', 'key', 'permitsFor'])
   const permits = positiveInt('permits', options.permits, 1_000_000)
   const keyFn = options.key
   if (keyFn !== undefined && typeof keyFn !== 'function') throw new ConfigError('key', 'a function', keyFn)
@@ -57,7 +63,7 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
   if (permitsFor !== undefined && typeof permitsFor !== 'function') {
     throw new ConfigError('permitsFor', 'a function', permitsFor)
   }
-  const config = resolveCommon(options)
+  const config = resolveCommon(options, 'semaphore')
   // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
   parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
   const gates = new GateCache<Semaphore>((key) => {
@@ -83,6 +89,8 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
     let key: string
     try {
       key = normalizeKey(keyFn(req))
+      // A client's key '*' must not land in the bucket of an unkeyed semaphore of the same name.
+      if (key === GLOBAL_KEY) key = '%2A'
     } catch (error) {
       config.logger.warn('tollgate: key() threw; using the default bucket', { error })
       key = DEFAULT_BUCKET
@@ -106,6 +114,7 @@ export function rwlockAdmission<Req>(
 ): Admission<Req> {
   isPlainObjectOrUndefined('options', options)
   const opts = options ?? {}
+  rejectUnknownOptions(opts, ['resource', 'readMethods'])
   const resource = opts.resource
   if (resource !== undefined && typeof resource !== 'function') {
     throw new ConfigError('resource', 'a function', resource)
@@ -118,7 +127,7 @@ export function rwlockAdmission<Req>(
     throw new ConfigError('readMethods', 'an array of HTTP method names', readMethods)
   }
   const reads = new Set(readMethods.map((m) => m.toUpperCase()))
-  const config = resolveCommon(opts)
+  const config = resolveCommon(opts, 'rwlock')
   parseLockOptions('rw', config.store, config.name, { ttlMs: config.ttlMs }) // as every bucket's lock gets them
   const locks = new GateCache<ReadWriteLock>((key) =>
     createReadWriteLock(config.store, bucketName(config.name, key), {

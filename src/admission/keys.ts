@@ -45,3 +45,27 @@ export function firstValue(raw: string | string[] | undefined): string | undefin
   const comma = value.indexOf(',')
   return (comma === -1 ? value : value.slice(0, comma)).trim()
 }
+
+const warnedForwarded = new Set<string>()
+
+/**
+ * express-rate-limit's ERR_ERL_UNEXPECTED_X_FORWARDED_FOR: a request carries X-Forwarded-For but the
+ * app does not trust a proxy, so `byIp()` sees the proxy's address and every client behind it shares
+ * one bucket. Warned once per process and framework (process 'warning', code
+ * TOLLGATE_UNTRUSTED_X_FORWARDED_FOR); nothing else changes.
+ */
+export function warnUntrustedForwarded(
+  framework: string,
+  headers: Record<string, unknown> | undefined,
+  trusted: boolean,
+  setting: string,
+): void {
+  if (trusted || warnedForwarded.has(framework) || headers?.['x-forwarded-for'] === undefined) return
+  warnedForwarded.add(framework)
+  process.emitWarning(
+    `tollgate byIp(): a request carries X-Forwarded-For but ${setting} is off, so every client behind ` +
+      "that proxy shares one bucket (the proxy's address). Turn it on if a trusted proxy sits in front " +
+      'of this app; leave it off if clients connect directly (then the header is theirs to forge).',
+    { code: 'TOLLGATE_UNTRUSTED_X_FORWARDED_FOR' },
+  )
+}

@@ -41,13 +41,33 @@ export interface Rejection {
 
 export type OnLost = 'log' | 'abort' | ((info: TollgateInfo, error: Error) => void)
 
+/** Which RateLimit header fields (draft-ietf-httpapi-ratelimit-headers) to send:
+ * - 'draft-8': `RateLimit-Policy: "name";q=10;qu="concurrent-requests"` and `RateLimit: "name";r=3`,
+ *   named, so stacked middlewares append their entries to one header;
+ * - 'draft-7': `RateLimit-Policy: 10` and `RateLimit: limit=10, remaining=3, reset=0` (one policy:
+ *   the outermost middleware's is kept);
+ * - false: none (`Retry-After` is still sent on rejection). */
+export type StandardHeaders = 'draft-7' | 'draft-8' | false
+
+/** The rejection body: a string (sent as text/plain), an object (sent as JSON), or a function of the
+ * request and the rejection returning either. Default: a JSON object with `error`, `reason` and
+ * `retryAfterSeconds`. */
+export type RejectionMessage<Req> =
+  string | Record<string, unknown> | ((req: Req, rejection: Rejection) => string | Record<string, unknown>)
+
+/** A prom-client Registry (prom-client is an optional peer: install it to use this). */
+export interface MetricsRegistry {
+  registerMetric(metric: unknown): void
+  getSingleMetric(name: string): unknown
+}
+
 /** Options shared by `semaphore()` and `rwlock()`, for Express and Koa alike. */
 export interface CommonOptions<Req> {
   /** Store shared by every instance that must share limits (createRedisStore). Default: one in-memory
    * store per process: limits then hold for this process only. */
   store?: Store
   /** Policy name: part of every key and of the RateLimit headers. Letters, digits, `._:/-`.
-   * @default 'default' */
+   * @default 'default' for the first instance, then 'default-2', 'default-3', ... */
   name?: string
   /** How long a request may wait in the fair queue for a permit before it is rejected. 0 = never wait.
    * @default 1000 */
@@ -64,12 +84,28 @@ export interface CommonOptions<Req> {
   failOpen?: boolean
   /** Compute, count and send headers, but never reject. @default false */
   dryRun?: boolean
-  /** Send `RateLimit-Policy` and `RateLimit` (IETF draft) headers. `Retry-After` is always sent on
-   * rejection. @default true */
+  /** Which RateLimit headers to send (see StandardHeaders). @default 'draft-8' */
+  standardHeaders?: StandardHeaders
+  /** Older spelling: `headers: false` is `standardHeaders: false`. */
   headers?: boolean
+  /** Requests for which this returns true (or a promise of true) take no permit, e.g. health checks.
+   * A throwing skip is logged and the request is admitted as usual. */
+  skip?: (req: Req) => boolean | Promise<boolean>
+  /** The body of the rejection response (see RejectionMessage). */
+  message?: RejectionMessage<Req>
   /** Called before the rejection response is sent; the default response follows unless the callback
    * sent one itself. */
   onRejected?: (req: Req, rejection: Rejection) => void
+  /** Send the rejection yourself (express-rate-limit's `handler`); its arguments are the framework's
+   * (see each adapter), with the Rejection last. */
+  handler?: unknown
+  /** Where the adapter puts TollgateInfo: `req[requestPropertyName]` (Express, Fastify), `ctx.state[...]`
+   * (Koa), `c.get(...)` (Hono). @default 'tollgate' */
+  requestPropertyName?: string
+  /** Count this middleware's admissions, rejections (by reason), fail-open passes, lost leases and
+   * store errors, and gauge its requests in flight and waiting, on this prom-client Registry (labelled
+   * by `name`). */
+  metrics?: { registry: MetricsRegistry }
   /** A held lease was lost (store failover, frozen process): 'log' (default) logs and counts it;
    * 'abort' also destroys the request; a function decides. */
   onLost?: OnLost
@@ -107,33 +143,103 @@ export function processStore(): Store {
 export interface ResolvedConfig<Req> {
   store: Store
   name: string
+  /** `name` was given (not a default one). */
+  named: boolean
   maxWaitMs: number
   maxQueue: number
   ttlMs: number
   statusCode: number | undefined
   failOpen: boolean
   dryRun: boolean
+  /** Send RateLimit headers (standardHeaders !== false). */
   headers: boolean
+  standardHeaders: StandardHeaders
+  skip: ((req: Req) => boolean | Promise<boolean>) | undefined
+  message: RejectionMessage<Req> | undefined
+  /** The framework's rejection handler (its signature is the adapter's). */
+  handler: ((...args: never[]) => unknown) | undefined
+  requestPropertyName: string
+  metrics: { registry: MetricsRegistry } | undefined
   onRejected: ((req: Req, rejection: Rejection) => void) | undefined
   onLost: OnLost
   logger: Logger
 }
 
 const COMMON_DEFAULTS = Object.freeze({
-  name: 'default',
   maxWaitMs: 1000,
   maxQueue: 100,
   ttlMs: 30_000,
   failOpen: false,
   dryRun: false,
-  headers: true,
+  requestPropertyName: 'tollgate',
   onLost: 'log' as OnLost,
 })
 
-/** Validate the options every middleware shares (ConfigError naming the option). */
-export function resolveCommon<Req>(options: CommonOptions<Req>): ResolvedConfig<Req> {
+/** Every option of semaphore() and rwlock() (besides their own): anything else is a mistake. */
+const COMMON_KEYS = [
+  'store',
+  'name',
+  'maxWaitMs',
+  'maxQueue',
+  'ttlMs',
+  'statusCode',
+  'failOpen',
+  'dryRun',
+  'standardHeaders',
+  'headers',
+  'skip',
+  'message',
+  'handler',
+  'onRejected',
+  'requestPropertyName',
+  'metrics',
+  'onLost',
+  'logger',
+]
+
+/** What users of express-rate-limit (and p-limit, Bottleneck) reach for, and what it is here. */
+const HINTS: Record<string, string> = {
+  keyGenerator: 'tollgate calls it `key`',
+  max: 'a concurrency cap is `permits`',
+  limit: 'a concurrency cap is `permits`',
+  concurrency: 'a concurrency cap is `permits`',
+  windowMs: 'tollgate caps requests in flight: there is no window; see `maxWaitMs`',
+  legacyHeaders: 'only the IETF RateLimit headers are sent: see `standardHeaders`',
+  validate: 'options are always validated at construction',
+  requestWasSuccessful: 'every request holds its permit until its response closes',
+  skipFailedRequests: 'every request holds its permit until its response closes',
+  skipSuccessfulRequests: 'every request holds its permit until its response closes',
+}
+
+/** Reject an option no middleware knows, naming it (ConfigError), with a hint for familiar names. */
+export function rejectUnknownOptions(options: object, own: readonly string[]): void {
+  for (const key of Object.keys(options)) {
+    if (COMMON_KEYS.includes(key) || own.includes(key)) continue
+    const hint = HINTS[key]
+    throw new ConfigError(
+      key,
+      hint ? `no such option (${hint})` : 'no such option',
+      (options as Record<string, unknown>)[key],
+    )
+  }
+}
+
+/** Default names, one per instance in creation order ('default', 'default-2', ...): a per-tenant
+ * semaphore under a global one no longer shares its name (its keys and its RateLimit entry). Give
+ * `name` yourself when processes that share a store create their middlewares in different orders. */
+const defaultNames = new Map<string, number>()
+function defaultName(kind: string): string {
+  const n = (defaultNames.get(kind) ?? 0) + 1
+  defaultNames.set(kind, n)
+  return n === 1 ? 'default' : `default-${n}`
+}
+
+/** Validate the options every middleware shares (ConfigError naming the option). `kind` counts the
+ * default names apart (semaphore, rwlock). */
+export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphore'): ResolvedConfig<Req> {
   const config = { ...COMMON_DEFAULTS, ...defined(options) }
-  const name = nonEmptyString('name', config.name, 64)
+  const named = config.name !== undefined
+  const name = nonEmptyString('name', config.name ?? defaultName(kind), 64)
   if (!/^[\w.:/-]+$/.test(name)) throw new ConfigError('name', 'letters, digits and . _ : / - only', name)
   if (!(Number.isInteger(config.maxWaitMs) && config.maxWaitMs >= 0 && config.maxWaitMs <= 600_000)) {
     throw new ConfigError('maxWaitMs', 'an integer from 0 to 600000', config.maxWaitMs)
@@ -144,11 +250,53 @@ export function resolveCommon<Req>(options: CommonOptions<Req>): ResolvedConfig<
   if (statusCode !== undefined && !(Number.isInteger(statusCode) && statusCode >= 400 && statusCode <= 599)) {
     throw new ConfigError('statusCode', 'an HTTP error status from 400 to 599', statusCode)
   }
-  for (const flag of ['failOpen', 'dryRun', 'headers'] as const) {
+  for (const flag of ['failOpen', 'dryRun'] as const) {
     if (typeof config[flag] !== 'boolean') throw new ConfigError(flag, 'a boolean', config[flag])
   }
-  if (config.onRejected !== undefined && typeof config.onRejected !== 'function') {
-    throw new ConfigError('onRejected', 'a function', config.onRejected)
+  if (config.headers !== undefined && typeof config.headers !== 'boolean')
+    throw new ConfigError('headers', 'a boolean', config.headers)
+  if (config.headers !== undefined && config.standardHeaders !== undefined)
+    throw new ConfigError(
+      'headers',
+      'not given with standardHeaders (it is its older spelling)',
+      config.headers,
+    )
+  const standardHeaders: StandardHeaders =
+    config.standardHeaders ?? (config.headers === false ? false : 'draft-8')
+  if (standardHeaders !== 'draft-7' && standardHeaders !== 'draft-8' && standardHeaders !== false) {
+    throw new ConfigError('standardHeaders', "'draft-7', 'draft-8' or false", standardHeaders)
+  }
+  for (const hook of ['onRejected', 'skip', 'handler'] as const) {
+    if (config[hook] !== undefined && typeof config[hook] !== 'function') {
+      throw new ConfigError(hook, 'a function', config[hook])
+    }
+  }
+  const message = config.message
+  if (
+    message !== undefined &&
+    typeof message !== 'string' &&
+    typeof message !== 'function' &&
+    !(typeof message === 'object' && message !== null && !Array.isArray(message))
+  ) {
+    throw new ConfigError('message', 'a string, an object or a function', message)
+  }
+  const requestPropertyName = config.requestPropertyName
+  if (typeof requestPropertyName !== 'string' || !/^[A-Za-z_$][\w$]{0,63}$/.test(requestPropertyName)) {
+    throw new ConfigError(
+      'requestPropertyName',
+      'a property name (letters, digits, _ and $)',
+      requestPropertyName,
+    )
+  }
+  const metrics = config.metrics
+  if (
+    metrics !== undefined &&
+    (typeof metrics !== 'object' ||
+      metrics === null ||
+      typeof metrics.registry?.registerMetric !== 'function' ||
+      typeof metrics.registry?.getSingleMetric !== 'function')
+  ) {
+    throw new ConfigError('metrics', 'an object { registry } with a prom-client Registry', metrics)
   }
   const onLost = config.onLost
   if (onLost !== 'log' && onLost !== 'abort' && typeof onLost !== 'function') {
@@ -162,13 +310,20 @@ export function resolveCommon<Req>(options: CommonOptions<Req>): ResolvedConfig<
   return {
     store,
     name,
+    named,
     maxWaitMs: config.maxWaitMs,
     maxQueue,
     ttlMs,
     statusCode,
     failOpen: config.failOpen,
     dryRun: config.dryRun,
-    headers: config.headers,
+    headers: standardHeaders !== false,
+    standardHeaders,
+    skip: config.skip,
+    message,
+    handler: config.handler as ((...args: never[]) => unknown) | undefined,
+    requestPropertyName,
+    metrics,
     onRejected: config.onRejected,
     onLost,
     logger,

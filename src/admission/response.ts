@@ -1,6 +1,6 @@
 // What admission says over HTTP, as pure functions (express-rate-limit's and HPM's status shaping):
 // the IETF RateLimit headers of a concurrency policy, and the rejection response.
-import type { Rejection } from './options.js'
+import type { RejectionMessage, Rejection, StandardHeaders } from './options.js'
 
 export interface HttpAnswer {
   status: number
@@ -14,9 +14,24 @@ export function policyHeaders(
   name: string,
   permits: number | undefined,
   left: number,
+  draft: StandardHeaders = 'draft-8',
 ): Record<string, string> {
-  if (permits === undefined) return {}
+  if (permits === undefined || draft === false) return {}
+  if (draft === 'draft-7') {
+    // One unnamed policy; a concurrency cap has no window, and a permit frees when a response ends.
+    return { 'RateLimit-Policy': String(permits), RateLimit: `limit=${permits}, remaining=${left}, reset=0` }
+  }
   return { 'RateLimit-Policy': policyValue(name, permits), RateLimit: remainingValue(name, left) }
+}
+
+/**
+ * A RateLimit header value set by this middleware where an outer one may have set it already: draft-8
+ * entries are named, so they are appended (`"global";q=100, "tenant";q=5`); draft-7 has room for one
+ * policy, and the outer (first) one is kept.
+ */
+export function stackedValue(existing: string | undefined, value: string, draft: StandardHeaders): string {
+  if (existing === undefined || existing === '') return value
+  return draft === 'draft-8' ? `${existing}, ${value}` : existing
 }
 
 /** The `RateLimit-Policy` value: `permits` concurrent requests. */
@@ -29,17 +44,30 @@ export function remainingValue(name: string, left: number): string {
   return `"${name}";r=${left}`
 }
 
-/** Status, headers (`Retry-After` always) and JSON body of a rejection. */
-export function rejectionResponse(name: string, rejection: Rejection, withPolicy: boolean): HttpAnswer {
-  const headers: Record<string, string> = {
-    'Retry-After': String(rejection.retryAfterS),
-    'Content-Type': 'application/json; charset=utf-8',
-    ...(withPolicy ? policyHeaders(name, rejection.permits, 0) : {}),
-  }
-  const body = JSON.stringify({
+/** Status, headers (`Retry-After` always) and body of a rejection: JSON by default, or the
+ * `message` option's (a string as text/plain, an object as JSON). */
+export function rejectionResponse<Req>(
+  name: string,
+  rejection: Rejection,
+  draft: StandardHeaders | boolean,
+  message?: { req: Req; option: RejectionMessage<Req> | undefined },
+): HttpAnswer {
+  const standard = draft === true ? 'draft-8' : draft
+  let content: string | Record<string, unknown> = {
     error: rejection.reason === 'store_unavailable' ? 'limiter_unavailable' : 'too_many_concurrent_requests',
     reason: rejection.reason,
     retryAfterSeconds: rejection.retryAfterS,
-  })
+  }
+  if (message?.option !== undefined) {
+    const option = message.option
+    content = typeof option === 'function' ? option(message.req, rejection) : option
+  }
+  const headers: Record<string, string> = {
+    'Retry-After': String(rejection.retryAfterS),
+    'Content-Type':
+      typeof content === 'string' ? 'text/plain; charset=utf-8' : 'application/json; charset=utf-8',
+    ...policyHeaders(name, rejection.permits, 0, standard),
+  }
+  const body = typeof content === 'string' ? content : JSON.stringify(content)
   return { status: rejection.status, headers, body }
 }

@@ -1,9 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Admission, TollgateInfo } from '../admission/admission.js'
+import type { Admission, Rejection, TollgateInfo } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
-import { normalizeKey } from '../admission/keys.js'
+import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
-import { admitWatched } from './watch.js'
+import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
 
 export type {
   AdmissionCounters,
@@ -35,6 +35,23 @@ export type ExpressMiddleware = ((req: ExpressLikeRequest, res: ServerResponse, 
   readonly counters: Admission<ExpressLikeRequest>['counters']
 }
 
+/** The `handler` option: sends the rejection itself (express-rate-limit's `handler`), or calls
+ * `next()` to let the request through without a permit. A throw goes to `next(error)`. */
+export type ExpressRejectionHandler = (
+  req: ExpressLikeRequest,
+  res: ServerResponse,
+  next: Next,
+  rejection: Rejection,
+) => void
+export type ExpressSemaphoreOptions = WithHandler<
+  SemaphoreMiddlewareOptions<ExpressLikeRequest>,
+  ExpressRejectionHandler
+>
+export type ExpressRwlockOptions = WithHandler<
+  RwlockMiddlewareOptions<ExpressLikeRequest>,
+  ExpressRejectionHandler
+>
+
 declare module 'node:http' {
   interface IncomingMessage {
     /** Set by Tollgate's middleware on admitted (or passed) requests. */
@@ -47,9 +64,7 @@ declare module 'node:http' {
  * permit at once or waits up to `maxWaitMs`; the permit covers the whole response and is released
  * exactly once when the response closes (finish, client abort, error, timeout).
  */
-export function semaphore(
-  options: number | SemaphoreMiddlewareOptions<ExpressLikeRequest>,
-): ExpressMiddleware {
+export function semaphore(options: number | ExpressSemaphoreOptions): ExpressMiddleware {
   return expressAdapter(semaphoreAdmission(options))
 }
 
@@ -59,7 +74,7 @@ export function semaphore(
  * Writers do not starve: once one waits, new readers queue behind it. Same queueing, rejection, release
  * and failure rules as semaphore().
  */
-export function rwlock(options: RwlockMiddlewareOptions<ExpressLikeRequest> = {}): ExpressMiddleware {
+export function rwlock(options: ExpressRwlockOptions = {}): ExpressMiddleware {
   return expressAdapter(
     rwlockAdmission(options, {
       method: (req) => req.method ?? 'GET',
@@ -71,22 +86,40 @@ export function rwlock(options: RwlockMiddlewareOptions<ExpressLikeRequest> = {}
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
- * in watch.ts (shared with Koa). */
+ * and header helpers in watch.ts (shared with Koa, Fastify and Hono). */
 export function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddleware {
+  const { requestPropertyName, standardHeaders } = admission.config
+  const handler = admission.config.handler as ExpressRejectionHandler | undefined
   const middleware = (req: ExpressLikeRequest, res: ServerResponse, next: Next): void => {
     admitWatched(admission, req, res).then(
       (watched) => {
         if (watched.outcome === 'gone') return
+        if (watched.outcome === 'skipped') return next()
+        const existing = (name: string) => res.getHeader(name)
         if (watched.outcome === 'rejected') {
+          if (handler) {
+            try {
+              handler(req, res, next, watched.rejection)
+            } catch (error) {
+              next(error)
+            }
+            return
+          }
           // The onRejected hook may have answered itself.
-          if (res.headersSent || res.writableEnded) return
-          res.writeHead(watched.answer.status, watched.answer.headers)
+          if (res.headersSent || res.writableEnded || !watched.answer) return
+          const headers = mergeHeaders(answerHeaders(watched.answer), existing, standardHeaders)
+          res.writeHead(watched.answer.status, headers)
           res.end(watched.answer.body)
           return
         }
-        req.tollgate = watched.info
-        if (!res.headersSent)
-          for (const [name, value] of Object.entries(watched.headers)) res.setHeader(name, value)
+        ;(req as unknown as Record<string, unknown>)[requestPropertyName] = watched.info
+        if (!res.headersSent) {
+          for (const [name, value] of Object.entries(
+            mergeHeaders(watched.headers, existing, standardHeaders),
+          )) {
+            res.setHeader(name, value)
+          }
+        }
         next()
       },
       (error: unknown) => next(error), // a bug (e.g. a throwing key()): Express answers 500
@@ -113,5 +146,14 @@ export function byHeader(name: string): (req: ExpressLikeRequest) => string {
 
 /** Bucket by client IP; honours Express's `trust proxy` setting through `req.ip`. */
 export function byIp(): (req: ExpressLikeRequest) => string {
-  return (req) => normalizeKey(req.ip ?? req.socket.remoteAddress)
+  return (req) => {
+    const app = (req as { app?: { get?(setting: string): unknown } }).app
+    warnUntrustedForwarded(
+      'express',
+      req.headers,
+      Boolean(app?.get?.('trust proxy')),
+      "Express's 'trust proxy'",
+    )
+    return normalizeKey(req.ip ?? req.socket.remoteAddress)
+  }
 }

@@ -1,9 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Admission } from '../admission/admission.js'
+import type { Admission, Rejection } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
-import { normalizeKey } from '../admission/keys.js'
+import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
-import { admitWatched } from './watch.js'
+import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
 
 export type {
   AdmissionCounters,
@@ -40,12 +40,22 @@ export type KoaMiddleware = ((ctx: KoaLikeContext, next: () => Promise<unknown>)
   readonly counters: Admission<KoaLikeContext>['counters']
 }
 
+/** The `handler` option: answers the rejection itself (sets `ctx.status` and `ctx.body`), or calls
+ * `next()` to let the request through without a permit. A throw is Koa's error. */
+export type KoaRejectionHandler = (
+  ctx: KoaLikeContext,
+  next: () => Promise<unknown>,
+  rejection: Rejection,
+) => unknown
+export type KoaSemaphoreOptions = WithHandler<SemaphoreMiddlewareOptions<KoaLikeContext>, KoaRejectionHandler>
+export type KoaRwlockOptions = WithHandler<RwlockMiddlewareOptions<KoaLikeContext>, KoaRejectionHandler>
+
 /**
  * Cap the requests in flight: `app.use(semaphore(10))`, or per bucket with `key`. The permit covers
  * the whole response, streamed bodies included: it is released when the response closes, not when the
  * middleware chain returns.
  */
-export function semaphore(options: number | SemaphoreMiddlewareOptions<KoaLikeContext>): KoaMiddleware {
+export function semaphore(options: number | KoaSemaphoreOptions): KoaMiddleware {
   return koaAdapter(semaphoreAdmission(options))
 }
 
@@ -55,29 +65,58 @@ export function semaphore(options: number | SemaphoreMiddlewareOptions<KoaLikeCo
  * Writers do not starve: once one waits, new readers queue behind it. Same queueing, rejection, release
  * and failure rules as semaphore().
  */
-export function rwlock(options: RwlockMiddlewareOptions<KoaLikeContext> = {}): KoaMiddleware {
+export function rwlock(options: KoaRwlockOptions = {}): KoaMiddleware {
   return koaAdapter(rwlockAdmission(options, { method: (ctx) => ctx.method, path: (ctx) => ctx.path }))
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
- * in watch.ts (shared with Express). */
+ * and header helpers in watch.ts (shared with Express, Fastify and Hono). */
 export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware {
+  const { requestPropertyName, standardHeaders } = admission.config
+  const handler = admission.config.handler as KoaRejectionHandler | undefined
   const middleware = async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {
     const watched = await admitWatched(admission, ctx, ctx.res)
     if (watched.outcome === 'gone') return
+    if (watched.outcome === 'skipped') {
+      await next()
+      return
+    }
+    const existing = (name: string) => ctx.res.getHeader(name)
     if (watched.outcome === 'rejected') {
+      if (handler) {
+        await handler(ctx, next, watched.rejection)
+        return
+      }
       // The onRejected hook may have answered itself.
-      if (ctx.res.headersSent || ctx.res.writableEnded) return
+      if (ctx.res.headersSent || ctx.res.writableEnded || !watched.answer) return
       ctx.status = watched.answer.status
-      ctx.set(watched.answer.headers)
+      ctx.set(mergeHeaders(answerHeaders(watched.answer), existing, standardHeaders))
       ctx.body = watched.answer.body
       return
     }
-    ctx.state.tollgate = watched.info
-    ctx.set(watched.headers)
-    await next()
+    ctx.state[requestPropertyName] = watched.info
+    const headers = mergeHeaders(watched.headers, existing, standardHeaders)
+    ctx.set(headers)
+    try {
+      await next()
+    } catch (error) {
+      // Koa's default error response drops every header set so far and sets `error.headers`: keep the
+      // policy headers on it, as Express, Fastify and Hono do.
+      keepHeadersOnError(error, headers)
+      throw error
+    }
   }
   return Object.assign(middleware, { counters: admission.counters })
+}
+
+function keepHeadersOnError(error: unknown, headers: Record<string, string>): void {
+  if (typeof error !== 'object' || error === null || Object.keys(headers).length === 0) return
+  try {
+    const carrier = error as { headers?: Record<string, string> }
+    carrier.headers = { ...headers, ...carrier.headers }
+  } catch {
+    // A frozen error, or one whose headers cannot be replaced: Koa answers without ours.
+  }
 }
 
 /** Bucket by the matched route pattern set by @koa/router (mount the middleware after the router
@@ -98,5 +137,9 @@ export function byHeader(name: string): (ctx: KoaLikeContext) => string {
 
 /** Bucket by client IP; honours Koa's `app.proxy` setting through `ctx.ip`. */
 export function byIp(): (ctx: KoaLikeContext) => string {
-  return (ctx) => normalizeKey(ctx.ip)
+  return (ctx) => {
+    const app = (ctx as { app?: { proxy?: boolean } }).app
+    warnUntrustedForwarded('koa', ctx.headers, app?.proxy === true, "Koa's app.proxy")
+    return normalizeKey(ctx.ip)
+  }
 }

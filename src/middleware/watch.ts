@@ -1,29 +1,72 @@
-// What both adapters do around the admission, in one place so they cannot drift: listen for the
-// response's close before any await (a client that leaves while queued aborts its wait, and an
-// admitted request's permit is released exactly once, when its response closes: finish, abort, error,
-// timeout), admit, and act on a lost lease (onLost: 'abort' destroys the response).
+// What every adapter (Express, Koa, Fastify, Hono) does around the admission, in one place so they
+// cannot drift: listen for the response's close before any await (a client that leaves while queued
+// aborts its wait, and an admitted request's permit is released exactly once, when its response
+// closes: finish, abort, error, timeout), admit, and act on a lost lease (onLost: 'abort' destroys the
+// response). The adapters only move headers and bodies, and do that through the helpers below.
 import { AbortFlag } from '../core/abort.js'
-import type { ServerResponse } from 'node:http'
-import type { Admission, TollgateInfo } from '../admission/admission.js'
+import type { Admission, Rejection, TollgateInfo } from '../admission/admission.js'
+import type { StandardHeaders } from '../admission/options.js'
 import type { HttpAnswer } from '../admission/response.js'
 import { whenLost } from '../core/client/lease.js'
+
+/** An adapter's options: the engine's, with the `handler` option typed for the framework. */
+export type WithHandler<Options, Handler> = Omit<Options, 'handler'> & {
+  /** Send the rejection yourself instead of the default answer; the framework's middleware arguments,
+   * then the Rejection. The onRejected hook has run before. */
+  handler?: Handler
+}
 
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */
 const RESPONSE_CLOSED = new Error('response closed')
 
+/**
+ * What the watcher needs of a response. Node's `ServerResponse` fits: Express's `res`, Koa's `ctx.res`,
+ * Fastify's `reply.raw` and Hono's `c.env.outgoing` on @hono/node-server. Hono on other runtimes
+ * passes a stand-in that closes when the body has been sent (see hono.ts).
+ */
+export interface WatchedResponse {
+  /** Emitted exactly once, when the response is done: finished, aborted, destroyed or failed. */
+  once(event: 'close', listener: () => void): unknown
+  /** True once 'close' was emitted (Node's `ServerResponse.closed`). */
+  readonly closed?: boolean
+  /** True once the whole response was handed to the transport. */
+  readonly writableFinished: boolean
+  /** Abort the response (a lost lease with `onLost: 'abort'`); must lead to 'close'. */
+  destroy(): unknown
+}
+
 export type Watched =
+  /** The `skip` option said so: no permit, no headers; go on to the handler. */
+  | { outcome: 'skipped' }
   /** The client left: nothing to answer. */
   | { outcome: 'gone' }
-  /** Answer with this rejection (the onRejected hook has run). */
-  | { outcome: 'rejected'; answer: HttpAnswer }
+  /** Answer with this rejection (the onRejected hook has run): call the `handler` option if there is
+   * one (then `answer` is undefined), else send `answer`. */
+  | { outcome: 'rejected'; rejection: Rejection; answer: HttpAnswer | undefined }
   /** Go on to the handler, with these response headers. */
   | { outcome: 'admitted'; info: TollgateInfo; headers: Record<string, string> }
 
+/**
+ * Admit `req` and tie its permit to `res`. The behaviour every adapter shares:
+ * - `skip(req)` true: 'skipped' (no permit, no headers).
+ * - A response that has already closed (the client left before this middleware ran) is 'gone' at
+ *   once: nothing is taken, nothing is answered.
+ * - A client that leaves while queued leaves the queue at once and is 'gone', also when its wait was
+ *   about to be rejected: the onRejected hook is not called for it and no rejection is written.
+ * - An admitted request's permit is released exactly once, when `res` emits 'close' (finish, client
+ *   abort, handler error, timeout), never by the adapter itself.
+ * - A lost lease is counted and reported (onLost); with `onLost: 'abort'` the response is destroyed
+ *   (the client sees the connection reset, or a truncated body), unless it has already finished.
+ *   The handler is not stopped; it can watch `info.lease.signal`.
+ */
 export async function admitWatched<Req>(
   admission: Admission<Req>,
   req: Req,
-  res: ServerResponse,
+  res: WatchedResponse,
 ): Promise<Watched> {
+  if (admission.config.skip && (await admission.skips(req))) return { outcome: 'skipped' }
+  // Without this check a permit taken now would never be released: 'close' has already been emitted.
+  if (res.closed === true) return { outcome: 'gone' }
   const gone = new AbortFlag()
   let held: TollgateInfo | undefined
   res.once('close', () => {
@@ -40,8 +83,10 @@ export async function admitWatched<Req>(
   }
   if (result.outcome === 'rejected') {
     if (gone.aborted) return { outcome: 'gone' }
-    admission.notifyRejected(req, result.rejection)
-    return { outcome: 'rejected', answer: admission.rejectionResponse(result.rejection) }
+    const { rejection } = result
+    admission.notifyRejected(req, rejection)
+    const answer = admission.config.handler ? undefined : admission.rejectionResponse(rejection, req)
+    return { outcome: 'rejected', rejection, answer }
   }
   const { info, left } = result
   if (gone.aborted) {
@@ -55,4 +100,46 @@ export async function admitWatched<Req>(
     })
   }
   return { outcome: 'admitted', info, headers: admission.policyHeaders(info.name, info.permits, left) }
+}
+
+/** Headers that hold the policies of stacked middlewares (draft-ietf-httpapi-ratelimit-headers). */
+const LIST_HEADERS = new Set(['ratelimit-policy', 'ratelimit'])
+
+/**
+ * The headers to set for `headers` on a response that may already carry an outer middleware's:
+ * RateLimit-Policy and RateLimit entries of draft-8 are named, so ours join the list (an entry already
+ * there is not repeated); draft-7 has room for one policy, and the outer one is kept. Every other
+ * header replaces what is there. `ours` says where this middleware stands: 'inner' when the existing
+ * value is an outer middleware's (it wrote first: Express, Koa, Fastify), 'outer' when it is an inner
+ * one's (Hono, where middlewares write after the handler, innermost first). Either way the outer
+ * policy comes first.
+ */
+export function mergeHeaders(
+  headers: Record<string, string>,
+  existing: (name: string) => unknown,
+  draft: StandardHeaders,
+  ours: 'inner' | 'outer' = 'inner',
+): Record<string, string> {
+  const merged: Record<string, string> = {}
+  for (const [name, value] of Object.entries(headers)) {
+    if (!LIST_HEADERS.has(name.toLowerCase())) {
+      merged[name] = value
+      continue
+    }
+    const current = existing(name)
+    const list = Array.isArray(current) ? current.join(', ') : typeof current === 'string' ? current : ''
+    if (list.trim() === '') merged[name] = value
+    else if (draft !== 'draft-8') merged[name] = ours === 'inner' ? list : value
+    else if (list.split(/,\s*/).includes(value)) merged[name] = list
+    else merged[name] = ours === 'inner' ? `${list}, ${value}` : `${value}, ${list}`
+  }
+  return merged
+}
+
+const encoder = new TextEncoder()
+
+/** The headers of a rejection as every adapter sends them: with an explicit Content-Length, so the
+ * framing is the same everywhere (no chunked encoding for a body known in advance). */
+export function answerHeaders(answer: HttpAnswer): Record<string, string> {
+  return { ...answer.headers, 'Content-Length': String(encoder.encode(answer.body).byteLength) }
 }

@@ -193,12 +193,13 @@ for (const framework of CURRENT) {
           store: freshStore(storeKind),
           maxWaitMs: 0,
           dryRun: true,
+          name: 'dry', // default names count instances ('default', 'default-2', ...)
         })
         const holder = get(`${app.url}/hold`)
         await eventually(() => app.probe.holders.length === 1)
         const passed = await get(`${app.url}/work?ms=1`)
         expect(passed.status).toBe(200)
-        expect(passed.headers.get('ratelimit')).toBe('"default";r=0')
+        expect(passed.headers.get('ratelimit')).toBe('"dry";r=0')
         expect(app.counters.dryRunRejected).toBe(1)
         app.probe.holders.shift()?.()
         await holder

@@ -147,6 +147,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
         }
         queued = acquisition
         if (!announced) {
+          if (debug.enabled) debug('wait %s %s: queued', this.kind, JSON.stringify(this.space.name))
           announced = true
           if (options.onQueued?.() === false)
             throw new AcquireTimeoutError(this.space.name, Date.now() - started)

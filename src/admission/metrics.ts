@@ -1,0 +1,120 @@
+// Metrics of middleware admissions on a prom-client Registry the user passes (`metrics: { registry }`).
+// prom-client is an optional peer: it is loaded (dynamic import) only when the option is used, so a
+// library user who never asks for metrics never loads it. One set of series per registry, labelled by
+// policy name; values are read from the admissions' own counters at scrape time, so nothing is lost
+// while prom-client loads and nothing is added to the request path.
+import type { Logger, MetricsRegistry } from './options.js'
+
+/** What is read of an admission (structurally: no import of admission.ts, which imports this). */
+interface AnyAdmission {
+  readonly config: { readonly name: string; readonly logger: Logger }
+  readonly counters: {
+    admitted: number
+    rejected: Record<string, number>
+    failedOpen: number
+    lost: number
+    storeErrors: number
+    inFlight: number
+    queued: number
+  }
+}
+
+const attached = new WeakMap<MetricsRegistry, Set<AnyAdmission>>()
+
+/** Count `admission` on `registry`; the series appear once prom-client has loaded (a microtask or so
+ * after the first call for a registry). A missing prom-client is logged, never thrown. */
+export function attachMetrics(admission: AnyAdmission, registry: MetricsRegistry): void {
+  let admissions = attached.get(registry)
+  if (admissions) {
+    admissions.add(admission)
+    return
+  }
+  admissions = new Set([admission])
+  attached.set(registry, admissions)
+  const all = admissions
+  // A computed specifier: bundlers leave it to run time instead of failing where prom-client is not
+  // installed (it is optional).
+  const specifier = 'prom-client'
+  ;(import(specifier) as Promise<typeof import('prom-client')>).then(
+    (prom) => register(prom, registry, all),
+    (error: unknown) =>
+      admission.config.logger.error('tollgate: the metrics option needs prom-client installed', { error }),
+  )
+}
+
+function register(
+  prom: typeof import('prom-client'),
+  registry: MetricsRegistry,
+  admissions: Set<AnyAdmission>,
+): void {
+  const registers = [registry as unknown as import('prom-client').Registry]
+  const each = (fn: (admission: AnyAdmission) => void) => {
+    for (const admission of admissions) fn(admission)
+  }
+  new prom.Counter({
+    name: 'tollgate_policy_admitted_total',
+    help: 'Requests that got a permit, by policy',
+    labelNames: ['policy'],
+    registers,
+    collect() {
+      this.reset()
+      each((a) => this.inc({ policy: a.config.name }, a.counters.admitted))
+    },
+  })
+  new prom.Counter({
+    name: 'tollgate_policy_rejected_total',
+    help: 'Requests rejected without a permit, by policy and reason (timeout, queue_full, store_unavailable)',
+    labelNames: ['policy', 'reason'],
+    registers,
+    collect() {
+      this.reset()
+      each((a) => {
+        for (const [reason, n] of Object.entries(a.counters.rejected))
+          this.inc({ policy: a.config.name, reason }, n)
+      })
+    },
+  })
+  const counter = (name: string, help: string, read: (a: AnyAdmission) => number) =>
+    new prom.Counter({
+      name,
+      help,
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        each((a) => this.inc({ policy: a.config.name }, read(a)))
+      },
+    })
+  counter(
+    'tollgate_policy_failed_open_total',
+    'Requests let through without a permit because the store failed (failOpen, dryRun)',
+    (a) => a.counters.failedOpen,
+  )
+  counter(
+    'tollgate_policy_lease_lost_total',
+    'Permits lost while their request was in flight',
+    (a) => a.counters.lost,
+  )
+  counter('tollgate_policy_store_errors_total', 'Admissions the store failed', (a) => a.counters.storeErrors)
+  const gauge = (name: string, help: string, read: (a: AnyAdmission) => number) =>
+    new prom.Gauge({
+      name,
+      help,
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        each((a) => this.set({ policy: a.config.name }, read(a)))
+      },
+    })
+  gauge(
+    'tollgate_policy_in_flight',
+    'Requests holding a permit in this process right now',
+    (a) => a.counters.inFlight,
+  )
+  gauge(
+    'tollgate_policy_queued',
+    'Requests waiting for a permit in this process right now',
+    (a) => a.counters.queued,
+  )
+}

@@ -1,0 +1,259 @@
+// express-rate-limit's conventions where they fit a concurrency cap, in the engine every adapter
+// shares: unknown options are errors naming them, distinct default names, skip, message, the draft-7
+// and draft-8 RateLimit headers (stacked entries appended), metrics on a prom-client registry, the
+// effective limit in stats(), and NODE_DEBUG traces.
+import { spawnSync } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { Registry } from 'prom-client'
+import { describe, expect, it } from 'vitest'
+import { rwlockAdmission, semaphoreAdmission } from '../../src/admission/gates.js'
+import { policyHeaders, stackedValue } from '../../src/admission/response.js'
+import { ConfigError, createMemoryStore, createSemaphore } from '../../src/index.js'
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url))
+const shape = { method: () => 'GET', path: () => '/x' }
+const never = new AbortController().signal
+
+describe('options', () => {
+  it.each([
+    [{ permits: 1, keyGenerator: () => 'k' }, 'keyGenerator', 'tollgate calls it `key`'],
+    [{ permits: 1, windowMs: 60_000 }, 'windowMs', 'there is no window'],
+    [{ permits: 1, max: 5 }, 'max', '`permits`'],
+    [{ permits: 1, legacyHeaders: false }, 'legacyHeaders', 'standardHeaders'],
+    [{ permits: 1, sikp: () => true }, 'sikp', 'no such option'],
+  ])('an unknown option is a ConfigError naming it: %j', (options, option, hint) => {
+    let error: unknown
+    try {
+      semaphoreAdmission(options as never)
+    } catch (caught) {
+      error = caught
+    }
+    expect(error).toBeInstanceOf(ConfigError)
+    expect((error as ConfigError).option).toBe(option)
+    expect((error as Error).message).toContain(hint)
+  })
+
+  it('rwlock() rejects unknown options too, and semaphore-only ones', () => {
+    expect(() => rwlockAdmission({ permits: 3 } as never, shape)).toThrow('"permits"')
+    expect(() => semaphoreAdmission({ permits: 1, readMethods: ['GET'] } as never)).toThrow('"readMethods"')
+  })
+
+  it.each([
+    [{ standardHeaders: 'draft-6' }, 'standardHeaders'],
+    [{ standardHeaders: 'draft-8', headers: true }, 'headers'],
+    [{ skip: true }, 'skip'],
+    [{ handler: 'x' }, 'handler'],
+    [{ message: 42 }, 'message'],
+    [{ requestPropertyName: 'a-b' }, 'requestPropertyName'],
+    [{ metrics: { registry: {} } }, 'metrics'],
+  ])('validates %j', (extra, option) => {
+    expect(() => semaphoreAdmission({ permits: 1, ...extra } as never)).toThrow(`"${option}"`)
+  })
+
+  it('gives each unnamed instance its own name, so stacked policies neither share keys nor headers', () => {
+    const first = semaphoreAdmission({ permits: 1, store: createMemoryStore() })
+    const second = semaphoreAdmission({ permits: 1, store: createMemoryStore() })
+    expect(first.config.name).not.toBe(second.config.name)
+    expect(second.config.name).toMatch(/^default-\d+$/)
+    expect(semaphoreAdmission({ permits: 1, name: 'api' }).config).toMatchObject({ name: 'api', named: true })
+  })
+
+  it("a client's key '*' gets its own bucket, not the unkeyed one of the same name", async () => {
+    const store = createMemoryStore()
+    const global = semaphoreAdmission<string>({ permits: 1, store, name: 'shared', maxWaitMs: 0 })
+    const keyed = semaphoreAdmission<string>({
+      permits: 1,
+      store,
+      name: 'shared',
+      maxWaitMs: 0,
+      key: (k) => k,
+    })
+    const held = await global.admit('x', never)
+    expect(held.outcome).toBe('admitted')
+    expect((await keyed.admit('*', never)).outcome).toBe('admitted')
+    await store.close()
+  })
+})
+
+describe('RateLimit headers and rejections', () => {
+  it('draft-8 names the policy and stacks entries; draft-7 has one policy and keeps the outer', () => {
+    expect(policyHeaders('api', 10, 3, 'draft-8')).toEqual({
+      'RateLimit-Policy': '"api";q=10;qu="concurrent-requests"',
+      RateLimit: '"api";r=3',
+    })
+    expect(policyHeaders('api', 10, 3, 'draft-7')).toEqual({
+      'RateLimit-Policy': '10',
+      RateLimit: 'limit=10, remaining=3, reset=0',
+    })
+    expect(policyHeaders('api', 10, 3, false)).toEqual({})
+    expect(stackedValue('"global";r=99', '"tenant";r=4', 'draft-8')).toBe('"global";r=99, "tenant";r=4')
+    expect(stackedValue('limit=100, remaining=99, reset=0', 'limit=5, remaining=4, reset=0', 'draft-7')).toBe(
+      'limit=100, remaining=99, reset=0',
+    )
+    expect(stackedValue(undefined, '"tenant";r=4', 'draft-8')).toBe('"tenant";r=4')
+  })
+
+  it('message: a string is text/plain, an object JSON, a function sees the request and the rejection', async () => {
+    const store = createMemoryStore()
+    const make = (message: unknown) =>
+      semaphoreAdmission<string>({
+        permits: 1,
+        store,
+        name: `m${Math.random()}`.replace('.', ''),
+        maxWaitMs: 0,
+        message,
+      } as never)
+    for (const [message, type, body] of [
+      ['busy, try later', 'text/plain; charset=utf-8', 'busy, try later'],
+      [{ code: 'BUSY' }, 'application/json; charset=utf-8', '{"code":"BUSY"}'],
+      [
+        (req: string, r: { reason: string }) => `${req}:${r.reason}`,
+        'text/plain; charset=utf-8',
+        'me:timeout',
+      ],
+    ] as const) {
+      const admission = make(message)
+      await admission.admit('me', never)
+      const rejected = await admission.admit('me', never)
+      if (rejected.outcome !== 'rejected') throw new Error('expected a rejection')
+      const answer = admission.rejectionResponse(rejected.rejection, 'me')
+      expect(answer.headers['Content-Type']).toBe(type)
+      expect(answer.body).toBe(body)
+      expect(answer.headers['Retry-After']).toBe('1')
+    }
+    await store.close()
+  })
+
+  it('skip: true skips, a throwing skip limits as usual', async () => {
+    const errors: unknown[] = []
+    const logger = { warn() {}, error: (_m: string, meta?: unknown) => errors.push(meta) }
+    const skipping = semaphoreAdmission<string>({ permits: 1, skip: async (req) => req === 'health', logger })
+    expect(await skipping.skips('health')).toBe(true)
+    expect(await skipping.skips('api')).toBe(false)
+    const throwing = semaphoreAdmission<string>({
+      permits: 1,
+      logger,
+      skip: () => {
+        throw new Error('boom')
+      },
+    })
+    expect(await throwing.skips('x')).toBe(false)
+    expect(errors).toHaveLength(1)
+  })
+})
+
+describe('metrics on a prom-client registry', () => {
+  it('counts admissions and rejections by policy, read at scrape time', async () => {
+    const registry = new Registry()
+    const store = createMemoryStore()
+    const a = semaphoreAdmission<string>({
+      permits: 1,
+      store,
+      name: 'exports',
+      maxWaitMs: 0,
+      metrics: { registry },
+    })
+    const b = semaphoreAdmission<string>({ permits: 5, store, name: 'search', metrics: { registry } })
+    const held = await a.admit('r', never)
+    await a.admit('r', never) // rejected: timeout (maxWaitMs 0)
+    await b.admit('r', never)
+    await new Promise((resolve) => setTimeout(resolve, 50)) // prom-client is imported on first use
+    const text = await registry.metrics()
+    expect(text).toContain('tollgate_policy_admitted_total{policy="exports"} 1')
+    expect(text).toContain('tollgate_policy_admitted_total{policy="search"} 1')
+    expect(text).toContain('tollgate_policy_rejected_total{policy="exports",reason="timeout"} 1')
+    expect(text).toContain('tollgate_policy_in_flight{policy="exports"} 1')
+    if (held.outcome === 'admitted') await a.release(held.info)
+    expect(await registry.metrics()).toContain('tollgate_policy_in_flight{policy="exports"} 0')
+    await store.close()
+  })
+})
+
+describe('Semaphore.stats()', () => {
+  it('limit is the limit in force: its own permits, or the fleet-wide override while one is set', async () => {
+    const store = createMemoryStore()
+    const semaphore = createSemaphore(store, 'stats', { permits: 4 })
+    expect(await semaphore.stats()).toEqual({ holders: 0, queued: 0, limit: 4, override: undefined })
+    await semaphore.setPermits(2)
+    expect(await semaphore.stats()).toMatchObject({ limit: 2, override: 2 })
+    await semaphore.resetPermits()
+    expect(await semaphore.stats()).toMatchObject({ limit: 4, override: undefined })
+    expect(semaphore.permits).toBe(4)
+    await store.close()
+  })
+})
+
+describe('NODE_DEBUG=tollgate*', () => {
+  it('traces acquire, wait, release and renew', () => {
+    const script = `
+      import { createMemoryStore, createSemaphore } from './src/index.ts'
+      const store = createMemoryStore()
+      const s = createSemaphore(store, 'traced', { permits: 1, ttlMs: 300 })
+      const a = await s.acquire()
+      const waiting = s.acquire()
+      await new Promise((r) => setTimeout(r, 250))
+      await a.release()
+      const b = await waiting
+      await b.release()
+      await store.close()
+    `
+    const run = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      cwd: ROOT,
+      env: { ...process.env, NODE_DEBUG: 'tollgate*' },
+      encoding: 'utf8',
+      timeout: 20_000,
+    })
+    expect(run.status, run.stderr).toBe(0)
+    const lines = run.stderr.split('\n')
+    const has = (pattern: RegExp) =>
+      expect(
+        lines.some((line) => pattern.test(line)),
+        String(pattern),
+      ).toBe(true)
+    has(/^TOLLGATE:ACQUIRE \d+: acquire sem "traced" acquired after \d+ ms$/)
+    has(/^TOLLGATE:ACQUIRE \d+: wait sem "traced": queued$/)
+    has(/^TOLLGATE:RELEASE \d+: release sem "traced"$/)
+    has(/^TOLLGATE:RENEW \d+: renew sem "traced"/)
+  })
+})
+
+describe('byIp() and X-Forwarded-For', () => {
+  it('warns once per framework when requests carry X-Forwarded-For but the app trusts no proxy', async () => {
+    const { default: express } = await import('express')
+    const { default: request } = await import('supertest')
+    const { byIp } = await import('../../src/middleware/express.js')
+    const warnings: Error[] = []
+    const onWarning = (warning: Error) => warnings.push(warning)
+    process.on('warning', onWarning)
+    try {
+      const key = byIp()
+      const seen: string[] = []
+      const app = express()
+      app.get('/', (req, res) => {
+        seen.push(key(req))
+        res.end()
+      })
+      await request(app).get('/') // no header: nothing to say
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(warnings).toEqual([])
+      await request(app).get('/').set('x-forwarded-for', '203.0.113.7')
+      await request(app).get('/').set('x-forwarded-for', '203.0.113.8')
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(warnings.map((w) => (w as NodeJS.ErrnoException).code)).toEqual([
+        'TOLLGATE_UNTRUSTED_X_FORWARDED_FOR',
+      ])
+      expect(warnings[0]?.message).toContain("Express's 'trust proxy' is off")
+      // The bucket stays the connection's address: the header is not trusted.
+      expect(new Set(seen).size).toBe(1)
+
+      const trusting = express()
+      trusting.set('trust proxy', true)
+      trusting.get('/', (req, res) => res.end(key(req)))
+      const trusted = await request(trusting).get('/').set('x-forwarded-for', '203.0.113.9')
+      expect(trusted.text).toBe('203.0.113.9')
+      expect(warnings).toHaveLength(1)
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
+})
