@@ -58,7 +58,7 @@ export function createMetrics(
   options: {
     processMetrics?: boolean
     queuedOf?: (route: string) => number
-    storeUp?: () => boolean
+    storeUp?: () => Promise<boolean>
     limits?: () => Promise<{ route: string; permits: number }[]>
   } = {},
 ): GatewayMetrics {
@@ -208,8 +208,8 @@ export function createMetrics(
     name: 'tollgate_store_up',
     help: 'Whether the store (Redis) answers: 1, or 0 while it is known down',
     registers,
-    collect() {
-      this.set(options.storeUp ? (options.storeUp() ? 1 : 0) : 1)
+    async collect() {
+      this.set(options.storeUp ? ((await options.storeUp()) ? 1 : 0) : 1)
     },
   })
   metrics.reloads.inc({ result: 'success' }, 0)

@@ -107,7 +107,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
         ctx.routes
           .find((route) => route.config.name === name)
           ?.admissions.reduce((sum, admission) => sum + admission.counters.queued, 0) ?? 0,
-      storeUp: () => !health.down,
+      // Known down, or no PONG within a short bound: also without traffic to notice an outage.
+      storeUp: async () => !redis || (!health.down && (await within(redis.ping(), LIMIT_READ_TIMEOUT_MS)).ok),
       limits: effectiveLimits,
     },
   )

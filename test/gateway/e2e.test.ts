@@ -257,8 +257,13 @@ routes:
       const readyz = async () => (await fetch(`${gateway.adminUrl}/readyz`)).status
       await eventually(async () => (await readyz()) === 200, 5000, 50) // connected
       expect((await fetch(`${gateway.adminUrl}/healthz`)).status).toBe(200)
+      const storeUp = async () =>
+        metric(await (await fetch(`${gateway.adminUrl}/metrics`)).text(), 'tollgate_store_up')
+      expect(await storeUp()).toBe(1)
       await redis.stop()
       await eventually(async () => (await readyz()) === 503, 5000, 50)
+      // tollgate_store_up says so too, before any request found out.
+      expect(await storeUp()).toBe(0)
       // Fail closed: the request is refused, quickly, without reaching the upstream.
       const refused = await fetch(`${gateway.url}/work?ms=1`)
       expect(refused.status).toBe(503)
@@ -266,6 +271,7 @@ routes:
       expect(upstream.probe.entered).toBe(0)
       await redis.restart()
       await eventually(async () => (await readyz()) === 200, 10_000, 100)
+      await eventually(async () => (await storeUp()) === 1, 5000, 50)
       const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
       expect(metric(text, 'tollgate_store_errors_total', { route: 'default' })).toBe(1)
       // Shutting down while Redis is gone still ends, and cleanly.
