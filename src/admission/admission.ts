@@ -179,7 +179,12 @@ export class Admission<Req> {
   /** Call the onRejected hook; a throwing hook is logged, never allowed to crash the process. */
   notifyRejected(req: Req, rejection: Rejection): void {
     try {
-      this.config.onRejected?.(req, rejection)
+      const result: unknown = this.config.onRejected?.(req, rejection)
+      // An async hook that rejects is logged too, never an unhandled rejection.
+      if (isThenable(result))
+        result.then(undefined, (error: unknown) =>
+          this.config.logger.error('tollgate: onRejected threw', { error }),
+        )
     } catch (error) {
       this.config.logger.error('tollgate: onRejected threw', { error })
     }
@@ -191,7 +196,11 @@ export class Admission<Req> {
     const { onLost, logger } = this.config
     if (typeof onLost === 'function') {
       try {
-        onLost(info, error)
+        const result: unknown = onLost(info, error)
+        if (isThenable(result))
+          result.then(undefined, (hookError: unknown) =>
+            logger.error('tollgate: onLost threw', { error: hookError }),
+          )
       } catch (hookError) {
         logger.error('tollgate: onLost threw', { error: hookError })
       }
@@ -225,7 +234,7 @@ export class Admission<Req> {
     const skip = this.config.skip
     if (!skip) return false
     try {
-      return (await skip(req)) === true
+      return Boolean(await skip(req)) // any truthy value skips, as in express-rate-limit
     } catch (error) {
       this.config.logger.error('tollgate: skip() threw; limiting the request as usual', { error })
       return false
@@ -264,4 +273,8 @@ class QueuePlace {
     if (this.counted) this.admission.leaveQueue(this.key)
     this.counted = false
   }
+}
+
+export function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function'
 }

@@ -49,23 +49,27 @@ export function firstValue(raw: string | string[] | undefined): string | undefin
 const warnedForwarded = new Set<string>()
 
 /**
- * express-rate-limit's ERR_ERL_UNEXPECTED_X_FORWARDED_FOR: a request carries X-Forwarded-For but the
- * app does not trust a proxy, so `byIp()` sees the proxy's address and every client behind it shares
- * one bucket. Warned once per process and framework (process 'warning', code
+ * express-rate-limit's ERR_ERL_UNEXPECTED_X_FORWARDED_FOR: a request carries X-Forwarded-For, yet the
+ * address `byIp()` buckets by is the connection's own, so the framework did not take the client from
+ * the header (its trust-proxy setting is off, or does not trust this proxy): every client behind that
+ * proxy shares one bucket. Warned once per process and framework (process 'warning', code
  * TOLLGATE_UNTRUSTED_X_FORWARDED_FOR); nothing else changes.
  */
 export function warnUntrustedForwarded(
   framework: string,
   headers: Record<string, unknown> | undefined,
-  trusted: boolean,
+  address: string | undefined,
+  socketAddress: string | undefined,
   setting: string,
 ): void {
-  if (trusted || warnedForwarded.has(framework) || headers?.['x-forwarded-for'] === undefined) return
+  if (warnedForwarded.has(framework) || headers?.['x-forwarded-for'] === undefined) return
+  if (address !== socketAddress) return // taken from the header: a trusted proxy
   warnedForwarded.add(framework)
   process.emitWarning(
-    `tollgate byIp(): a request carries X-Forwarded-For but ${setting} is off, so every client behind ` +
-      "that proxy shares one bucket (the proxy's address). Turn it on if a trusted proxy sits in front " +
-      'of this app; leave it off if clients connect directly (then the header is theirs to forge).',
+    `tollgate byIp(): a request carries X-Forwarded-For but the address used is the connection's own ` +
+      `(${setting} is off or does not trust this proxy), so every client behind that proxy shares one ` +
+      'bucket. Trust the proxy if one sits in front of this app; leave it off if clients connect ' +
+      'directly (then the header is theirs to forge).',
     { code: 'TOLLGATE_UNTRUSTED_X_FORWARDED_FOR' },
   )
 }

@@ -19,28 +19,55 @@ interface AnyAdmission {
   }
 }
 
-const attached = new WeakMap<MetricsRegistry, Set<AnyAdmission>>()
+/** The admissions counted on a registry, kept on the registry itself under a global symbol: the ESM
+ * and the CommonJS copy of tollgate in one app feed one set (one registration per registry). */
+const ADMISSIONS = Symbol.for('tollgate.metrics.admissions')
+type Carrier = MetricsRegistry & { [ADMISSIONS]?: Set<AnyAdmission> }
 
 /** Count `admission` on `registry`; the series appear once prom-client has loaded (a microtask or so
  * after the first call for a registry). A missing prom-client is logged, never thrown. */
 export function attachMetrics(admission: AnyAdmission, registry: MetricsRegistry): void {
-  let admissions = attached.get(registry)
-  if (admissions) {
-    admissions.add(admission)
+  const carrier = registry as Carrier
+  const known = carrier[ADMISSIONS]
+  if (known) {
+    known.add(admission)
     return
   }
-  admissions = new Set([admission])
-  attached.set(registry, admissions)
-  const all = admissions
+  const all = new Set([admission])
+  carrier[ADMISSIONS] = all
   // A computed specifier: bundlers leave it to run time instead of failing where prom-client is not
   // installed (it is optional).
   const specifier = 'prom-client'
   ;(import(specifier) as Promise<typeof import('prom-client')>).then(
-    (prom) => register(prom, registry, all),
-    (error: unknown) =>
-      admission.config.logger.error('tollgate: the metrics option needs prom-client installed', { error }),
+    (prom) => {
+      try {
+        register(prom, registry, all)
+      } catch (error) {
+        // e.g. a metric of that name registered by someone else: said, never a crash
+        admission.config.logger.error('tollgate: could not register the middleware metrics', { error })
+        process.emitWarning(
+          `tollgate: could not register the middleware metrics: ${(error as Error).message}`,
+        )
+      }
+    },
+    (error: unknown) => {
+      admission.config.logger.error('tollgate: the metrics option needs prom-client installed', { error })
+      process.emitWarning(
+        'tollgate: the metrics option needs prom-client installed (npm install prom-client)',
+      )
+    },
   )
 }
+
+const METRIC_NAMES = [
+  'tollgate_policy_admitted_total',
+  'tollgate_policy_rejected_total',
+  'tollgate_policy_failed_open_total',
+  'tollgate_policy_lease_lost_total',
+  'tollgate_policy_store_errors_total',
+  'tollgate_policy_in_flight',
+  'tollgate_policy_queued',
+]
 
 function register(
   prom: typeof import('prom-client'),
@@ -48,6 +75,8 @@ function register(
   admissions: Set<AnyAdmission>,
 ): void {
   const registers = [registry as unknown as import('prom-client').Registry]
+  const taken = METRIC_NAMES.filter((name) => registry.getSingleMetric(name) !== undefined)
+  if (taken.length > 0) throw new Error(`the registry already has ${taken.join(', ')}`)
   const each = (fn: (admission: AnyAdmission) => void) => {
     for (const admission of admissions) fn(admission)
   }
@@ -104,7 +133,8 @@ function register(
       registers,
       collect() {
         this.reset()
-        each((a) => this.set({ policy: a.config.name }, read(a)))
+        // inc, not set: two middlewares of one name add up, as their counters do
+        each((a) => this.inc({ policy: a.config.name }, read(a)))
       },
     })
   gauge(

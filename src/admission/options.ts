@@ -224,6 +224,82 @@ export function rejectUnknownOptions(options: object, own: readonly string[]): v
   }
 }
 
+/** Names a request object already has (Node's IncomingMessage, Express, Koa's ctx.req, Fastify):
+ * `requestPropertyName` must not overwrite them. */
+const RESERVED_PROPERTIES = new Set([
+  'prototype',
+  'headers',
+  'rawHeaders',
+  'trailers',
+  'rawTrailers',
+  'socket',
+  'connection',
+  'url',
+  'method',
+  'httpVersion',
+  'statusCode',
+  'statusMessage',
+  'complete',
+  'aborted',
+  'ip',
+  'ips',
+  'query',
+  'params',
+  'body',
+  'app',
+  'res',
+  'req',
+  'get',
+  'header',
+  'route',
+  'path',
+  'baseUrl',
+  'originalUrl',
+  'hostname',
+  'host',
+  'protocol',
+  'secure',
+  'cookies',
+  'signedCookies',
+  'subdomains',
+  'xhr',
+  'fresh',
+  'stale',
+  'server',
+  'routeOptions',
+  'routerPath',
+  'id',
+  'log',
+  'raw',
+  'context',
+  'user',
+  'session',
+  'state',
+  'is',
+  'accepts',
+  'range',
+  'emit',
+  'on',
+  'once',
+  'pipe',
+  'read',
+  'destroy',
+])
+
+let warnedUnnamed = false
+/** Unnamed middlewares sharing a store get names in creation order: processes that create them in
+ * another order would count one policy's requests in another's buckets. Said once per process. */
+function warnUnnamed(name: string): void {
+  if (warnedUnnamed) return
+  warnedUnnamed = true
+  process.emitWarning(
+    `tollgate: a middleware without a \`name\` on a shared store got the default name "${name}" (names go ` +
+      'by creation order): give every middleware on a shared store its own `name`, so that every ' +
+      'process counts the same policy in the same buckets.',
+    { code: 'TOLLGATE_UNNAMED_POLICY' },
+  )
+}
+
 /** Default names, one per instance in creation order ('default', 'default-2', ...): a per-tenant
  * semaphore under a global one no longer shares its name (its keys and its RateLimit entry). Give
  * `name` yourself when processes that share a store create their middlewares in different orders. */
@@ -264,7 +340,11 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
   const standardHeaders: StandardHeaders =
     config.standardHeaders ?? (config.headers === false ? false : 'draft-8')
   if (standardHeaders !== 'draft-7' && standardHeaders !== 'draft-8' && standardHeaders !== false) {
-    throw new ConfigError('standardHeaders', "'draft-7', 'draft-8' or false", standardHeaders)
+    throw new ConfigError(
+      'standardHeaders',
+      "'draft-7', 'draft-8' or false (express-rate-limit's true is an older draft: use 'draft-7' or 'draft-8')",
+      standardHeaders,
+    )
   }
   for (const hook of ['onRejected', 'skip', 'handler'] as const) {
     if (config[hook] !== undefined && typeof config[hook] !== 'function') {
@@ -281,10 +361,15 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
     throw new ConfigError('message', 'a string, an object or a function', message)
   }
   const requestPropertyName = config.requestPropertyName
-  if (typeof requestPropertyName !== 'string' || !/^[A-Za-z_$][\w$]{0,63}$/.test(requestPropertyName)) {
+  if (
+    typeof requestPropertyName !== 'string' ||
+    !/^[A-Za-z_$][\w$]{0,63}$/.test(requestPropertyName) ||
+    requestPropertyName in Object.prototype ||
+    RESERVED_PROPERTIES.has(requestPropertyName)
+  ) {
     throw new ConfigError(
       'requestPropertyName',
-      'a property name (letters, digits, _ and $)',
+      'a property name (letters, digits, _ and $) that requests of Node, Express, Koa and Fastify do not already use',
       requestPropertyName,
     )
   }
@@ -307,6 +392,7 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
     throw new ConfigError('logger', 'an object with warn() and error()', logger)
   }
   const store = config.store === undefined ? processStore() : storeOption('store', config.store)
+  if (!named && name !== 'default' && config.store !== undefined) warnUnnamed(name)
   return {
     store,
     name,

@@ -61,6 +61,8 @@ export function rejectionResponse<Req>(
   if (message?.option !== undefined) {
     const option = message.option
     content = typeof option === 'function' ? option(message.req, rejection) : option
+    if (typeof (content as { then?: unknown }).then === 'function')
+      throw new TypeError('message() returned a promise: return a string or an object')
   }
   const headers: Record<string, string> = {
     'Retry-After': String(rejection.retryAfterS),

@@ -1,4 +1,5 @@
 import { channel } from 'node:diagnostics_channel'
+import { createHash } from 'node:crypto'
 import { debuglog } from 'node:util'
 
 /** Payload of every `tollgate:*` diagnostics channel. Never carries tokens or request data. */
@@ -20,6 +21,17 @@ export const events = {
   lost: channel('tollgate:lost'),
 } as const
 
+/** A name as traces print it: up to its first ':' as given, the rest as a short digest. A middleware
+ * bucket is `<policy>:<key>`, and the key is request data (a tenant id, an address, a header). */
+export function traceName(name: string): string {
+  const colon = name.indexOf(':')
+  if (colon === -1) return name
+  return `${name.slice(0, colon)}:#${createHash('sha256')
+    .update(name.slice(colon + 1))
+    .digest('hex')
+    .slice(0, 8)}`
+}
+
 /** `NODE_DEBUG=tollgate*` (or tollgate:acquire, ...) traces every event on stderr, as Node's own
  * modules do; off, each costs one boolean check. */
 const traces = {
@@ -40,6 +52,6 @@ export function emit(which: keyof typeof events, payload: LeaseEvent): void {
         : payload.error
           ? ` (${payload.error.message})`
           : ''
-    trace('%s %s %s%s', which, payload.kind, JSON.stringify(payload.name), detail)
+    trace('%s %s %s%s', which, payload.kind, JSON.stringify(traceName(payload.name)), detail)
   }
 }

@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Admission, Rejection, TollgateInfo } from '../admission/admission.js'
+import { type Admission, isThenable, type Rejection, type TollgateInfo } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
@@ -99,7 +99,8 @@ export function expressAdapter(admission: Admission<ExpressLikeRequest>): Expres
         if (watched.outcome === 'rejected') {
           if (handler) {
             try {
-              handler(req, res, next, watched.rejection)
+              const result: unknown = handler(req, res, next, watched.rejection)
+              if (isThenable(result)) result.then(undefined, next) // an async handler's failure: a 500
             } catch (error) {
               next(error)
             }
@@ -112,7 +113,12 @@ export function expressAdapter(admission: Admission<ExpressLikeRequest>): Expres
           res.end(watched.answer.body)
           return
         }
-        ;(req as unknown as Record<string, unknown>)[requestPropertyName] = watched.info
+        try {
+          ;(req as unknown as Record<string, unknown>)[requestPropertyName] = watched.info
+        } catch (error) {
+          next(error) // e.g. a property with only a getter: an error answer, never a crash
+          return
+        }
         if (!res.headersSent) {
           for (const [name, value] of Object.entries(
             mergeHeaders(watched.headers, existing, standardHeaders),
@@ -147,13 +153,14 @@ export function byHeader(name: string): (req: ExpressLikeRequest) => string {
 /** Bucket by client IP; honours Express's `trust proxy` setting through `req.ip`. */
 export function byIp(): (req: ExpressLikeRequest) => string {
   return (req) => {
-    const app = (req as { app?: { get?(setting: string): unknown } }).app
+    const address = req.ip ?? req.socket.remoteAddress
     warnUntrustedForwarded(
       'express',
       req.headers,
-      Boolean(app?.get?.('trust proxy')),
+      address,
+      req.socket.remoteAddress,
       "Express's 'trust proxy'",
     )
-    return normalizeKey(req.ip ?? req.socket.remoteAddress)
+    return normalizeKey(address)
   }
 }

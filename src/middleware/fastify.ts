@@ -126,7 +126,12 @@ export function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTol
           void reply.code(status).headers(headers).send(body)
           return
         }
-        ;(request as unknown as Record<string, unknown>)[requestPropertyName] = watched.info
+        try {
+          ;(request as unknown as Record<string, unknown>)[requestPropertyName] = watched.info
+        } catch (error) {
+          done(error as Error) // e.g. a property with only a getter: an error answer, never a crash
+          return
+        }
         reply.headers(mergeHeaders(watched.headers, existing, standardHeaders))
         done()
       },
@@ -171,9 +176,13 @@ export function byHeader(name: string): (request: FastifyRequest) => string {
 /** Bucket by client IP; honours Fastify's `trustProxy` setting through `request.ip`. */
 export function byIp(): (request: FastifyRequest) => string {
   return (request) => {
-    const trust = (request.server as { initialConfig?: { trustProxy?: unknown } } | undefined)?.initialConfig
-      ?.trustProxy
-    warnUntrustedForwarded('fastify', request.headers, Boolean(trust), "Fastify's trustProxy")
+    warnUntrustedForwarded(
+      'fastify',
+      request.headers,
+      request.ip,
+      request.raw?.socket?.remoteAddress,
+      "Fastify's trustProxy",
+    )
     return normalizeKey(request.ip)
   }
 }

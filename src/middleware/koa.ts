@@ -138,8 +138,8 @@ export function byHeader(name: string): (ctx: KoaLikeContext) => string {
 /** Bucket by client IP; honours Koa's `app.proxy` setting through `ctx.ip`. */
 export function byIp(): (ctx: KoaLikeContext) => string {
   return (ctx) => {
-    const app = (ctx as { app?: { proxy?: boolean } }).app
-    warnUntrustedForwarded('koa', ctx.headers, app?.proxy === true, "Koa's app.proxy")
+    const socket = (ctx as { req?: { socket?: { remoteAddress?: string } } }).req?.socket
+    warnUntrustedForwarded('koa', ctx.headers, ctx.ip, socket?.remoteAddress, "Koa's app.proxy")
     return normalizeKey(ctx.ip)
   }
 }

@@ -128,8 +128,11 @@ export function mergeHeaders(
     }
     const current = existing(name)
     const list = Array.isArray(current) ? current.join(', ') : typeof current === 'string' ? current : ''
+    // Appending needs both entries to be draft-8 (named); a draft-7 value on either side has room for
+    // one policy only: the outer one stays.
+    const bothNamed = draft === 'draft-8' && list.trimStart().startsWith('"')
     if (list.trim() === '') merged[name] = value
-    else if (draft !== 'draft-8') merged[name] = ours === 'inner' ? list : value
+    else if (!bothNamed) merged[name] = ours === 'inner' ? list : value
     else if (list.split(/,\s*/).includes(value)) merged[name] = list
     else merged[name] = ours === 'inner' ? `${list}, ${value}` : `${value}, ${list}`
   }

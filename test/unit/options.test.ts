@@ -45,6 +45,13 @@ describe('options', () => {
     [{ handler: 'x' }, 'handler'],
     [{ message: 42 }, 'message'],
     [{ requestPropertyName: 'a-b' }, 'requestPropertyName'],
+    // Names a request already has would be overwritten (or, for getters, throw per request).
+    [{ requestPropertyName: '__proto__' }, 'requestPropertyName'],
+    [{ requestPropertyName: 'constructor' }, 'requestPropertyName'],
+    [{ requestPropertyName: 'ip' }, 'requestPropertyName'],
+    [{ requestPropertyName: 'headers' }, 'requestPropertyName'],
+    [{ requestPropertyName: 'socket' }, 'requestPropertyName'],
+    [{ standardHeaders: true }, 'standardHeaders'],
     [{ metrics: { registry: {} } }, 'metrics'],
   ])('validates %j', (extra, option) => {
     expect(() => semaphoreAdmission({ permits: 1, ...extra } as never)).toThrow(`"${option}"`)
@@ -124,12 +131,48 @@ describe('RateLimit headers and rejections', () => {
     await store.close()
   })
 
+  it('an async message function is a mistake: the default body is sent and the error logged', async () => {
+    const errors: unknown[] = []
+    const logger = { warn() {}, error: (_m: string, meta?: unknown) => errors.push(meta) }
+    const store = createMemoryStore()
+    const admission = semaphoreAdmission<string>({
+      permits: 1,
+      store,
+      name: 'async-message',
+      maxWaitMs: 0,
+      logger,
+      message: (async () => 'later') as never,
+    })
+    await admission.admit('a', never)
+    const rejected = await admission.admit('b', never)
+    if (rejected.outcome !== 'rejected') throw new Error('expected a rejection')
+    const answer = admission.rejectionResponse(rejected.rejection, 'b')
+    expect(JSON.parse(answer.body)).toMatchObject({ reason: 'timeout' })
+    expect(errors).toHaveLength(1)
+    await store.close()
+  })
+
+  it('stacked draft-7 and draft-8 never make one invalid header: the outer value stays', async () => {
+    const { mergeHeaders } = await import('../../src/middleware/watch.js')
+    const outer7 = () => 'limit=5, remaining=4, reset=0'
+    expect(mergeHeaders({ RateLimit: '"inner";r=0' }, outer7, 'draft-8')).toEqual({ RateLimit: outer7() })
+    const outer8 = () => '"outer";r=4'
+    expect(mergeHeaders({ RateLimit: 'limit=1, remaining=0, reset=0' }, outer8, 'draft-7')).toEqual({
+      RateLimit: '"outer";r=4',
+    })
+    expect(mergeHeaders({ RateLimit: '"inner";r=0' }, outer8, 'draft-8')).toEqual({
+      RateLimit: '"outer";r=4, "inner";r=0',
+    })
+  })
+
   it('skip: true skips, a throwing skip limits as usual', async () => {
     const errors: unknown[] = []
     const logger = { warn() {}, error: (_m: string, meta?: unknown) => errors.push(meta) }
     const skipping = semaphoreAdmission<string>({ permits: 1, skip: async (req) => req === 'health', logger })
     expect(await skipping.skips('health')).toBe(true)
     expect(await skipping.skips('api')).toBe(false)
+    const truthy = semaphoreAdmission<string>({ permits: 1, skip: (() => 1) as never, logger })
+    expect(await truthy.skips('x')).toBe(true) // any truthy value, as in express-rate-limit
     const throwing = semaphoreAdmission<string>({
       permits: 1,
       logger,
@@ -169,6 +212,39 @@ describe('metrics on a prom-client registry', () => {
   })
 })
 
+describe('metrics: never a crash', () => {
+  it('a registry that already has one of the names gets a warning, not an unhandled error', async () => {
+    const { Counter } = await import('prom-client')
+    const registry = new Registry()
+    new Counter({ name: 'tollgate_policy_admitted_total', help: 'someone else', registers: [registry] })
+    const warnings: Error[] = []
+    const onWarning = (warning: Error) => warnings.push(warning)
+    process.on('warning', onWarning)
+    try {
+      semaphoreAdmission({ permits: 1, name: 'clash', metrics: { registry } })
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(warnings.map((w) => w.message).join()).toContain('already has tollgate_policy_admitted_total')
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
+
+  it('two middlewares of one name add up in the gauges as in the counters', async () => {
+    const registry = new Registry()
+    const store = createMemoryStore()
+    const a = semaphoreAdmission<string>({ permits: 5, store, name: 'twice', metrics: { registry } })
+    const b = semaphoreAdmission<string>({ permits: 5, store, name: 'twice', metrics: { registry } })
+    await a.admit('r', never)
+    await a.admit('r', never)
+    await b.admit('r', never)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    const text = await registry.metrics()
+    expect(text).toContain('tollgate_policy_admitted_total{policy="twice"} 3')
+    expect(text).toContain('tollgate_policy_in_flight{policy="twice"} 3')
+    await store.close()
+  })
+})
+
 describe('Semaphore.stats()', () => {
   it('limit is the limit in force: its own permits, or the fleet-wide override while one is set', async () => {
     const store = createMemoryStore()
@@ -195,6 +271,8 @@ describe('NODE_DEBUG=tollgate*', () => {
       await a.release()
       const b = await waiting
       await b.release()
+      const keyed = createSemaphore(store, 'api:Bearer sk_live_SECRET', { permits: 1 })
+      await (await keyed.acquire()).release()
       await store.close()
     `
     const run = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
@@ -214,6 +292,9 @@ describe('NODE_DEBUG=tollgate*', () => {
     has(/^TOLLGATE:ACQUIRE \d+: wait sem "traced": queued$/)
     has(/^TOLLGATE:RELEASE \d+: release sem "traced"$/)
     has(/^TOLLGATE:RENEW \d+: renew sem "traced"/)
+    // A bucket's key (request data: a header, a tenant, an address) is traced as a digest only.
+    has(/^TOLLGATE:ACQUIRE \d+: acquire sem "api:#[0-9a-f]{8}" acquired/)
+    expect(run.stderr).not.toContain('SECRET')
   })
 })
 
@@ -242,7 +323,7 @@ describe('byIp() and X-Forwarded-For', () => {
       expect(warnings.map((w) => (w as NodeJS.ErrnoException).code)).toEqual([
         'TOLLGATE_UNTRUSTED_X_FORWARDED_FOR',
       ])
-      expect(warnings[0]?.message).toContain("Express's 'trust proxy' is off")
+      expect(warnings[0]?.message).toContain("Express's 'trust proxy' is off or does not trust this proxy")
       // The bucket stays the connection's address: the header is not trusted.
       expect(new Set(seen).size).toBe(1)
 
@@ -252,8 +333,55 @@ describe('byIp() and X-Forwarded-For', () => {
       const trusted = await request(trusting).get('/').set('x-forwarded-for', '203.0.113.9')
       expect(trusted.text).toBe('203.0.113.9')
       expect(warnings).toHaveLength(1)
+
+      // Fastify: trustProxy on takes the header, so no warning; off, one.
+      const { default: Fastify } = await import('fastify')
+      const { byIp: fastifyIp } = await import('../../src/middleware/fastify.js')
+      const fastifyKey = fastifyIp()
+      for (const trustProxy of [true, false]) {
+        const app = Fastify({ trustProxy })
+        app.get('/', (req) => fastifyKey(req))
+        const reply = await app.inject({ url: '/', headers: { 'x-forwarded-for': '203.0.113.10' } })
+        expect(reply.body).toBe(trustProxy ? '203.0.113.10' : '127.0.0.1')
+        await app.close()
+        await new Promise((resolve) => setImmediate(resolve))
+        expect(warnings.length).toBe(trustProxy ? 1 : 2)
+      }
     } finally {
       process.off('warning', onWarning)
     }
+  })
+})
+
+describe('handler option (Express)', () => {
+  it('an async handler that rejects answers 500 through Express, never an unhandled rejection', async () => {
+    const { default: express } = await import('express')
+    const { default: request } = await import('supertest')
+    const { semaphore } = await import('../../src/middleware/express.js')
+    let release: () => void = () => {}
+    const held = new Promise<void>((resolve) => (release = resolve))
+    const app = express()
+    app.use(
+      semaphore({
+        permits: 1,
+        name: 'async-handler',
+        maxWaitMs: 0,
+        handler: async () => {
+          throw new Error('boom')
+        },
+      }),
+    )
+    app.get('/', async (_req, res) => {
+      await held
+      res.end('ok')
+    })
+    const first = request(app)
+      .get('/')
+      .then((r) => r)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const second = await request(app).get('/')
+    expect(second.status).toBe(500)
+    release()
+    expect((await first).text).toBe('ok')
   })
 })

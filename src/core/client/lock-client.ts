@@ -2,7 +2,7 @@ import { type AbortSignalLike, abortReason } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
 import { AcquireTimeoutError } from '../errors.js'
-import { emit } from '../events.js'
+import { emit, traceName } from '../events.js'
 import type { KeySpace } from '../keys.js'
 import type { LockSettings } from '../options.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
@@ -147,7 +147,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
         }
         queued = acquisition
         if (!announced) {
-          if (debug.enabled) debug('wait %s %s: queued', this.kind, JSON.stringify(this.space.name))
+          if (debug.enabled)
+            debug('wait %s %s: queued', this.kind, JSON.stringify(traceName(this.space.name)))
           announced = true
           if (options.onQueued?.() === false)
             throw new AcquireTimeoutError(this.space.name, Date.now() - started)
