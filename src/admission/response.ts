@@ -24,16 +24,6 @@ export function policyHeaders(
   return { 'RateLimit-Policy': policyValue(name, permits), RateLimit: remainingValue(name, left) }
 }
 
-/**
- * A RateLimit header value set by this middleware where an outer one may have set it already: draft-8
- * entries are named, so they are appended (`"global";q=100, "tenant";q=5`); draft-7 has room for one
- * policy, and the outer (first) one is kept.
- */
-export function stackedValue(existing: string | undefined, value: string, draft: StandardHeaders): string {
-  if (existing === undefined || existing === '') return value
-  return draft === 'draft-8' ? `${existing}, ${value}` : existing
-}
-
 /** The `RateLimit-Policy` value: `permits` concurrent requests. */
 export function policyValue(name: string, permits: number): string {
   return `"${name}";q=${permits};qu="concurrent-requests"`

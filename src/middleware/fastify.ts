@@ -8,7 +8,7 @@ import type {
   FastifyRequest,
   HookHandlerDoneFunction,
 } from 'fastify'
-import type { Admission, Rejection, TollgateInfo } from '../admission/admission.js'
+import { type Admission, isThenable, type Rejection, type TollgateInfo } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
@@ -152,10 +152,6 @@ export function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTol
     [Symbol.for('plugin-meta')]: { name: 'tollgate', fastify: '5.x' },
   })
   return Object.assign(plugin as FastifyPluginCallback, { counters: admission.counters, onRequest })
-}
-
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as PromiseLike<unknown> | undefined)?.then === 'function'
 }
 
 /** Bucket by the matched route pattern (`GET /docs/:id`, not the raw URL). Requests without a matched

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url'
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { rwlockAdmission, semaphoreAdmission } from '../../src/admission/gates.js'
-import { policyHeaders, stackedValue } from '../../src/admission/response.js'
+import { policyHeaders } from '../../src/admission/response.js'
 import { ConfigError, createMemoryStore, createSemaphore } from '../../src/index.js'
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url))
@@ -83,7 +83,7 @@ describe('options', () => {
 })
 
 describe('RateLimit headers and rejections', () => {
-  it('draft-8 names the policy and stacks entries; draft-7 has one policy and keeps the outer', () => {
+  it('draft-8 names the policy; draft-7 has one unnamed policy', () => {
     expect(policyHeaders('api', 10, 3, 'draft-8')).toEqual({
       'RateLimit-Policy': '"api";q=10;qu="concurrent-requests"',
       RateLimit: '"api";r=3',
@@ -93,11 +93,6 @@ describe('RateLimit headers and rejections', () => {
       RateLimit: 'limit=10, remaining=3, reset=0',
     })
     expect(policyHeaders('api', 10, 3, false)).toEqual({})
-    expect(stackedValue('"global";r=99', '"tenant";r=4', 'draft-8')).toBe('"global";r=99, "tenant";r=4')
-    expect(stackedValue('limit=100, remaining=99, reset=0', 'limit=5, remaining=4, reset=0', 'draft-7')).toBe(
-      'limit=100, remaining=99, reset=0',
-    )
-    expect(stackedValue(undefined, '"tenant";r=4', 'draft-8')).toBe('"tenant";r=4')
   })
 
   it('message: a string is text/plain, an object JSON, a function sees the request and the rejection', async () => {
