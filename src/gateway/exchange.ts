@@ -204,9 +204,10 @@ export async function admitChain(
     exchange.admitting = false
   }
   if (exchange.held.length > 0) {
-    metrics.admitted.inc({ route: name })
-    metrics.waitSeconds.observe({ route: name }, exchange.waitMs / 1000)
-    metrics.inFlight.inc({ route: name })
+    const bound = metrics.route(name)
+    bound.admitted.inc()
+    bound.waitSeconds.observe(exchange.waitMs / 1000)
+    bound.inFlight.inc()
     exchange.inFlight = true
     exchange.admittedAt = performance.now()
   }
@@ -217,7 +218,7 @@ export async function admitChain(
 export function release(ctx: GatewayContext, exchange: Exchange): void {
   if (exchange.inFlight) {
     exchange.inFlight = false
-    ctx.metrics.inFlight.dec({ route: exchange.route!.config.name })
+    ctx.metrics.route(exchange.route!.config.name).inFlight.dec()
   }
   for (const { admission, info } of exchange.held.splice(0)) {
     // Counts, and logs a failed release (the lease then expires by itself).
@@ -274,8 +275,9 @@ export function finished(
   const status = res.headersSent ? res.statusCode : 499
   const route = exchange.route?.config.name ?? 'unmatched'
   if (exchange.route) {
-    ctx.metrics.responses.inc({ route, class: statusClass(status) })
-    ctx.metrics.route(route).requestSeconds.observe((now - exchange.started) / 1000)
+    const bound = ctx.metrics.route(route)
+    bound.responses(statusClass(status)).inc()
+    bound.requestSeconds.observe((now - exchange.started) / 1000)
   }
   if (!ctx.logger.isLevelEnabled('info')) return
   const aborted = res.writableFinished ? undefined : true
