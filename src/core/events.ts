@@ -2,9 +2,10 @@ import { channel } from 'node:diagnostics_channel'
 import { createHash } from 'node:crypto'
 import { debuglog } from 'node:util'
 
-/** Payload of every `tollgate:*` diagnostics channel. Never carries tokens or request data. */
+/** Payload of every `tollgate:*` diagnostics channel. Never carries tokens. */
 export interface LeaseEvent {
-  /** The primitive's name as the user gave it. */
+  /** The primitive's name as the user gave it. A middleware bucket's is `<policy>:<key>`, and its key
+   * is request data (a tenant id, an address, a header value): treat it so if you log it. */
   name: string
   kind: string
   /** acquire: how long the caller waited. */
