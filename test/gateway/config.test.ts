@@ -135,6 +135,7 @@ describe('gateway flags', () => {
     [['--upstream', 'http://user:pass@u:1'], '--upstream: credentials (user:password@) in the upstream URL'],
     [['--upstream', 'http://u:1/?a=1'], '--upstream: expected an upstream URL without a query or fragment'],
     [['--merge-slashes', 'yes'], '--merge-slashes: expected on or off'],
+    [['--watch-config'], '--watch-config: needs --config'],
     [['--nope'], '--nope: unknown flag'],
     [['--port'], '--port: expected a value'],
     [['serve'], 'serve: unexpected argument'],

@@ -314,6 +314,11 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     help: boolFlag('help'),
     version: boolFlag('version'),
   }
+  if (flags.watchConfig && flags.config === undefined) {
+    throw new GatewayConfigError([
+      { path: label('watch-config'), message: 'needs --config: there is no file to watch' },
+    ])
+  }
   if (env.TOLLGATE_REDIS_PASSWORD) flags.redisPassword = env.TOLLGATE_REDIS_PASSWORD
   if (env.TOLLGATE_ADMIN_TOKEN) flags.adminToken = env.TOLLGATE_ADMIN_TOKEN
   const list = (flag: FlagName) => (v[flag] as string | undefined)?.split(',').map((item) => item.trim())
