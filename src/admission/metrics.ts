@@ -103,46 +103,50 @@ function register(
       })
     },
   })
-  const counter = (name: string, help: string, read: (a: AnyAdmission) => number) =>
-    new prom.Counter({
+  /** A counter or gauge per policy, read from the admissions at scrape time. `inc` after `reset`, not
+   * `set`, for the gauges too: two middlewares of one name add up, as their counters do. */
+  const series = (
+    Kind: typeof prom.Counter | typeof prom.Gauge,
+    name: string,
+    help: string,
+    read: (a: AnyAdmission) => number,
+  ) =>
+    new Kind({
       name,
       help,
       labelNames: ['policy'],
       registers,
-      collect() {
+      collect(this: { reset(): void; inc(labels: { policy: string }, value: number): void }) {
         this.reset()
         each((a) => this.inc({ policy: a.config.name }, read(a)))
       },
     })
-  counter(
+  series(
+    prom.Counter,
     'tollgate_policy_failed_open_total',
     'Requests let through without a permit because the store failed (failOpen, dryRun)',
     (a) => a.counters.failedOpen,
   )
-  counter(
+  series(
+    prom.Counter,
     'tollgate_policy_lease_lost_total',
     'Permits lost while their request was in flight',
     (a) => a.counters.lost,
   )
-  counter('tollgate_policy_store_errors_total', 'Admissions the store failed', (a) => a.counters.storeErrors)
-  const gauge = (name: string, help: string, read: (a: AnyAdmission) => number) =>
-    new prom.Gauge({
-      name,
-      help,
-      labelNames: ['policy'],
-      registers,
-      collect() {
-        this.reset()
-        // inc, not set: two middlewares of one name add up, as their counters do
-        each((a) => this.inc({ policy: a.config.name }, read(a)))
-      },
-    })
-  gauge(
+  series(
+    prom.Counter,
+    'tollgate_policy_store_errors_total',
+    'Admissions the store failed',
+    (a) => a.counters.storeErrors,
+  )
+  series(
+    prom.Gauge,
     'tollgate_policy_in_flight',
     'Requests holding a permit in this process right now',
     (a) => a.counters.inFlight,
   )
-  gauge(
+  series(
+    prom.Gauge,
     'tollgate_policy_queued',
     'Requests waiting for a permit in this process right now',
     (a) => a.counters.queued,

@@ -5,20 +5,8 @@ import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
 
-export type {
-  AdmissionCounters,
-  OnLost,
-  Rejection,
-  RejectReason,
-  TollgateInfo,
-} from '../admission/admission.js'
-export type {
-  CommonOptions,
-  Logger,
-  RwlockMiddlewareOptions,
-  SemaphoreMiddlewareOptions,
-} from '../admission/options.js'
-export { DEFAULT_BUCKET, normalizeKey } from '../admission/keys.js'
+// What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
+export * from './adapter-exports.js'
 
 /** The parts of an Express request Tollgate reads (Express 4 and 5 both fit). */
 export interface ExpressLikeRequest extends IncomingMessage {

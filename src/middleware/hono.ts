@@ -9,20 +9,8 @@ import { normalizeKey } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { admitWatched, answerHeaders, mergeHeaders, type WatchedResponse, type WithHandler } from './watch.js'
 
-export type {
-  AdmissionCounters,
-  OnLost,
-  Rejection,
-  RejectReason,
-  TollgateInfo,
-} from '../admission/admission.js'
-export type {
-  CommonOptions,
-  Logger,
-  RwlockMiddlewareOptions,
-  SemaphoreMiddlewareOptions,
-} from '../admission/options.js'
-export { DEFAULT_BUCKET, normalizeKey } from '../admission/keys.js'
+// What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
+export * from './adapter-exports.js'
 
 declare module 'hono' {
   interface ContextVariableMap {
