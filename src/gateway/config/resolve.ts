@@ -114,23 +114,51 @@ function readSecret(path: string, label: string, issues: Issues, trim: boolean):
   }
 }
 
+/** Where a secret (or certificate) may come from, in order: a file's path or the value itself. */
+interface SecretSource {
+  path?: string | undefined
+  value?: string | undefined
+  label: string
+}
+
+/** The first source given (a flag's file, the environment, the config file's file, as the caller
+ * orders them), read, and the label its errors name. */
+function firstGiven(
+  sources: readonly SecretSource[],
+  issues: Issues,
+  trim: boolean,
+): { value: string | undefined; label: string } | undefined {
+  for (const source of sources) {
+    if (source.path !== undefined)
+      return { value: readSecret(source.path, source.label, issues, trim), label: source.label }
+    if (source.value !== undefined) return { value: source.value, label: source.label }
+  }
+  return undefined
+}
+
 /** Password: --redis-password-file (or TOLLGATE_REDIS_PASSWORD_FILE), TOLLGATE_REDIS_PASSWORD, then
  * redis.passwordFile; each over one in the URL. TLS: the flags' files over the file's, field by field. */
 function redisAuth(file: GatewayFile, flags: GatewayFlags, issues: Issues): RedisAuth {
   const redis = file.redis ?? {}
-  let password: string | undefined
-  if (flags.redisPasswordFile !== undefined)
-    password = readSecret(flags.redisPasswordFile, '--redis-password-file', issues, true)
-  else if (flags.redisPassword !== undefined) password = flags.redisPassword
-  else if (redis.passwordFile !== undefined)
-    password = readSecret(redis.passwordFile, 'redis.passwordFile', issues, true)
+  const password = firstGiven(
+    [
+      { path: flags.redisPasswordFile, label: '--redis-password-file' },
+      { value: flags.redisPassword, label: 'TOLLGATE_REDIS_PASSWORD' },
+      { path: redis.passwordFile, label: 'redis.passwordFile' },
+    ],
+    issues,
+    true,
+  )?.value
   const t = redis.tls ?? {}
   const pem = (flag: string | undefined, flagLabel: string, own: string | undefined, ownLabel: string) =>
-    flag !== undefined
-      ? readSecret(flag, flagLabel, issues, false)
-      : own !== undefined
-        ? readSecret(own, ownLabel, issues, false)
-        : undefined
+    firstGiven(
+      [
+        { path: flag, label: flagLabel },
+        { path: own, label: ownLabel },
+      ],
+      issues,
+      false,
+    )?.value
   const tls: RedisTlsConfig = {
     ca: pem(flags.redisTlsCa, '--redis-tls-ca', t.ca, 'redis.tls.ca'),
     cert: pem(flags.redisTlsCert, '--redis-tls-cert', t.cert, 'redis.tls.cert'),
@@ -150,20 +178,19 @@ function redisAuth(file: GatewayFile, flags: GatewayFlags, issues: Issues): Redi
 /** The admin API's bearer token: --admin-token-file (or TOLLGATE_ADMIN_TOKEN_FILE), TOLLGATE_ADMIN_TOKEN,
  * then admin.tokenFile. At least 16 characters: it guards changing every replica's limits. */
 function adminToken(flags: GatewayFlags, tokenFile: string | undefined, issues: Issues): string | undefined {
-  let token: string | undefined
-  let label = 'TOLLGATE_ADMIN_TOKEN'
-  if (flags.adminTokenFile !== undefined) {
-    label = '--admin-token-file'
-    token = readSecret(flags.adminTokenFile, label, issues, true)
-  } else if (flags.adminToken !== undefined) {
-    token = flags.adminToken
-  } else if (tokenFile !== undefined) {
-    label = 'admin.tokenFile'
-    token = readSecret(tokenFile, label, issues, true)
-  }
+  const given = firstGiven(
+    [
+      { path: flags.adminTokenFile, label: '--admin-token-file' },
+      { value: flags.adminToken, label: 'TOLLGATE_ADMIN_TOKEN' },
+      { path: tokenFile, label: 'admin.tokenFile' },
+    ],
+    issues,
+    true,
+  )
+  const token = given?.value
   if (token !== undefined && token !== '' && !/^[\x21-\x7e]{16,4096}$/.test(token)) {
     issues.push({
-      path: label,
+      path: given!.label,
       message: 'expected a token of 16 to 4096 printable characters without spaces',
     })
     return undefined
