@@ -332,6 +332,7 @@ export function reply(
   res.end(body)
 }
 
-function round(ms: number): number {
+/** Milliseconds as the access log writes them: to a tenth. */
+export function round(ms: number): number {
   return Math.round(ms * 10) / 10
 }

@@ -11,6 +11,7 @@ import {
   outgoing,
   release,
   reply,
+  round,
   type Understood,
   understand,
 } from './exchange.js'
@@ -183,7 +184,7 @@ async function serve(
     onResponse: (status) => {
       const ms = performance.now() - exchange.forwardedAt
       exchange.upstreamStatus = status
-      exchange.upstreamMs = Math.round(ms * 10) / 10
+      exchange.upstreamMs = round(ms)
       routeMetrics.upstreamSeconds.observe(ms / 1000)
     },
     onError: (error) => {
