@@ -205,9 +205,9 @@ export async function admitChain(
   }
   if (exchange.held.length > 0) {
     const bound = metrics.route(name)
-    bound.admitted.inc()
+    bound.admitted++
     bound.waitSeconds.observe(exchange.waitMs / 1000)
-    bound.inFlight.inc()
+    bound.inFlight++
     exchange.inFlight = true
     exchange.admittedAt = performance.now()
   }
@@ -218,7 +218,7 @@ export async function admitChain(
 export function release(ctx: GatewayContext, exchange: Exchange): void {
   if (exchange.inFlight) {
     exchange.inFlight = false
-    ctx.metrics.route(exchange.route!.config.name).inFlight.dec()
+    ctx.metrics.route(exchange.route!.config.name).inFlight--
   }
   for (const { admission, info } of exchange.held.splice(0)) {
     // Counts, and logs a failed release (the lease then expires by itself).
@@ -276,7 +276,8 @@ export function finished(
   const route = exchange.route?.config.name ?? 'unmatched'
   if (exchange.route) {
     const bound = ctx.metrics.route(route)
-    bound.responses(statusClass(status)).inc()
+    const index = statusClass(status)
+    bound.responses[index] = (bound.responses[index] ?? 0) + 1
     bound.requestSeconds.observe((now - exchange.started) / 1000)
   }
   if (!ctx.logger.isLevelEnabled('info')) return

@@ -5,7 +5,7 @@ import type { ConnectionOptions } from 'node:tls'
 import { Cluster, Redis } from 'ioredis'
 import { defined } from '../core/options.js'
 import type { Logger as PinoLogger } from 'pino'
-import type { Histogram } from 'prom-client'
+import type { PlainHistogram } from './metrics.js'
 import { keySpace } from '../core/keys.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { createRedisStore } from '../core/redis/store.js'
@@ -193,13 +193,13 @@ export async function checkRedisAccess(
  * from the call to its reply, batching with the calls of the same turn included, as the request
  * waiting on it sees it.
  */
-export function timedStore(store: Store, histogram: Histogram<'call'>): Store {
+export function timedStore(store: Store, histogram: PlainHistogram): Store {
   const family = <F extends object>(name: string, inner: F): F => {
     const out = {} as Record<string, unknown>
     for (const method of Object.keys(inner) as (keyof F & string)[]) {
       const fn = inner[method]
       if (typeof fn !== 'function') continue
-      const bound = histogram.labels(`${name}.${method}`)
+      const bound = histogram.series(`${name}.${method}`)
       out[method] = (...args: unknown[]) => {
         const started = performance.now()
         const done = () => bound.observe((performance.now() - started) / 1000)
