@@ -2,7 +2,7 @@
 // take a permit at once or wait in the fair queue (bounded by maxWaitMs and maxQueue), and turn every
 // failure into a rejection or a fail-open pass. Adapters only move headers and bodies.
 import type { AbortSignalLike } from '../core/abort.js'
-import type { Lease } from '../core/client/lease.js'
+import { type Lease, PermitLease } from '../core/client/lease.js'
 import { AcquireTimeoutError } from '../core/errors.js'
 import type { Semaphore } from '../primitives/semaphore.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
@@ -70,14 +70,32 @@ export class Admission<Req> {
     readonly config: ResolvedConfig<Req>,
     /** The gate and bucket of a request. */
     private readonly gateFor: (req: Req) => Bucket,
+    /** A lease taken from a gate at once without a promise, when its store can (the memory store);
+     * undefined when it cannot or no permit is free right now. */
+    private readonly acquireNow?: (gate: Gate) => Lease | undefined,
   ) {
     this.health = storeHealth(config.store)
     if (config.metrics) attachMetrics(this, config.metrics.registry)
   }
 
-  async admit(req: Req, signal: AbortSignalLike): Promise<AdmitResult> {
+  /** The bucket of a request: pass it to admitNow() and then, if that could not answer, to admit(). */
+  bucketOf(req: Req): Bucket {
+    return this.gateFor(req)
+  }
+
+  /**
+   * The synchronous path: a permit taken at once from a store that answers synchronously (the memory
+   * store) while one is free and nobody waits. Undefined when that cannot be: admit() then decides
+   * (waits, rejects, or fails open) exactly as it always does.
+   */
+  admitNow(bucket: Bucket): AdmitResult | undefined {
+    if (!this.acquireNow || this.health.down) return undefined
+    const lease = this.acquireNow(bucket.gate)
+    return lease && this.admitted(bucket, lease, Date.now())
+  }
+
+  async admit(req: Req, signal: AbortSignalLike, bucket: Bucket = this.gateFor(req)): Promise<AdmitResult> {
     const started = Date.now()
-    const bucket = this.gateFor(req)
     // The store is known down: answer now, without waiting for another timeout (G14).
     if (this.health.down) {
       this.health.failedFast++
@@ -106,10 +124,15 @@ export class Admission<Req> {
       this.health.failed(error, this.config.logger)
       return this.storeFailed(bucket, started)
     }
+    return this.admitted(bucket, lease, started)
+  }
+
+  private admitted(bucket: Bucket, lease: Lease, started: number): AdmitResult {
     this.counters.admitted++
     this.counters.inFlight++
+    const permits = bucket.gate.permits
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
-    const left = gate.permits === undefined ? 0 : gate.permits - (lease.holders ?? gate.permits)
+    const left = permits === undefined ? 0 : permits - (lease.holders ?? permits)
     return { outcome: 'admitted', info: this.info(bucket, lease, started), left: Math.max(0, left) }
   }
 
@@ -168,9 +191,12 @@ export class Admission<Req> {
   /** Call once per admitted request when its response is done (finish or abort). Never throws; the
    * promise (never rejected) settles when the store has the permit back. */
   release(info: TollgateInfo): Promise<void> | undefined {
-    if (!info.lease) return undefined
+    const lease = info.lease
+    if (!lease) return undefined
     this.counters.inFlight--
-    return info.lease.release().catch((error: unknown) => {
+    // Given back synchronously where the store can (memory): nothing to wait for.
+    if (lease instanceof PermitLease && lease.releaseNow()) return undefined
+    return lease.release().catch((error: unknown) => {
       // The lease expires on its own; nothing is stuck.
       this.config.logger.warn('tollgate: release failed', { name: this.config.name, error })
     })
@@ -243,7 +269,7 @@ export class Admission<Req> {
 }
 
 /** The bucket of a request: its key and gate, and whether a key function chose it. */
-interface Bucket {
+export interface Bucket {
   key: string
   gate: Gate
   keyed: boolean

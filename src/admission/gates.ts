@@ -3,7 +3,7 @@
 import { ConfigError } from '../core/errors.js'
 import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core/options.js'
 import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
-import { createSemaphore, type Semaphore } from '../primitives/semaphore.js'
+import { acquireNow, createSemaphore, type Semaphore } from '../primitives/semaphore.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
 import {
@@ -84,19 +84,23 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
     })
   })
-  const admission = new Admission(config, (req: Req) => {
-    if (!keyFn) return { key: GLOBAL_KEY, gate: gates.get(GLOBAL_KEY), keyed: false }
-    let key: string
-    try {
-      key = normalizeKey(keyFn(req))
-      // A client's key '*' must not land in the bucket of an unkeyed semaphore of the same name.
-      if (key === GLOBAL_KEY) key = '%2A'
-    } catch (error) {
-      config.logger.warn('tollgate: key() threw; using the default bucket', { error })
-      key = DEFAULT_BUCKET
-    }
-    return { key, gate: gates.get(key), keyed: true }
-  })
+  const admission = new Admission(
+    config,
+    (req: Req) => {
+      if (!keyFn) return { key: GLOBAL_KEY, gate: gates.get(GLOBAL_KEY), keyed: false }
+      let key: string
+      try {
+        key = normalizeKey(keyFn(req))
+        // A client's key '*' must not land in the bucket of an unkeyed semaphore of the same name.
+        if (key === GLOBAL_KEY) key = '%2A'
+      } catch (error) {
+        config.logger.warn('tollgate: key() threw; using the default bucket', { error })
+        key = DEFAULT_BUCKET
+      }
+      return { key, gate: gates.get(key), keyed: true }
+    },
+    (gate) => acquireNow(gate as Semaphore),
+  )
   admission.semaphoreOf = (key) => gates.get(key)
   return admission
 }

@@ -5,7 +5,7 @@ import type { AbortSignalLike } from '../core/abort.js'
 import { randomUUID } from 'node:crypto'
 import http from 'node:http'
 import { whenLost } from '../core/client/lease.js'
-import type { Admission, AdmitResult, Rejection, TollgateInfo } from '../admission/admission.js'
+import type { Admission, AdmitResult, Bucket, Rejection, TollgateInfo } from '../admission/admission.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'
 import { countHeader, upstreamRequestHeaders } from './headers.js'
@@ -141,77 +141,136 @@ export function understand(ctx: GatewayContext, req: http.IncomingMessage): Unde
   }
 }
 
+/** What admitting a request has gathered so far (admitChain). */
+interface Taken {
+  headers: Record<string, string>
+  fencingToken: number | undefined
+}
+
 /**
  * Take the request's leases from every admission of its route, in order. A rejection gives back
- * what was taken before it; so does a client that leaves. Never rejects.
+ * what was taken before it; so does a client that leaves. Never rejects. Answers synchronously (no
+ * promise) when every admission takes its permit at once from a store that can (the memory store's
+ * uncontended path); otherwise the rest of the chain runs asynchronously from the first admission
+ * that cannot.
  */
-export async function admitChain(
+export function admitChain(
   ctx: GatewayContext,
   facts: RequestFacts,
   exchange: Exchange,
   signal: AbortSignalLike,
   abort: () => void,
+): ChainResult | Promise<ChainResult> {
+  const admissions = exchange.route!.admissions
+  const taken: Taken = { headers: {}, fencingToken: undefined }
+  for (let i = 0; i < admissions.length; i++) {
+    const admission = admissions[i] as Admission<RequestFacts>
+    let bucket: Bucket
+    let result: AdmitResult | undefined
+    try {
+      bucket = admission.bucketOf(facts)
+      result = admission.admitNow(bucket)
+    } catch (error) {
+      release(ctx, exchange) // what earlier admissions of the chain took goes back
+      throw error // a bug (e.g. a throwing key function): answered with 500 by the caller
+    }
+    if (!result) return admitRest(ctx, facts, exchange, signal, abort, taken, i, bucket)
+    const ended = take(ctx, exchange, admission, result, taken, signal, abort)
+    if (ended) return ended
+  }
+  return admitted(ctx, exchange, taken)
+}
+
+/** admitChain() from admission `from` on (whose bucket is `bucket`), waiting where it must. */
+async function admitRest(
+  ctx: GatewayContext,
+  facts: RequestFacts,
+  exchange: Exchange,
+  signal: AbortSignalLike,
+  abort: () => void,
+  taken: Taken,
+  from: number,
+  firstBucket: Bucket,
 ): Promise<ChainResult> {
-  const { metrics } = ctx
-  const name = exchange.route!.config.name
-  const headers: Record<string, string> = {}
-  let fencingToken: number | undefined
+  const admissions = exchange.route!.admissions
   exchange.admitting = true
   try {
-    for (const admission of exchange.route!.admissions) {
+    for (let i = from; i < admissions.length; i++) {
+      const admission = admissions[i] as Admission<RequestFacts>
       let result: AdmitResult
       try {
-        result = await admission.admit(facts, signal)
+        result = await admission.admit(facts, signal, i === from ? firstBucket : admission.bucketOf(facts))
       } catch (error) {
         if (signal.aborted) return { outcome: 'gone' } // the client left while waiting
         release(ctx, exchange) // what earlier admissions of the chain took goes back
         throw error // a bug (e.g. a throwing key function): answered with 500 by the caller
       }
-      if (result.outcome === 'rejected') {
-        const { reason } = result.rejection
-        metrics.rejected.inc({ route: name, reason })
-        if (reason === 'store_unavailable') metrics.storeErrors.inc({ route: name })
-        release(ctx, exchange)
-        return signal.aborted
-          ? { outcome: 'gone' }
-          : { outcome: 'rejected', admission, rejection: result.rejection }
-      }
-      const { info, left } = result
-      exchange.waitMs += info.waitedMs
-      if (!info.lease) {
-        // Passed without a lease: the store failed and failOpen is on.
-        metrics.storeErrors.inc({ route: name })
-        metrics.failedOpen.inc({ route: name })
-      } else {
-        exchange.held.push({ admission, info })
-        whenLost(info.lease, (error) => {
-          metrics.leaseLost.inc({ route: name })
-          if (admission.lost(info, error)) abort()
-        })
-        fencingToken ??= info.fencingToken // the first lease taken: the resource lock's, if any
-      }
-      // Lower-case names: the proxy adds them where the upstream's (lower-cased) headers lack them.
-      if (admission.config.headers && info.permits !== undefined) {
-        headers['ratelimit-policy'] = policyValue(info.name, info.permits)
-        headers.ratelimit = remainingValue(info.name, left)
-      }
-      if (signal.aborted) {
-        release(ctx, exchange) // the client left while we were being admitted
-        return { outcome: 'gone' }
-      }
+      const ended = take(ctx, exchange, admission, result, taken, signal, abort)
+      if (ended) return ended
     }
   } finally {
     exchange.admitting = false
   }
+  return admitted(ctx, exchange, taken)
+}
+
+/** One admission's answer: held, or the chain ends (rejected, or the client left). */
+function take(
+  ctx: GatewayContext,
+  exchange: Exchange,
+  admission: Admission<RequestFacts>,
+  result: AdmitResult,
+  taken: Taken,
+  signal: AbortSignalLike,
+  abort: () => void,
+): ChainResult | undefined {
+  const { metrics } = ctx
+  const name = exchange.route!.config.name
+  if (result.outcome === 'rejected') {
+    const { reason } = result.rejection
+    metrics.rejected.inc({ route: name, reason })
+    if (reason === 'store_unavailable') metrics.storeErrors.inc({ route: name })
+    release(ctx, exchange)
+    return signal.aborted
+      ? { outcome: 'gone' }
+      : { outcome: 'rejected', admission, rejection: result.rejection }
+  }
+  const { info, left } = result
+  exchange.waitMs += info.waitedMs
+  if (!info.lease) {
+    // Passed without a lease: the store failed and failOpen is on.
+    metrics.storeErrors.inc({ route: name })
+    metrics.failedOpen.inc({ route: name })
+  } else {
+    exchange.held.push({ admission, info })
+    whenLost(info.lease, (error) => {
+      metrics.leaseLost.inc({ route: name })
+      if (admission.lost(info, error)) abort()
+    })
+    taken.fencingToken ??= info.fencingToken // the first lease taken: the resource lock's, if any
+  }
+  // Lower-case names: the proxy adds them where the upstream's (lower-cased) headers lack them.
+  if (admission.config.headers && info.permits !== undefined) {
+    taken.headers['ratelimit-policy'] = policyValue(info.name, info.permits)
+    taken.headers.ratelimit = remainingValue(info.name, left)
+  }
+  if (signal.aborted) {
+    release(ctx, exchange) // the client left while we were being admitted
+    return { outcome: 'gone' }
+  }
+  return undefined
+}
+
+function admitted(ctx: GatewayContext, exchange: Exchange, taken: Taken): ChainResult {
   if (exchange.held.length > 0) {
-    const bound = metrics.route(name)
+    const bound = ctx.metrics.route(exchange.route!.config.name)
     bound.admitted++
     bound.waitSeconds.observe(exchange.waitMs / 1000)
     bound.inFlight++
     exchange.inFlight = true
     exchange.admittedAt = performance.now()
   }
-  return { outcome: 'admitted', headers, fencingToken }
+  return { outcome: 'admitted', headers: taken.headers, fencingToken: taken.fencingToken }
 }
 
 /** Give every held lease back (once) and remember the pending releases so shutdown can await them. */

@@ -146,7 +146,8 @@ async function serve(
   let fencingToken: number | undefined
   let policy: Record<string, string> | undefined
   if (gone) {
-    const result = await admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
+    const chain = admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
+    const result = chain instanceof Promise ? await chain : chain
     if (result.outcome === 'gone') return
     if (result.outcome === 'rejected') {
       exchange.rejected = result.rejection.reason

@@ -38,7 +38,7 @@ export function handleUpgrade(
     ctx.onSettled()
   })
   const name = route.config.name
-  void admitChain(ctx, understood.facts, exchange, gone, () => socket.destroy()).then(
+  void Promise.resolve(admitChain(ctx, understood.facts, exchange, gone, () => socket.destroy())).then(
     (result) => {
       if (result.outcome === 'gone') return
       if (result.outcome === 'rejected') {

@@ -61,7 +61,7 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
   const { permits, ...lockOptions } = options
   positiveInt('permits', permits, MAX_PERMITS)
   const client = new PermitClient(parseLockOptions('sem', store, name, lockOptions), permits)
-  return {
+  const semaphore: Semaphore = {
     name,
     get permits() {
       return client.permits()
@@ -79,4 +79,17 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
       return { holders, queued, limit: limit ?? permits, override: limit }
     },
   }
+  clients.set(semaphore, client)
+  return semaphore
+}
+
+const clients = new WeakMap<Semaphore, PermitClient>()
+
+/**
+ * A lease taken at once without a promise, when the semaphore's store answers synchronously (the
+ * memory store) and a permit is free with nobody queued; undefined otherwise (then acquire()). For
+ * the admission engine's hot path; not part of the public API.
+ */
+export function acquireNow(semaphore: Semaphore): Lease | undefined {
+  return clients.get(semaphore)?.acquireNow(undefined)
 }

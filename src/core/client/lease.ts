@@ -47,7 +47,12 @@ export interface LeaseContext {
   /** Give a token's hold back (with `op`, one reentrant acquisition of it); must be a no-op for a
    * token or acquisition that no longer holds (G3, G12). */
   releaseToken(token: string, op?: string): Promise<unknown>
+  /** releaseToken() done synchronously, when the store can (true: done; false: use releaseToken). */
+  releaseTokenNow?(token: string, op?: string): boolean
 }
+
+/** What release() returns for a lease given back synchronously. */
+const RELEASED: Promise<void> = Promise.resolve()
 
 export class PermitLease implements Lease {
   readonly name: string
@@ -135,7 +140,24 @@ export class PermitLease implements Lease {
     emit('renew', { name: this.name, kind: this.context.kind })
   }
 
+  /**
+   * Give the permit back synchronously, when the store can (the memory store) and no renewal is in
+   * flight: true when done (release() then resolves at once), false when release() must do it.
+   */
+  releaseNow(): boolean {
+    if (this.releasing) return false
+    if (this.renewing || !this.context.releaseTokenNow) return false
+    renewals.delete(this)
+    clearTimeout(this.expiryTimer)
+    if (!this.context.releaseTokenNow(this.token, this.op)) return false
+    this.releasing = RELEASED
+    this.lossListeners = undefined
+    emit('release', { name: this.name, kind: this.context.kind })
+    return true
+  }
+
   release(): Promise<void> {
+    if (this.releaseNow()) return RELEASED
     if (!this.releasing) {
       renewals.delete(this)
       clearTimeout(this.expiryTimer)

@@ -70,6 +70,11 @@ export abstract class LockClient implements LeaseContext, WaitClient {
 
   /** Take a hold for the acquisition now, or (enqueue) join the queue. */
   protected abstract attempt(acquisition: Acquisition, enqueue: boolean): Promise<AcquireReply>
+  /** attempt() without joining the queue, answered synchronously by a store that can (the memory
+   * store); undefined when the store cannot. */
+  protected attemptNow(_acquisition: Acquisition): AcquireReply | undefined {
+    return undefined
+  }
   /** Batched heartbeat + state of this client's waits (the wait group calls it). */
   abstract recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply>
   abstract renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
@@ -106,6 +111,25 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     }
     emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'busy' })
     return undefined
+  }
+
+  /**
+   * A lease taken at once, without a promise, from a store that answers synchronously (the memory
+   * store's uncontended path); undefined when the store cannot answer so, or when no permit is free
+   * right now (then acquire() or tryAcquire(), which queue or answer for a busy set as usual). Never
+   * jumps the queue: a fresh token is granted only while nobody waits (G5).
+   */
+  acquireNow(owner: string | undefined): Lease | undefined {
+    const acquisition = this.acquisition(owner)
+    const reply = this.attemptNow(acquisition)
+    if (!reply?.granted) return undefined
+    if (!this.live(reply.expiresAt)) {
+      // Cannot happen on a synchronous store (no time passes); given back all the same.
+      void this.giveBack(acquisition)
+      return undefined
+    }
+    emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
+    return this.lease(acquisition, reply.fence, reply.expiresAt, reply.holders)
   }
 
   async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {

@@ -16,15 +16,23 @@ export class PermitClient extends LockClient {
     return this.currentPermits
   }
 
-  protected attempt({ token, op }: Acquisition, enqueue: boolean): Promise<AcquireReply> {
-    return this.store.permits.acquire(this.space, {
+  protected attempt(acquisition: Acquisition, enqueue: boolean): Promise<AcquireReply> {
+    return this.store.permits.acquire(this.space, this.request(acquisition, enqueue))
+  }
+
+  protected override attemptNow(acquisition: Acquisition): AcquireReply | undefined {
+    return this.store.permits.acquireNow?.(this.space, this.request(acquisition, false))
+  }
+
+  private request({ token, op }: Acquisition, enqueue: boolean) {
+    return {
       token,
       op,
       ttlMs: this.ttlMs,
       permits: this.currentPermits,
       enqueue,
       waiterTtlMs: this.waiterTtlMs,
-    })
+    }
   }
 
   recheckWaits(waits: readonly Acquisition[]): Promise<RecheckReply> {
@@ -37,5 +45,12 @@ export class PermitClient extends LockClient {
 
   releaseToken(token: string, op?: string): Promise<ReleaseResult> {
     return this.store.permits.release(this.space, token, this.currentPermits, op)
+  }
+
+  releaseTokenNow(token: string, op?: string): boolean {
+    const permits = this.store.permits
+    if (!permits.releaseNow) return false
+    permits.releaseNow(this.space, token, this.currentPermits, op)
+    return true
   }
 }

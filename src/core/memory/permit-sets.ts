@@ -56,6 +56,11 @@ export class MemoryPermitSets implements PermitFamily {
    * (with a new `op`, the acquisition re-enters or waits with the owner's); a fresh one takes a permit
    * or queues. */
   async acquire(space: KeySpace, r: AcquireRequest): Promise<AcquireReply> {
+    return this.acquireNow(space, r)
+  }
+
+  /** acquire(), answered synchronously (PermitFamily.acquireNow). */
+  acquireNow(space: KeySpace, r: AcquireRequest): AcquireReply {
     const now = nowMs()
     const set = this.open(space, now)
     const permits = this.limit(space, r.permits)
@@ -114,6 +119,11 @@ export class MemoryPermitSets implements PermitFamily {
 
   /** lua permit-release.lua for one token. */
   async release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult> {
+    return this.releaseNow(space, token, permits, op)
+  }
+
+  /** release(), answered synchronously (PermitFamily.releaseNow). */
+  releaseNow(space: KeySpace, token: string, permits: number, op?: string): ReleaseResult {
     const now = nowMs()
     const set = this.open(space, now)
     let result: ReleaseResult = 'none'

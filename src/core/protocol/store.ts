@@ -34,6 +34,11 @@ export interface PermitFamily {
   /** Give back a token's permit or leave the queue. With `op` (a reentrant owner's acquisition), only
    * that acquisition goes; the permit is freed when the owner's last one does. */
   release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult>
+  /** acquire() and release() answered synchronously, by a store that can (the memory store): the
+   * uncontended path then takes and gives back a permit without a promise. A network store has
+   * neither. */
+  acquireNow?(space: KeySpace, request: AcquireRequest): AcquireReply
+  releaseNow?(space: KeySpace, token: string, permits: number, op?: string): ReleaseResult
   /** Extend live leases; a lease is live only while its acquisition holds (for a reentrant owner:
    * while `op` is one of the hold's acquisitions, so a lease the owner lost is never renewed through
    * a later acquisition of the same owner, G4). */
