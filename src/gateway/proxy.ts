@@ -19,7 +19,15 @@ import {
   type WebOptions,
 } from './upstream.js'
 
-export type { Outgoing, Proxy, UpstreamError, UpstreamErrorKind, WebOptions, WsOptions } from './upstream.js'
+export type {
+  Forwarded,
+  Outgoing,
+  Proxy,
+  UpstreamError,
+  UpstreamErrorKind,
+  WebOptions,
+  WsOptions,
+} from './upstream.js'
 
 /** Per-origin keep-alive pools; requests beyond `connections` queue in the pool (holding their permit). */
 export function createProxy(options: { connections?: number } = {}): Proxy {
@@ -45,7 +53,7 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
 
   return {
     web(target, res, request, opts) {
-      forwardWeb(poolFor(target), res, request, opts)
+      return forwardWeb(poolFor(target), res, request, opts)
     },
     ws(target, socket, head, request, opts) {
       forwardUpgrade(poolFor(target), socket, head, request, opts)
@@ -63,39 +71,65 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
   }
 }
 
-function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opts: WebOptions): void {
-  let controller: Dispatcher.DispatchController | undefined
-  let reported = false
-  let head: { statusCode: number; out: Record<string, string | string[]> } | undefined
-  const flushHead = () => {
-    if (!head) return
-    res.writeHead(head.statusCode, head.out)
-    head = undefined
-  }
-  let sendTimer: NodeJS.Timeout | undefined
-  const stall = () => {
-    // Nothing of the response was taken by the client for sendTimeoutMs: let it go.
-    sendTimer ??= setTimeout(() => res.destroy(), opts.sendTimeoutMs)
-  }
-  const moving = () => {
-    clearTimeout(sendTimer)
-    sendTimer = undefined
-  }
-  res.on('drain', () => {
-    moving()
-    if (controller?.paused) controller.resume()
-  })
-  res.once('close', () => {
-    moving()
-    // The client left before the response was complete: the upstream request goes too.
-    if (!res.writableFinished && controller && !controller.aborted)
-      controller.abort(new ClientGone('client closed'))
-  })
-  res.once('finish', moving)
+/**
+ * One forwarded request: undici's handler (its methods, not closures per request) and the client
+ * response it writes to. Listeners on the response are added only when needed: 'drain' under
+ * backpressure, 'finish' once a send timer runs; its close comes from the caller (clientClosed()).
+ */
+class WebForward implements Dispatcher.DispatchHandler {
+  private controller: Dispatcher.DispatchController | undefined
+  private reported = false
+  private head: { statusCode: number; out: Record<string, string | string[]> } | undefined
+  private sendTimer: NodeJS.Timeout | undefined
+  private draining = false
 
-  const fail = (error: Error) => {
-    if (reported || error instanceof ClientGone) return
-    reported = true
+  constructor(
+    private readonly res: http.ServerResponse,
+    private readonly opts: WebOptions,
+  ) {}
+
+  /** The client response closed: the upstream request goes too unless the response was complete. */
+  clientClosed(): void {
+    this.moving()
+    const controller = this.controller
+    if (!this.res.writableFinished && controller && !controller.aborted)
+      controller.abort(new ClientGone('client closed'))
+  }
+
+  private readonly onDrain = (): void => {
+    this.draining = false
+    this.moving()
+    if (this.controller?.paused) this.controller.resume()
+  }
+
+  private readonly onFinish = (): void => this.moving()
+
+  /** Nothing of the response was taken by the client for sendTimeoutMs: let it go. */
+  private stall(): void {
+    if (this.sendTimer) return
+    const res = this.res
+    this.sendTimer = setTimeout(() => res.destroy(), this.opts.sendTimeoutMs)
+    res.once('finish', this.onFinish)
+  }
+
+  private moving(): void {
+    if (!this.sendTimer) return
+    clearTimeout(this.sendTimer)
+    this.sendTimer = undefined
+    this.res.off('finish', this.onFinish)
+  }
+
+  private flushHead(): void {
+    const head = this.head
+    if (!head) return
+    this.res.writeHead(head.statusCode, head.out)
+    this.head = undefined
+  }
+
+  fail(error: Error): void {
+    if (this.reported || error instanceof ClientGone) return
+    this.reported = true
+    const { res, opts } = this
     const clientStatus = opts.clientError?.(error)
     if (clientStatus !== undefined) {
       if (!res.headersSent && !res.destroyed) {
@@ -121,42 +155,60 @@ function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opt
     opts.onError({ ...failure, answered })
   }
 
-  try {
-    pool.dispatch(dispatchOptions(request, opts.timeoutMs), {
-      onRequestStart(ctl) {
-        controller = ctl
-        if (res.destroyed) ctl.abort(new ClientGone('client closed'))
-      },
-      onResponseStart(_ctl, statusCode, headers) {
-        if (statusCode < 200) return // 1xx informational: not relayed (103 would need writeEarlyHints)
-        opts.onResponse?.(statusCode)
-        const out = clientResponseHeaders(headers)
-        const defaults = opts.defaultHeaders
-        if (defaults) for (const name in defaults) out[name] ??= defaults[name] as string
-        const extra = opts.extraHeaders?.()
-        if (extra) Object.assign(out, extra)
-        // Written with the first body bytes or the end: an upstream that breaks before that (a 204
-        // with a body, a reset) still gets the client a 502 instead of a cut connection.
-        head = { statusCode, out }
-      },
-      onResponseData(ctl, chunk) {
-        flushHead()
-        if (!res.write(chunk)) {
-          ctl.pause()
-          stall()
-        }
-      },
-      onResponseEnd() {
-        flushHead()
-        res.end()
-        // Everything is written, but a client that does not read keeps it buffered: bounded too.
-        if (res.writableLength > 0 || res.writableNeedDrain) stall()
-      },
-      onResponseError(_ctl, error) {
-        fail(error)
-      },
-    })
-  } catch (error) {
-    fail(error as Error)
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    this.controller = controller
+    if (this.res.destroyed) controller.abort(new ClientGone('client closed'))
   }
+
+  onResponseStart(
+    _controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Record<string, string | string[] | undefined>,
+  ): void {
+    if (statusCode < 200) return // 1xx informational: not relayed (103 would need writeEarlyHints)
+    const opts = this.opts
+    opts.onResponse?.(statusCode)
+    const out = clientResponseHeaders(headers)
+    const defaults = opts.defaultHeaders
+    if (defaults) for (const name in defaults) out[name] ??= defaults[name] as string
+    const extra = opts.extraHeaders?.()
+    if (extra) Object.assign(out, extra)
+    // Written with the first body bytes or the end: an upstream that breaks before that (a 204
+    // with a body, a reset) still gets the client a 502 instead of a cut connection.
+    this.head = { statusCode, out }
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.flushHead()
+    if (!this.res.write(chunk)) {
+      controller.pause()
+      if (!this.draining) {
+        this.draining = true
+        this.res.once('drain', this.onDrain)
+      }
+      this.stall()
+    }
+  }
+
+  onResponseEnd(): void {
+    this.flushHead()
+    const res = this.res
+    res.end()
+    // Everything is written, but a client that does not read keeps it buffered: bounded too.
+    if (res.writableLength > 0 || res.writableNeedDrain) this.stall()
+  }
+
+  onResponseError(_controller: Dispatcher.DispatchController, error: Error): void {
+    this.fail(error)
+  }
+}
+
+function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opts: WebOptions): WebForward {
+  const forward = new WebForward(res, opts)
+  try {
+    pool.dispatch(dispatchOptions(request, opts.timeoutMs), forward)
+  } catch (error) {
+    forward.fail(error as Error)
+  }
+  return forward
 }

@@ -48,6 +48,12 @@ export interface WebOptions {
   onResponse?(status: number): void
 }
 
+/** A request being forwarded. */
+export interface Forwarded {
+  /** Call once when the client response closes (its 'close' event). */
+  clientClosed(): void
+}
+
 export interface WsOptions {
   /** The upstream must answer the upgrade within this long (504 otherwise). */
   handshakeTimeoutMs: number
@@ -61,8 +67,9 @@ export interface WsOptions {
 }
 
 export interface Proxy {
-  /** Forward a request; the response (or a short 502/504) goes to `res`. Never throws. */
-  web(target: URL, res: http.ServerResponse, request: Outgoing, options: WebOptions): void
+  /** Forward a request; the response (or a short 502/504) goes to `res`. Never throws. The caller
+   * tells it when `res` closes (the upstream request is then aborted unless the response was done). */
+  web(target: URL, res: http.ServerResponse, request: Outgoing, options: WebOptions): Forwarded
   /** Forward an Upgrade request over `socket` (the client's). Never throws. */
   ws(
     target: URL,

@@ -5,6 +5,7 @@ import type { GatewayContext } from './context.js'
 import { bufferBody, ClientBodyTimeout, timedBody } from './body.js'
 import {
   admitChain,
+  type ChainResult,
   type Exchange,
   finished,
   newExchange,
@@ -15,7 +16,8 @@ import {
   type Understood,
   understand,
 } from './exchange.js'
-import type { Outgoing } from './proxy.js'
+import type { Outgoing, UpstreamError, WebOptions } from './proxy.js'
+import type { LiveRoute } from './routes.js'
 
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */
 const RESPONSE_CLOSED = new Error('response closed')
@@ -41,6 +43,7 @@ export function handleRequest(
     if (ended) return
     ended = true
     socket.off('close', end)
+    exchange.forward?.clientClosed()
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
     release(ctx, exchange)
     finished(ctx, req, res, exchange)
@@ -54,23 +57,39 @@ export function handleRequest(
     return refuse(ctx, res, exchange, understood.status, understood.reason)
   }
   if (!route) return refuse(ctx, res, exchange, 404, 'no_route')
-  const start = () =>
-    serve(ctx, req, res, exchange, understood, gone, deadlineBase).catch((error: unknown) => {
-      ctx.logger.error({ err: error }, 'request failed')
-      if (!res.headersSent) reply(res, 500, 'internal error\n')
-      else res.destroy()
-    })
-  if (res.socket) {
-    void start()
-    return
-  }
+  if (res.socket) return start(ctx, req, res, exchange, understood, gone, deadlineBase)
   // A pipelined request whose response waits behind others on its connection: it takes nothing
   // until its response owns the connection (then its timeouts can act on it), and a connection that
   // closes meanwhile ends it, since its response would never emit 'close'.
   socket.once('close', end)
   res.once('socket', () => {
-    if (!ended) void start()
+    if (!ended) start(ctx, req, res, exchange, understood, gone, deadlineBase)
   })
+}
+
+/** serve(), with a bug (a throw, synchronous or not) answered 500 instead of crashing. */
+function start(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  exchange: Exchange,
+  understood: Understood,
+  gone: AbortFlag | undefined,
+  deadlineBase: number,
+): void {
+  try {
+    serve(ctx, req, res, exchange, understood, gone, deadlineBase)?.catch((error: unknown) =>
+      failed(ctx, res, error),
+    )
+  } catch (error) {
+    failed(ctx, res, error)
+  }
+}
+
+function failed(ctx: GatewayContext, res: http.ServerResponse, error: unknown): void {
+  ctx.logger.error({ err: error }, 'request failed')
+  if (!res.headersSent) reply(res, 500, 'internal error\n')
+  else res.destroy()
 }
 
 const EXPECT_CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i
@@ -91,7 +110,7 @@ function refuse(
   exchange: Exchange,
   status: number,
   reason: string,
-): void {
+): undefined {
   exchange.refused = reason
   ctx.metrics.refused.inc({ reason })
   if (res.headersSent) return
@@ -100,7 +119,11 @@ function refuse(
   reply(res, status, MESSAGES[status] ?? 'error\n', headers)
 }
 
-async function serve(
+/**
+ * Bound the body, admit, forward. Synchronous (no promise) on the common path: no buffered body and
+ * an admission that answers at once (the memory store); a promise where it must wait.
+ */
+function serve(
   ctx: GatewayContext,
   req: http.IncomingMessage,
   res: http.ServerResponse,
@@ -108,7 +131,7 @@ async function serve(
   understood: Understood,
   gone: AbortFlag | undefined,
   deadlineBase: number,
-): Promise<void> {
+): Promise<void> | undefined {
   const route = understood.route!
   const timeouts = route.config.timeouts
   const deadline = deadlineBase + timeouts.requestMs
@@ -121,76 +144,153 @@ async function serve(
   if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked')
     return refuse(ctx, res, exchange, 501, 'transfer_coding')
   const hasBody = coding !== undefined || (declared !== undefined && declared > 0)
-  let body: Outgoing['body'] = null
-  let contentLength = hasBody ? declared : undefined
   const buffer = route.config.requestBufferBytes
+  const sending: Sending = {
+    body: null,
+    contentLength: hasBody ? declared : undefined,
+    expectContinue,
+    streamed: false,
+  }
   if (hasBody && buffer > 0) {
     // Read before a permit is taken (nginx proxy_request_buffering): a slow uploader holds nothing.
     if (declared !== undefined && declared > buffer) return refuse(ctx, res, exchange, 413, 'too_large')
     if (expectContinue) res.writeContinue()
-    let read: Buffer | 'too_large'
-    try {
-      read = await bufferBody(req, buffer, timeouts.clientBodyMs, deadline, exchange)
-    } catch (error) {
-      if (error instanceof ClientBodyTimeout) return refuse(ctx, res, exchange, 408, 'body_timeout')
-      throw error
-    }
-    if (read === 'too_large') return refuse(ctx, res, exchange, 413, 'too_large')
-    body = read
-    contentLength = read.length
+    return bufferBody(req, buffer, timeouts.clientBodyMs, deadline, exchange).then(
+      (read) => {
+        if (read === 'too_large') return refuse(ctx, res, exchange, 413, 'too_large')
+        sending.body = read
+        sending.contentLength = read.length
+        return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
+      },
+      (error: unknown) => {
+        if (error instanceof ClientBodyTimeout) return refuse(ctx, res, exchange, 408, 'body_timeout')
+        throw error
+      },
+    )
   } else if (hasBody) {
-    body = timedBody(req, timeouts.clientBodyMs, deadline, exchange)
+    sending.body = timedBody(req, timeouts.clientBodyMs, deadline, exchange)
+    sending.streamed = true
   }
-  const streamed = body !== null && !Buffer.isBuffer(body)
+  return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
+}
 
-  let fencingToken: number | undefined
-  let policy: Record<string, string> | undefined
-  if (gone) {
-    const chain = admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
-    const result = chain instanceof Promise ? await chain : chain
-    if (result.outcome === 'gone') return
-    if (result.outcome === 'rejected') {
-      exchange.rejected = result.rejection.reason
-      if (res.headersSent) return
-      const answer = result.admission.rejectionResponse(result.rejection)
-      answer.headers['x-request-id'] = exchange.requestId
-      // The body was not read (or a 100 Continue will not come): close the connection after.
-      if (expectContinue || streamed) answer.headers.connection = 'close'
-      res.writeHead(answer.status, answer.headers)
-      res.end(answer.body)
-      return
-    }
-    fencingToken = result.fencingToken
-    policy = result.headers
+/** The request body as it will be sent, and how the client sends it. */
+interface Sending {
+  body: Outgoing['body']
+  contentLength: number | undefined
+  expectContinue: boolean
+  /** Streamed from the client (not read yet): a rejection closes the connection after it. */
+  streamed: boolean
+}
+
+function admitAndForward(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  exchange: Exchange,
+  understood: Understood,
+  gone: AbortFlag | undefined,
+  sending: Sending,
+): Promise<void> | undefined {
+  if (!gone) return forward(ctx, req, res, exchange, understood, sending, undefined, {})
+  const chain = admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
+  if (chain instanceof Promise)
+    return chain.then((result) => admitted(ctx, req, res, exchange, understood, sending, result))
+  return admitted(ctx, req, res, exchange, understood, sending, chain)
+}
+
+function admitted(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  exchange: Exchange,
+  understood: Understood,
+  sending: Sending,
+  result: ChainResult,
+): undefined {
+  if (result.outcome === 'gone') return
+  if (result.outcome === 'rejected') {
+    exchange.rejected = result.rejection.reason
+    if (res.headersSent) return
+    const answer = result.admission.rejectionResponse(result.rejection)
+    answer.headers['x-request-id'] = exchange.requestId
+    // The body was not read (or a 100 Continue will not come): close the connection after.
+    if (sending.expectContinue || sending.streamed) answer.headers.connection = 'close'
+    res.writeHead(answer.status, answer.headers)
+    res.end(answer.body)
+    return
   }
+  return forward(ctx, req, res, exchange, understood, sending, result.fencingToken, result.headers)
+}
+
+function forward(
+  ctx: GatewayContext,
+  req: http.IncomingMessage,
+  res: http.ServerResponse,
+  exchange: Exchange,
+  understood: Understood,
+  sending: Sending,
+  fencingToken: number | undefined,
+  policy: Record<string, string>,
+): undefined {
+  const route = understood.route!
   // Sent back too (where the upstream sends none), and on the gateway's own 502/504.
-  policy ??= {}
   policy['x-request-id'] = exchange.requestId
   // Only now, admitted: a client that waits for it sends its body only when it will be used.
-  if (expectContinue && streamed) res.writeContinue()
-  const request = outgoing(ctx, req, route, understood, fencingToken, body, contentLength, exchange.requestId)
-  const routeMetrics = ctx.metrics.route(route.config.name)
+  if (sending.expectContinue && sending.streamed) res.writeContinue()
+  const request = outgoing(
+    ctx,
+    req,
+    route,
+    understood,
+    fencingToken,
+    sending.body,
+    sending.contentLength,
+    exchange.requestId,
+  )
   exchange.forwardedAt = performance.now()
-  ctx.proxy.web(route.config.upstream, res, request, {
-    timeoutMs: timeouts.upstreamMs,
-    sendTimeoutMs: timeouts.sendMs,
-    defaultHeaders: policy,
-    extraHeaders: () => (ctx.draining ? { connection: 'close' } : undefined),
-    clientError: (error) => {
-      if (!(error instanceof ClientBodyTimeout)) return undefined
-      exchange.refused = 'body_timeout'
-      ctx.metrics.refused.inc({ reason: 'body_timeout' })
-      return 408
-    },
-    onResponse: (status) => {
-      const ms = performance.now() - exchange.forwardedAt
-      exchange.upstreamStatus = status
-      exchange.upstreamMs = round(ms)
-      routeMetrics.upstreamSeconds.observe(ms / 1000)
-    },
-    onError: (error) => {
-      exchange.upstreamError = error
-      ctx.metrics.upstreamErrors.inc({ route: route.config.name, kind: error.kind })
-    },
-  })
+  exchange.forward = ctx.proxy.web(route.config.upstream, res, request, new Forwarding(ctx, exchange, policy))
+  return undefined
+}
+
+/** What forwarding one request reports back (WebOptions as one object per request, not closures). */
+class Forwarding implements WebOptions {
+  readonly timeoutMs: number
+  readonly sendTimeoutMs: number
+
+  constructor(
+    private readonly ctx: GatewayContext,
+    private readonly exchange: Exchange,
+    /** Sent back too (where the upstream sends none), and on the gateway's own 502/504. */
+    readonly defaultHeaders: Record<string, string>,
+  ) {
+    const timeouts = (exchange.route as LiveRoute).config.timeouts
+    this.timeoutMs = timeouts.upstreamMs
+    this.sendTimeoutMs = timeouts.sendMs
+  }
+
+  extraHeaders(): Record<string, string> | undefined {
+    return this.ctx.draining ? { connection: 'close' } : undefined
+  }
+
+  clientError(error: Error): number | undefined {
+    if (!(error instanceof ClientBodyTimeout)) return undefined
+    this.exchange.refused = 'body_timeout'
+    this.ctx.metrics.refused.inc({ reason: 'body_timeout' })
+    return 408
+  }
+
+  onResponse(status: number): void {
+    const exchange = this.exchange
+    const ms = performance.now() - exchange.forwardedAt
+    exchange.upstreamStatus = status
+    exchange.upstreamMs = round(ms)
+    this.ctx.metrics.route((exchange.route as LiveRoute).config.name).upstreamSeconds.observe(ms / 1000)
+  }
+
+  onError(error: UpstreamError): void {
+    this.exchange.upstreamError = error
+    const route = (this.exchange.route as LiveRoute).config.name
+    this.ctx.metrics.upstreamErrors.inc({ route, kind: error.kind })
+  }
 }
