@@ -74,12 +74,16 @@ export async function admitWatched<Req>(
     if (held) void admission.release(held)
     held = undefined
   })
-  let result
-  try {
-    result = await admission.admit(req, gone)
-  } catch (error) {
-    if (gone.aborted) return { outcome: 'gone' } // the client left while waiting
-    throw error // a bug (e.g. a throwing key()): the framework answers 500
+  const bucket = admission.bucketOf(req)
+  // At once where the store can (the memory store, a permit free and nobody waiting); else wait.
+  let result = admission.admitNow(bucket)
+  if (!result) {
+    try {
+      result = await admission.admit(req, gone, bucket)
+    } catch (error) {
+      if (gone.aborted) return { outcome: 'gone' } // the client left while waiting
+      throw error // a bug (e.g. a throwing key()): the framework answers 500
+    }
   }
   if (result.outcome === 'rejected') {
     if (gone.aborted) return { outcome: 'gone' }

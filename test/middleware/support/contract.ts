@@ -48,6 +48,8 @@ export function testStore(kind: StoreKind): TestStore {
   }
   const permits = new Proxy(raw.permits, {
     get(target, prop) {
+      // Paused, the memory store has no synchronous path either: every acquisition waits at the gate.
+      if (prop === 'acquireNow') return gate ? undefined : bind(target, prop)
       if (prop !== 'acquire') return bind(target, prop)
       return async (...args: Parameters<Store['permits']['acquire']>) => {
         pending++
