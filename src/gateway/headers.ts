@@ -51,7 +51,17 @@ const FORWARDING = [
   'x-url-scheme',
   'front-end-https',
 ]
-const FORWARDING_SET = new Set(FORWARDING)
+
+/** What happens to a request header, by lower-case name (one lookup per header): absent, it is kept
+ * (unless the Connection header names it, or it is an underscored spelling of a dropped one). */
+const DROP = 1
+const FORWARDING_HEADER = 2
+const REQUEST_ID = 3
+const REQUEST_RULES = new Map<string, number>([
+  ...FORWARDING.map((name) => [name, FORWARDING_HEADER] as const),
+  ...[...REQUEST_HOP, FENCING_HEADER].map((name) => [name, DROP] as const),
+  ['x-request-id', REQUEST_ID],
+])
 
 /** Dropped in any spelling with '_' for '-' (CGI-style servers read both as the same variable), also
  * behind a trusted proxy: none would send those. */
@@ -110,11 +120,11 @@ export function upstreamRequestHeaders(
   for (let i = 0; i < rawHeaders.length; i += 2) {
     const name = rawHeaders[i] as string
     const lower = name.toLowerCase()
-    if (REQUEST_HOP.has(lower) || named?.has(lower)) continue
-    if (lower.includes('_') && UNDERSCORED.has(lower.replaceAll('_', '-'))) continue
-    if (lower === FENCING_HEADER) continue
-    if (info.requestId !== undefined && lower === 'x-request-id') continue
-    if (FORWARDING_SET.has(lower)) {
+    const rule = REQUEST_RULES.get(lower)
+    if (rule === DROP || named?.has(lower)) continue
+    if (rule === undefined && lower.includes('_') && UNDERSCORED.has(lower.replaceAll('_', '-'))) continue
+    if (rule === REQUEST_ID && info.requestId !== undefined) continue
+    if (rule === FORWARDING_HEADER) {
       if (!info.trustProxy) continue
       if (lower === 'x-forwarded-for') {
         forwardedFor.push(rawHeaders[i + 1] as string)
@@ -151,6 +161,38 @@ export function clientResponseHeaders(
     if (value === undefined || RESPONSE_HOP.has(name) || named?.has(name)) continue
     out[name] = value
   }
+  return out
+}
+
+/**
+ * Response headers for the client as the flat [name, value, ...] list res.writeHead() takes:
+ * hop-by-hop and Connection-named ones removed; `defaults` added where the upstream kept none of that
+ * name; `extra` replacing the upstream's. One list instead of an object built per response (names are
+ * the upstream's, lower-case and unique, as undici gives them).
+ */
+export function clientResponseHeaderList(
+  headers: Record<string, string | string[] | undefined>,
+  defaults: Record<string, string> | undefined,
+  extra: Record<string, string> | undefined,
+): (string | string[])[] {
+  const connection = headers.connection
+  const named =
+    connection === undefined
+      ? undefined
+      : connectionTokens(Array.isArray(connection) ? connection : [connection])
+  const out: (string | string[])[] = []
+  for (const name in headers) {
+    const value = headers[name]
+    if (value === undefined || RESPONSE_HOP.has(name) || named?.has(name)) continue
+    if (extra && Object.hasOwn(extra, name)) continue
+    out.push(name, value)
+  }
+  if (defaults)
+    for (const name in defaults) {
+      const kept = headers[name] !== undefined && !RESPONSE_HOP.has(name) && !named?.has(name)
+      if (!kept && !(extra && Object.hasOwn(extra, name))) out.push(name, defaults[name] as string)
+    }
+  if (extra) for (const name in extra) out.push(name, extra[name] as string)
   return out
 }
 

@@ -8,7 +8,7 @@
 import http from 'node:http'
 import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
-import { clientResponseHeaders } from './headers.js'
+import { clientResponseHeaderList } from './headers.js'
 import { forwardUpgrade } from './tunnel.js'
 import {
   ClientGone,
@@ -79,7 +79,7 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
 class WebForward implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | undefined
   private reported = false
-  private head: { statusCode: number; out: Record<string, string | string[]> } | undefined
+  private head: { statusCode: number; out: (string | string[])[] } | undefined
   private sendTimer: NodeJS.Timeout | undefined
   private draining = false
 
@@ -168,11 +168,7 @@ class WebForward implements Dispatcher.DispatchHandler {
     if (statusCode < 200) return // 1xx informational: not relayed (103 would need writeEarlyHints)
     const opts = this.opts
     opts.onResponse?.(statusCode)
-    const out = clientResponseHeaders(headers)
-    const defaults = opts.defaultHeaders
-    if (defaults) for (const name in defaults) out[name] ??= defaults[name] as string
-    const extra = opts.extraHeaders?.()
-    if (extra) Object.assign(out, extra)
+    const out = clientResponseHeaderList(headers, opts.defaultHeaders, opts.extraHeaders?.())
     // Written with the first body bytes or the end: an upstream that breaks before that (a 204
     // with a body, a reset) still gets the client a 502 instead of a cut connection.
     this.head = { statusCode, out }
