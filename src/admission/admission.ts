@@ -91,7 +91,7 @@ export class Admission<Req> {
   admitNow(bucket: Bucket): AdmitResult | undefined {
     if (!this.acquireNow || this.health.down) return undefined
     const lease = this.acquireNow(bucket.gate)
-    return lease && this.admitted(bucket, lease, Date.now())
+    return lease && this.admitted(bucket, lease, undefined)
   }
 
   async admit(req: Req, signal: AbortSignalLike, bucket: Bucket = this.gateFor(req)): Promise<AdmitResult> {
@@ -127,7 +127,8 @@ export class Admission<Req> {
     return this.admitted(bucket, lease, started)
   }
 
-  private admitted(bucket: Bucket, lease: Lease, started: number): AdmitResult {
+  /** `started` undefined: admitted at once, without waiting. */
+  private admitted(bucket: Bucket, lease: Lease, started: number | undefined): AdmitResult {
     this.counters.admitted++
     this.counters.inFlight++
     const permits = bucket.gate.permits
@@ -137,14 +138,14 @@ export class Admission<Req> {
   }
 
   /** (Methods, not closures per call: admit() runs once per request on the gateway's hot path.) */
-  private info(bucket: Bucket, lease: Lease | undefined, started: number): TollgateInfo {
+  private info(bucket: Bucket, lease: Lease | undefined, started: number | undefined): TollgateInfo {
     return {
       name: this.config.name,
       key: bucket.key,
       permits: bucket.gate.permits,
       fencingToken: lease?.fencingToken,
       lease,
-      waitedMs: Date.now() - started,
+      waitedMs: started === undefined ? 0 : Date.now() - started,
     }
   }
 

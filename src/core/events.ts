@@ -42,6 +42,11 @@ const traces = {
   lost: debuglog('tollgate:lost'),
 } as const
 
+/** Whether anyone listens to or traces `which`: the hot paths check this before building a payload. */
+export function observed(which: keyof typeof events): boolean {
+  return events[which].hasSubscribers || traces[which].enabled
+}
+
 export function emit(which: keyof typeof events, payload: LeaseEvent): void {
   const target = events[which]
   if (target.hasSubscribers) target.publish(payload)

@@ -4,8 +4,9 @@
 import { expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import type { AcquireRequest } from '../../src/core/protocol/store.js'
-import { createReentrantMutex, createSemaphore, type Lease } from '../../src/index.js'
+import { createReentrantMutex, createRedisStore, createSemaphore, type Lease } from '../../src/index.js'
 import { describeStores, eventually, sleep } from '../helpers/contract.js'
+import { connectStandalone } from '../helpers/redis.js'
 
 const range = (n: number) => Array.from({ length: n }, (_, i) => i)
 
@@ -188,4 +189,42 @@ describeStores('calls in one event-loop turn', (fx) => {
     expect(leases.map((lease) => lease !== undefined)).toEqual(range(20).map((i) => i < 10))
     await Promise.all(leases.map((lease) => lease?.release()))
   })
+})
+
+it("one turn's batches of several names leave the Redis store in one socket write (the socket is corked around them)", async () => {
+  const client = connectStandalone()
+  await client.ping()
+  const store = createRedisStore(client, { prefix: `cork-${process.pid}` })
+  type Method = (this: unknown, ...args: unknown[]) => unknown
+  const socket = client.stream as unknown as { _write: Method; _writev: Method }
+  const write = socket._write
+  const writev = socket._writev
+  try {
+    const a = createSemaphore(store, 'cork-a', { permits: 5 })
+    const b = createSemaphore(store, 'cork-b', { permits: 5 })
+    await Promise.all([a.stats(), b.stats()]) // scripts loaded, connection warm
+    let writes = 0
+    socket._write = function (this: unknown, ...args: unknown[]) {
+      writes++
+      return write.apply(this, args)
+    }
+    socket._writev = function (this: unknown, ...args: unknown[]) {
+      writes++
+      return writev.apply(this, args)
+    }
+    // The first two calls of each name go straight (coalescer.ts: the first, and the first while one
+    // is in flight): four writes now. The other three of each name wait for the end of the turn,
+    // where they leave as two script calls: one write, not two.
+    const leases = [...range(5).map(() => a.tryAcquire()), ...range(5).map(() => b.tryAcquire())]
+    const straight = writes
+    expect(straight).toBe(4)
+    const got = await Promise.all(leases)
+    expect(writes - straight).toBe(1)
+    expect(got.every((lease) => lease !== undefined)).toBe(true)
+    await Promise.all(got.map((lease) => lease?.release()))
+  } finally {
+    socket._write = write
+    socket._writev = writev
+    await store.close()
+  }
 })

@@ -1,6 +1,6 @@
 import { debuglog } from 'node:util'
 import { LeaseLostError } from '../errors.js'
-import { emit } from '../events.js'
+import { emit, observed } from '../events.js'
 import type { KeySpace } from '../keys.js'
 import { renewals } from './renewal.js'
 import type { Acquisition, RenewReply, Store } from '../protocol/store.js'
@@ -152,7 +152,7 @@ export class PermitLease implements Lease {
     if (!this.context.releaseTokenNow(this.token, this.op)) return false
     this.releasing = RELEASED
     this.lossListeners = undefined
-    emit('release', { name: this.name, kind: this.context.kind })
+    if (observed('release')) emit('release', { name: this.name, kind: this.context.kind })
     return true
   }
 

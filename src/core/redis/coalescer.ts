@@ -37,6 +37,9 @@ export class Coalescer<C extends Call> {
     private readonly send: (calls: readonly C[]) => void,
     /** Runs the end of the turn. */
     private readonly defer: (endOfTurn: () => void) => void = setImmediate,
+    /** Wraps the sends of one end of turn (the Redis store corks its socket around them, so a turn's
+     * batches leave in one write). */
+    private readonly around: (sends: () => void) => void = (sends) => sends(),
   ) {}
 
   submit(call: C): void {
@@ -85,6 +88,10 @@ export class Coalescer<C extends Call> {
     this.queues = new Map()
     this.straight.clear()
     this.scheduled = false
+    this.around(() => this.sendAll(queues))
+  }
+
+  private sendAll(queues: Map<string, C[]>): void {
     for (const queue of queues.values()) {
       let run: C[] = []
       let tokens = new Set<string>()

@@ -62,7 +62,11 @@ class RedisStore implements Store {
   /** True after close(): every call then fails with StoreUnavailableError. */
   closed = false
   private readonly scripts: ScriptClient
-  private readonly coalescer = new Coalescer<ScriptCall>((calls) => void this.send(calls))
+  private readonly coalescer = new Coalescer<ScriptCall>(
+    (calls) => void this.send(calls),
+    setImmediate,
+    (sends) => this.corked(sends),
+  )
   private readonly deadlines: Deadlines
   private subscriber: Redis | Cluster | undefined
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
@@ -151,6 +155,24 @@ class RedisStore implements Store {
     return new Promise<T>((resolve, reject) =>
       this.coalescer.submit(new QueuedCall(spec, resolve as (value: unknown) => void, reject)),
     )
+  }
+
+  /**
+   * Run `sends` with the connection's socket corked: the script calls of one turn's batches (an
+   * acquire batch and a release batch, often) leave in one write instead of one each. ioredis writes
+   * a command to its socket synchronously when connected (and queues it otherwise). A Cluster has a
+   * socket per node: sent as they come.
+   */
+  private corked(sends: () => void): void {
+    const stream =
+      this.redis instanceof Redis && this.redis.status === 'ready' ? this.redis.stream : undefined
+    if (!stream || stream.destroyed) return sends()
+    stream.cork()
+    try {
+      sends()
+    } finally {
+      stream.uncork()
+    }
   }
 
   /** Send calls of one name and kind as one script call; each caller gets its own part of the reply. */
