@@ -58,7 +58,7 @@ export interface RouteMetrics {
   admitted: number
   /** Requests holding a permit right now. */
   inFlight: number
-  /** Responses by status class, 1xx to 5xx at index 1 to 5 (index 0: anything else). */
+  /** Responses by status class, 1xx to 9xx at index 1 to 9 (index 0: anything else). */
   readonly responses: Float64Array
 }
 
@@ -131,6 +131,8 @@ class HistogramSeries implements Observer {
   }
 
   observe(value: number): void {
+    // prom-client throws on these; on the request path a bad sample is dropped instead.
+    if (!Number.isFinite(value)) return
     const bounds = this.bounds
     let i = 0
     while (i < bounds.length && value > (bounds[i] as number)) i++
@@ -140,7 +142,8 @@ class HistogramSeries implements Observer {
   }
 }
 
-const STATUS_CLASSES = ['other', '1xx', '2xx', '3xx', '4xx', '5xx']
+/** Node writes statuses 100 to 999: classes 1xx to 9xx, as `${Math.floor(status / 100)}xx`. */
+const STATUS_CLASSES = ['other', '1xx', '2xx', '3xx', '4xx', '5xx', '6xx', '7xx', '8xx', '9xx']
 
 const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
@@ -346,8 +349,8 @@ export function createMetrics(
   }
 }
 
-/** The index of a status's class in RouteMetrics.responses: 1 for 1xx ... 5 for 5xx, 0 otherwise. */
+/** The index of a status's class in RouteMetrics.responses: 1 for 1xx ... 9 for 9xx, 0 otherwise. */
 export function statusClass(status: number): number {
   const index = Math.floor(status / 100)
-  return index >= 1 && index <= 5 ? index : 0
+  return index >= 1 && index <= 9 ? index : 0
 }

@@ -164,6 +164,7 @@ function serve(
       },
       (error: unknown) => {
         if (error instanceof ClientBodyTimeout) return refuse(ctx, res, exchange, 408, 'body_timeout')
+        if (req.destroyed) return undefined // the client left mid-body: nothing to answer, no error
         throw error
       },
     )

@@ -6,7 +6,7 @@ import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { GatewayContext } from './context.js'
-import { admitChain, newExchange, outgoing, release, understand } from './exchange.js'
+import { admitChain, type ChainResult, newExchange, outgoing, release, understand } from './exchange.js'
 
 const RESPONSE_CLOSED = new Error('response closed')
 
@@ -38,7 +38,10 @@ export function handleUpgrade(
     ctx.onSettled()
   })
   const name = route.config.name
-  void Promise.resolve(admitChain(ctx, understood.facts, exchange, gone, () => socket.destroy())).then(
+  // A synchronous throw (a bug) must reach the handler below like a rejection does, not the process.
+  void new Promise<ChainResult>((resolve) =>
+    resolve(admitChain(ctx, understood.facts, exchange, gone, () => socket.destroy())),
+  ).then(
     (result) => {
       if (result.outcome === 'gone') return
       if (result.outcome === 'rejected') {

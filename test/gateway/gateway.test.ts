@@ -1,9 +1,11 @@
 // createGateway() in-process, on port 0, in front of a counting upstream: headers, routing, buckets,
 // WebSocket upgrades.
+import { once } from 'node:events'
 import http from 'node:http'
 import type { Socket } from 'node:net'
 import { pino } from 'pino'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { Admission } from '../../src/admission/admission.js'
 import {
   createGateway,
   FENCING_HEADER,
@@ -13,6 +15,7 @@ import {
 } from '../../src/gateway/index.js'
 import { eventually } from '../helpers/contract.js'
 import { connectStandalone, topology, uniquePrefix } from '../helpers/redis.js'
+import { rawConnect } from '../helpers/raw-http.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 const gateways: Gateway[] = []
@@ -201,6 +204,58 @@ describe('createGateway()', () => {
     expect((await get(`${url}/work?ms=1`)).status).toBe(503)
     socket.destroy()
     await eventually(async () => (await gateway.metrics.inFlight.get()).values[0]?.value === 0)
+    expect((await get(`${url}/work?ms=1`)).status).toBe(200)
+  })
+
+  it('a bug thrown while admitting is a 500 for a request and a closed socket for an upgrade, never a crash', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({ defaults: { upstream: upstream.url } })
+    const uncaught: unknown[] = []
+    const onUncaught = (error: unknown) => uncaught.push(error)
+    process.on('uncaughtException', onUncaught)
+    const bucketOf = vi.spyOn(Admission.prototype, 'bucketOf').mockImplementation(() => {
+      throw new Error('a bug in a key function')
+    })
+    try {
+      expect((await get(`${url}/work?ms=1`)).status).toBe(500)
+      const connection = await rawConnect(Number(new URL(url).port))
+      connection.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n')
+      expect(await connection.closed).toBe('')
+      await new Promise((resolve) => setImmediate(resolve))
+    } finally {
+      bucketOf.mockRestore()
+      process.off('uncaughtException', onUncaught)
+    }
+    expect(uncaught).toEqual([])
+    expect((await get(`${url}/work?ms=1`)).status).toBe(200)
+  })
+})
+
+describe('a client that leaves mid-body', () => {
+  it('while its body is buffered is no error: nothing logged above info, and the upstream never sees it', async () => {
+    const upstream = await startUpstream()
+    const lines: { level: number; msg: string }[] = []
+    const logger = pino(
+      { level: 'info' },
+      { write: (line: string) => lines.push(JSON.parse(line) as { level: number; msg: string }) },
+    )
+    const config = resolveConfig(
+      validateConfigFile({
+        defaults: { upstream: upstream.url },
+        routes: [{ name: 'buf', match: { pathPrefix: '/' }, requestBuffer: { maxBytes: 1000 } }],
+      }),
+    )
+    const gateway = createGateway({ ...config, port: 0, admin: undefined }, { logger, processMetrics: false })
+    gateways.push(gateway)
+    const { url } = await gateway.listen()
+    const connection = await rawConnect(Number(new URL(url).port))
+    const arrived = once(gateway.server, 'request')
+    connection.write('POST /work HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n' + 'a'.repeat(100))
+    await arrived // the gateway is reading the body: 100 of 500 bytes came
+    connection.socket.destroy()
+    await eventually(() => lines.some((line) => line.msg === 'request completed'))
+    expect(lines.filter((line) => line.level > 30)).toEqual([])
+    expect(upstream.probe.entered).toBe(0)
     expect((await get(`${url}/work?ms=1`)).status).toBe(200)
   })
 })

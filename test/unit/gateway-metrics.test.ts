@@ -35,6 +35,11 @@ describe('PlainHistogram', () => {
     }
     plain.series('a').observe(0.02)
     reference.labels('a').observe(0.02)
+    // What prom-client refuses (it throws) is dropped, never poisoning the sum.
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY]) {
+      plain.series('a').observe(bad)
+      expect(() => reference.labels('a').observe(bad)).toThrow()
+    }
     expect(await ours.metrics()).toBe(await theirs.metrics())
   })
 })
@@ -46,7 +51,7 @@ describe('gateway route series', () => {
     r1.admitted += 3
     r1.inFlight += 2
     r1.inFlight--
-    for (const status of [200, 204, 404, 503, 99]) {
+    for (const status of [200, 204, 404, 503, 99, 799]) {
       const index = statusClass(status)
       r1.responses[index] = (r1.responses[index] ?? 0) + 1
     }
@@ -66,6 +71,7 @@ describe('gateway route series', () => {
       '{route="r1",class="2xx"} 2',
       '{route="r1",class="4xx"} 1',
       '{route="r1",class="5xx"} 1',
+      '{route="r1",class="7xx"} 1',
     ])
     // Every known route's histograms exist from the start, at 0.
     expect(lines(text, 'tollgate_wait_seconds_count')).toEqual(['{route="r1"} 0', '{route="r2"} 0'])

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createMemoryStore, createRedisStore, createSemaphore, type Store } from '../../src/index.js'
 import { acquireNow } from '../../src/primitives/semaphore.js'
 import { PermitLease } from '../../src/core/client/lease.js'
+import { renewals } from '../../src/core/client/renewal.js'
 import { semaphoreAdmission } from '../../src/admission/gates.js'
 import { connectStandalone } from '../helpers/redis.js'
 
@@ -84,7 +85,11 @@ describe('a store without a synchronous path (Redis)', () => {
     const sem = createSemaphore(store, 'sync-redis', { permits: 1 })
     expect(acquireNow(sem)).toBeUndefined()
     const lease = await sem.acquire()
+    const renewing = renewals.size
     expect(lease instanceof PermitLease && lease.releaseNow()).toBe(false)
+    // A "not now" changes nothing: the lease is still renewed and still ours to release.
+    expect(renewals.size).toBe(renewing)
+    expect((lease as PermitLease).active).toBe(true)
     expect((await sem.stats()).holders).toBe(1)
     await lease.release()
     expect((await sem.stats()).holders).toBe(0)

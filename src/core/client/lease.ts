@@ -145,11 +145,11 @@ export class PermitLease implements Lease {
    * flight: true when done (release() then resolves at once), false when release() must do it.
    */
   releaseNow(): boolean {
-    if (this.releasing) return false
-    if (this.renewing || !this.context.releaseTokenNow) return false
+    if (this.releasing || this.renewing) return false
+    // Nothing changes unless the store gave the permit back: false leaves the lease as it was.
+    if (!this.context.releaseTokenNow?.(this.token, this.op)) return false
     renewals.delete(this)
     clearTimeout(this.expiryTimer)
-    if (!this.context.releaseTokenNow(this.token, this.op)) return false
     this.releasing = RELEASED
     this.lossListeners = undefined
     if (observed('release')) emit('release', { name: this.name, kind: this.context.kind })
