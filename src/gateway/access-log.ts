@@ -83,34 +83,167 @@ export function accessJson(line: AccessLine, time = Date.now()): string {
   return `${text},"msg":"${ACCESS_MESSAGE}"}\n`
 }
 
+const ASCII = (text: string) => Buffer.from(text, 'latin1')
+const PIECES = {
+  req: ASCII(',"req":{"id":'),
+  method: ASCII(',"method":'),
+  url: ASCII(',"url":'),
+  remoteAddress: ASCII(',"remoteAddress":'),
+  statusCode: ASCII('},"res":{"statusCode":'),
+  responseTime: ASCII('},"responseTime":'),
+  route: ASCII(',"route":'),
+  upstreamStatus: ASCII(',"upstreamStatus":'),
+  bytesIn: ASCII(',"bytesIn":'),
+  bytesOut: ASCII(',"bytesOut":'),
+  waitMs: ASCII(',"waitMs":'),
+  holdMs: ASCII(',"holdMs":'),
+  upstreamMs: ASCII(',"upstreamMs":'),
+  rejected: ASCII(',"rejected":'),
+  refused: ASCII(',"refused":'),
+  upstreamError: ASCII(',"upstreamError":'),
+  aborted: ASCII(',"aborted":true'),
+  end: ASCII(`,"msg":"${ACCESS_MESSAGE}"}\n`),
+  null: ASCII('null'),
+}
+const LEVEL_TIME = ASCII('{"level":30,"time":')
+const BASE = Buffer.from(PINO_BASE, 'utf8')
+
+/** Bytes a line can take at most: every string may grow sixfold when JSON-escaped. */
+function lineBound(line: AccessLine): number {
+  let chars = 600
+  for (const value of [
+    line.id,
+    line.method,
+    line.url,
+    line.remoteAddress,
+    line.route,
+    line.rejected,
+    line.refused,
+    line.upstreamError,
+  ])
+    if (value !== undefined) chars += value.length
+  return chars * 6 + BASE.length
+}
+
 /**
  * Access-log lines held until LOG_BUFFER_BYTES have gathered (or flush() is called: every second, on
  * close, and before any other log line, so lines stay in order), then written as one string: nginx's
  * `access_log ... buffer= flush=`. A write per line cost a thread-pool round trip per few requests
  * (~10 us of CPU per request under load), and sonic-boom's own minLength buffering measures the
  * pending buffer with Buffer.byteLength on every write, flattening it each time (2.5 KB copied per
- * request in an allocation profile).
+ * request in an allocation profile). Lines are held as bytes in one reused buffer (64 KB of room
+ * past the limit; a line that could not fit even then is written alone, after what is held).
  */
 export class LineBuffer {
-  private lines: string[] = []
-  private size = 0
+  private readonly buf: Buffer
+  private at = 0
 
   constructor(
     private readonly out: (text: string) => void,
     private readonly limit: number,
-  ) {}
+  ) {
+    this.buf = Buffer.allocUnsafe(limit + 64 * 1024)
+  }
 
+  /** A line as text (its newline included). */
   push(line: string): void {
-    this.lines.push(line)
-    this.size += line.length
-    if (this.size >= this.limit) this.flush()
+    const bound = Buffer.byteLength(line)
+    this.room(bound)
+    if (bound > this.buf.length) return this.out(line)
+    this.at += this.buf.write(line, this.at, 'utf8')
+    if (this.at >= this.limit) this.flush()
+  }
+
+  /**
+   * An access line, written as bytes straight into the batch: what accessJson() returns, without the
+   * string (a tree of some 35 concatenated pieces per line, flattened again when the batch was
+   * joined: 5-7 µs of CPU per request in the gateway, measured with a constant line in its place).
+   */
+  pushAccess(line: AccessLine, time = Date.now()): void {
+    const bound = lineBound(line)
+    this.room(bound)
+    if (bound > this.buf.length) return this.out(accessJson(line, time))
+    const buf = this.buf
+    let at = this.at
+    at = copy(buf, at, LEVEL_TIME)
+    at = digits(buf, at, time)
+    at = copy(buf, at, BASE)
+    at = copy(buf, at, PIECES.req)
+    at = str(buf, at, line.id)
+    if (line.method !== undefined) at = str(buf, copy(buf, at, PIECES.method), line.method)
+    if (line.url !== undefined) at = str(buf, copy(buf, at, PIECES.url), line.url)
+    if (line.remoteAddress !== undefined)
+      at = str(buf, copy(buf, at, PIECES.remoteAddress), line.remoteAddress)
+    at = digits(buf, copy(buf, at, PIECES.statusCode), line.statusCode)
+    at = digits(buf, copy(buf, at, PIECES.responseTime), line.responseTime)
+    at = str(buf, copy(buf, at, PIECES.route), line.route)
+    if (line.upstreamStatus !== undefined)
+      at = digits(buf, copy(buf, at, PIECES.upstreamStatus), line.upstreamStatus)
+    at = digits(buf, copy(buf, at, PIECES.bytesIn), line.bytesIn)
+    at = digits(buf, copy(buf, at, PIECES.bytesOut), line.bytesOut)
+    at = digits(buf, copy(buf, at, PIECES.waitMs), line.waitMs)
+    at = digits(buf, copy(buf, at, PIECES.holdMs), line.holdMs)
+    if (line.upstreamMs !== undefined) at = digits(buf, copy(buf, at, PIECES.upstreamMs), line.upstreamMs)
+    if (line.rejected !== undefined) at = str(buf, copy(buf, at, PIECES.rejected), line.rejected)
+    if (line.refused !== undefined) at = str(buf, copy(buf, at, PIECES.refused), line.refused)
+    if (line.upstreamError !== undefined)
+      at = str(buf, copy(buf, at, PIECES.upstreamError), line.upstreamError)
+    if (line.aborted) at = copy(buf, at, PIECES.aborted)
+    this.at = copy(buf, at, PIECES.end)
+    if (this.at >= this.limit) this.flush()
+  }
+
+  /** Make room for `bytes` more (flush what is held if they would not fit). */
+  private room(bytes: number): void {
+    if (this.at > 0 && this.at + bytes > this.buf.length) this.flush()
   }
 
   flush(): void {
-    if (this.lines.length === 0) return
-    const text = this.lines.length === 1 ? (this.lines[0] as string) : this.lines.join('')
-    this.lines = []
-    this.size = 0
+    if (this.at === 0) return
+    const text = this.buf.toString('utf8', 0, this.at)
+    this.at = 0
     this.out(text)
   }
+}
+
+function copy(buf: Buffer, at: number, piece: Buffer): number {
+  buf.set(piece, at)
+  return at + piece.length
+}
+
+/** A JSON string: printable ASCII without '"' and '\\' byte by byte, anything else as
+ * JSON.stringify writes it, in UTF-8. */
+function str(buf: Buffer, at: number, value: string): number {
+  const start = at
+  buf[at++] = 0x22
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i)
+    if (c < 0x20 || c > 0x7e || c === 0x22 || c === 0x5c)
+      return start + buf.write(JSON.stringify(value), start, 'utf8')
+    buf[at++] = c
+  }
+  buf[at++] = 0x22
+  return at
+}
+
+/** A number as `${n}` writes it: digit by digit for non-negative integers below 2^31 and for
+ * tenths (what round() makes of times), as a string otherwise. */
+function digits(buf: Buffer, at: number, n: number): number {
+  if (!(n >= 0 && n < 0x8000_0000 && Number.isInteger(n))) {
+    const tenths = Math.round(n * 10)
+    if (!(tenths > 0 && tenths < 0x8000_0000 && tenths / 10 === n))
+      return at + buf.write(`${n}`, at, 'latin1')
+    at = digits(buf, at, Math.floor(tenths / 10))
+    buf[at] = 0x2e
+    buf[at + 1] = 0x30 + (tenths % 10)
+    return at + 2
+  }
+  if (n === 0) {
+    buf[at] = 0x30
+    return at + 1
+  }
+  let end = at
+  for (let rest = n; rest > 0; rest = Math.floor(rest / 10)) end++
+  for (let i = end - 1, rest = n; rest > 0; i--, rest = Math.floor(rest / 10)) buf[i] = 0x30 + (rest % 10)
+  return end
 }

@@ -2,6 +2,7 @@
 // bookkeeping that shutdown waits on. Built once by server.ts.
 import type { Duplex } from 'node:stream'
 import type { Logger as PinoLogger } from 'pino'
+import type { AccessLine } from './access-log.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { Proxy } from './proxy.js'
@@ -14,9 +15,9 @@ export interface GatewayContext {
   readonly metrics: GatewayMetrics
   readonly proxy: Proxy
   readonly logger: PinoLogger
-  /** Writes one access-log line (JSON text with its newline) straight to the log's destination, or
-   * undefined when the logger was given by the caller (then lines go through logger.info). */
-  readonly accessLog: ((line: string) => void) | undefined
+  /** Writes one access-log line (as accessJson() has it) straight to the log's batch, or undefined
+   * when the logger was given by the caller (then lines go through logger.info). */
+  readonly accessLog: ((line: AccessLine) => void) | undefined
   /** True once shutdown began: new requests get Connection: close, new upgrades 503. */
   draining: boolean
   /** Requests and WebSockets not closed yet (shutdown waits for them, then for their releases). */

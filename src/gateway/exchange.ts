@@ -13,7 +13,7 @@ import type { Forwarded, Outgoing, UpstreamError } from './proxy.js'
 import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './target.js'
 import { statusClass } from './metrics.js'
-import { ACCESS_MESSAGE, type AccessLine, accessJson, accessRecord } from './access-log.js'
+import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './access-log.js'
 import { policyValue, remainingValue } from '../admission/response.js'
 
 /** Per-request state, from arrival to the response's close. */
@@ -382,7 +382,7 @@ export function finished(
     upstreamError: exchange.upstreamError?.kind,
     aborted,
   }
-  if (ctx.accessLog) ctx.accessLog(accessJson(line))
+  if (ctx.accessLog) ctx.accessLog(line)
   else ctx.logger.info(accessRecord(line), ACCESS_MESSAGE)
 }
 

@@ -123,7 +123,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     metrics,
     proxy: createProxy(),
     logger,
-    accessLog: accessLines && ((line) => accessLines.push(line)),
+    accessLog: accessLines && ((line) => accessLines.pushAccess(line)),
     draining: false,
     active: 0,
     releases: new PendingCount(),

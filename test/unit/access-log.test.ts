@@ -99,3 +99,97 @@ describe('LineBuffer', () => {
     expect(writes).toEqual(['aaaa\nbbbbcc\n', 'd\n'])
   })
 })
+
+describe('LineBuffer.pushAccess()', () => {
+  // A seeded generator: the same hostile lines on every run.
+  let seed = 42
+  const next = () => (seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31) / 2 ** 31
+  const pick = <T>(values: readonly T[]): T => values[Math.floor(next() * values.length)] as T
+  const maybe = <T>(value: T): T | undefined => (next() < 0.3 ? undefined : value)
+  const strings = [
+    '',
+    'a',
+    '"',
+    '\\',
+    '\n',
+    '\u0000',
+    '\u007f',
+    'é',
+    '\u2028',
+    '\ud800',
+    '😀',
+    '/x?y="1"',
+    'GET',
+    '127.0.0.1',
+    '::ffff:10.0.0.1',
+    'x'.repeat(20_000),
+    '\u00ff'.repeat(5000),
+  ]
+  const numbers = [
+    0,
+    1,
+    9,
+    10,
+    200,
+    499,
+    1.5,
+    0.1,
+    12_345.6,
+    2 ** 31,
+    2 ** 31 - 1,
+    1e21,
+    3.14159,
+    -1,
+    -0.5,
+    Number.NaN,
+    Number.POSITIVE_INFINITY,
+    1e-7,
+    0.1 + 0.2,
+  ]
+  const randomLine = (): AccessLine => ({
+    id: pick(strings) || 'id',
+    method: maybe(pick(strings)),
+    url: maybe(pick(strings)),
+    remoteAddress: maybe(pick(strings)),
+    statusCode: pick(numbers),
+    responseTime: pick(numbers),
+    route: pick(strings),
+    upstreamStatus: maybe(pick(numbers)),
+    bytesIn: pick(numbers),
+    bytesOut: pick(numbers),
+    waitMs: pick(numbers),
+    holdMs: pick(numbers),
+    upstreamMs: maybe(pick(numbers)),
+    rejected: maybe(pick(strings)),
+    refused: maybe(pick(strings)),
+    upstreamError: maybe(pick(strings)),
+    aborted: next() < 0.5 ? true : undefined,
+  })
+
+  it('writes the bytes of accessJson() for 5,000 hostile lines, batched with other lines, in order', () => {
+    const writes: string[] = []
+    const buffer = new LineBuffer((text) => writes.push(text), 16_000)
+    let expected = ''
+    for (let i = 0; i < 5000; i++) {
+      const line = randomLine()
+      const time = 1_795_000_000_000 + i
+      expected += accessJson(line, time)
+      buffer.pushAccess(line, time)
+      if (i % 97 === 0) {
+        buffer.push('{"msg":"another line"}\n')
+        expected += '{"msg":"another line"}\n'
+      }
+    }
+    buffer.flush()
+    expect(writes.length).toBeGreaterThan(10)
+    expect(writes.join('')).toBe(expected)
+  })
+
+  it('writes a plain line byte for byte as pino does', () => {
+    const writes: string[] = []
+    const buffer = new LineBuffer((text) => writes.push(text), 16_000)
+    buffer.pushAccess(base, 1_795_000_000_000)
+    buffer.flush()
+    expect(writes).toEqual([pinoLine(base, 1_795_000_000_000)])
+  })
+})
