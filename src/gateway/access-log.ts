@@ -103,25 +103,22 @@ const PIECES = {
   upstreamError: ASCII(',"upstreamError":'),
   aborted: ASCII(',"aborted":true'),
   end: ASCII(`,"msg":"${ACCESS_MESSAGE}"}\n`),
-  null: ASCII('null'),
 }
 const LEVEL_TIME = ASCII('{"level":30,"time":')
 const BASE = Buffer.from(PINO_BASE, 'utf8')
 
 /** Bytes a line can take at most: every string may grow sixfold when JSON-escaped. */
 function lineBound(line: AccessLine): number {
-  let chars = 600
-  for (const value of [
-    line.id,
-    line.method,
-    line.url,
-    line.remoteAddress,
-    line.route,
-    line.rejected,
-    line.refused,
-    line.upstreamError,
-  ])
-    if (value !== undefined) chars += value.length
+  const chars =
+    600 +
+    line.id.length +
+    (line.method?.length ?? 0) +
+    (line.url?.length ?? 0) +
+    (line.remoteAddress?.length ?? 0) +
+    line.route.length +
+    (line.rejected?.length ?? 0) +
+    (line.refused?.length ?? 0) +
+    (line.upstreamError?.length ?? 0)
   return chars * 6 + BASE.length
 }
 
@@ -226,12 +223,12 @@ function str(buf: Buffer, at: number, value: string): number {
   return at
 }
 
-/** A number as `${n}` writes it: digit by digit for non-negative integers below 2^31 and for
- * tenths (what round() makes of times), as a string otherwise. */
+/** A number as `${n}` writes it: digit by digit for non-negative safe integers (times in ms
+ * included) and for tenths (what round() makes of durations), as a string otherwise. */
 function digits(buf: Buffer, at: number, n: number): number {
-  if (!(n >= 0 && n < 0x8000_0000 && Number.isInteger(n))) {
+  if (!(n >= 0 && n <= Number.MAX_SAFE_INTEGER && Number.isInteger(n))) {
     const tenths = Math.round(n * 10)
-    if (!(tenths > 0 && tenths < 0x8000_0000 && tenths / 10 === n))
+    if (!(tenths > 0 && tenths <= Number.MAX_SAFE_INTEGER && tenths / 10 === n))
       return at + buf.write(`${n}`, at, 'latin1')
     at = digits(buf, at, Math.floor(tenths / 10))
     buf[at] = 0x2e
