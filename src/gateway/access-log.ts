@@ -54,35 +54,6 @@ export const ACCESS_MESSAGE = 'request completed'
 
 /** pino's default bindings, as it writes them. */
 const PINO_BASE = `,"pid":${process.pid},"hostname":${JSON.stringify(hostname())}`
-/** Printable ASCII without '"' and '\\': a JSON string as it is (most URLs and every route name). */
-const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/
-const json = (value: string | undefined) =>
-  value === undefined ? 'null' : PLAIN.test(value) ? `"${value}"` : JSON.stringify(value)
-const optional = (name: string, value: string | undefined) =>
-  value === undefined ? '' : `,"${name}":${json(value)}`
-
-/**
- * The access-log line exactly as pino writes `logger.info(accessRecord(line), ACCESS_MESSAGE)` at
- * level 30, built by hand: pino's generic serialisation allocated ~4 KB per request (its merge object,
- * per-value escaping checks, string building), a third of all the gateway allocated per request.
- * Every string that can come from a client or the config goes through JSON.stringify.
- */
-export function accessJson(line: AccessLine, time = Date.now()): string {
-  let text = `{"level":30,"time":${time}${PINO_BASE},"req":{"id":${json(line.id)}`
-  if (line.method !== undefined) text += `,"method":${json(line.method)}`
-  if (line.url !== undefined) text += `,"url":${json(line.url)}`
-  if (line.remoteAddress !== undefined) text += `,"remoteAddress":${json(line.remoteAddress)}`
-  text += `},"res":{"statusCode":${line.statusCode}},"responseTime":${line.responseTime},"route":${json(line.route)}`
-  if (line.upstreamStatus !== undefined) text += `,"upstreamStatus":${line.upstreamStatus}`
-  text += `,"bytesIn":${line.bytesIn},"bytesOut":${line.bytesOut},"waitMs":${line.waitMs},"holdMs":${line.holdMs}`
-  if (line.upstreamMs !== undefined) text += `,"upstreamMs":${line.upstreamMs}`
-  text += optional('rejected', line.rejected)
-  text += optional('refused', line.refused)
-  text += optional('upstreamError', line.upstreamError)
-  if (line.aborted) text += ',"aborted":true'
-  return `${text},"msg":"${ACCESS_MESSAGE}"}\n`
-}
-
 const ASCII = (text: string) => Buffer.from(text, 'latin1')
 const PIECES = {
   req: ASCII(',"req":{"id":'),
@@ -160,33 +131,7 @@ export class LineBuffer {
     const bound = lineBound(line)
     this.room(bound)
     if (bound > this.buf.length) return this.out(accessJson(line, time))
-    const buf = this.buf
-    let at = this.at
-    at = copy(buf, at, LEVEL_TIME)
-    at = digits(buf, at, time)
-    at = copy(buf, at, BASE)
-    at = copy(buf, at, PIECES.req)
-    at = str(buf, at, line.id)
-    if (line.method !== undefined) at = str(buf, copy(buf, at, PIECES.method), line.method)
-    if (line.url !== undefined) at = str(buf, copy(buf, at, PIECES.url), line.url)
-    if (line.remoteAddress !== undefined)
-      at = str(buf, copy(buf, at, PIECES.remoteAddress), line.remoteAddress)
-    at = digits(buf, copy(buf, at, PIECES.statusCode), line.statusCode)
-    at = digits(buf, copy(buf, at, PIECES.responseTime), line.responseTime)
-    at = str(buf, copy(buf, at, PIECES.route), line.route)
-    if (line.upstreamStatus !== undefined)
-      at = digits(buf, copy(buf, at, PIECES.upstreamStatus), line.upstreamStatus)
-    at = digits(buf, copy(buf, at, PIECES.bytesIn), line.bytesIn)
-    at = digits(buf, copy(buf, at, PIECES.bytesOut), line.bytesOut)
-    at = digits(buf, copy(buf, at, PIECES.waitMs), line.waitMs)
-    at = digits(buf, copy(buf, at, PIECES.holdMs), line.holdMs)
-    if (line.upstreamMs !== undefined) at = digits(buf, copy(buf, at, PIECES.upstreamMs), line.upstreamMs)
-    if (line.rejected !== undefined) at = str(buf, copy(buf, at, PIECES.rejected), line.rejected)
-    if (line.refused !== undefined) at = str(buf, copy(buf, at, PIECES.refused), line.refused)
-    if (line.upstreamError !== undefined)
-      at = str(buf, copy(buf, at, PIECES.upstreamError), line.upstreamError)
-    if (line.aborted) at = copy(buf, at, PIECES.aborted)
-    this.at = copy(buf, at, PIECES.end)
+    this.at = writeAccess(this.buf, this.at, line, time)
     if (this.at >= this.limit) this.flush()
   }
 
@@ -201,6 +146,44 @@ export class LineBuffer {
     this.at = 0
     this.out(text)
   }
+}
+
+/**
+ * The access-log line exactly as pino writes `logger.info(accessRecord(line), ACCESS_MESSAGE)` at
+ * level 30, built by hand: pino's generic serialisation allocated ~4 KB per request (its merge object,
+ * per-value escaping checks, string building), a third of all the gateway allocated per request.
+ * Every string that can come from a client or the config is escaped as JSON.stringify does.
+ */
+export function accessJson(line: AccessLine, time = Date.now()): string {
+  const buf = Buffer.allocUnsafe(lineBound(line))
+  return buf.toString('utf8', 0, writeAccess(buf, 0, line, time))
+}
+
+/** accessJson()'s bytes, written into `buf` from `at` (it has room: lineBound()); returns the end. */
+function writeAccess(buf: Buffer, at: number, line: AccessLine, time: number): number {
+  at = copy(buf, at, LEVEL_TIME)
+  at = digits(buf, at, time)
+  at = copy(buf, at, BASE)
+  at = copy(buf, at, PIECES.req)
+  at = str(buf, at, line.id)
+  if (line.method !== undefined) at = str(buf, copy(buf, at, PIECES.method), line.method)
+  if (line.url !== undefined) at = str(buf, copy(buf, at, PIECES.url), line.url)
+  if (line.remoteAddress !== undefined) at = str(buf, copy(buf, at, PIECES.remoteAddress), line.remoteAddress)
+  at = digits(buf, copy(buf, at, PIECES.statusCode), line.statusCode)
+  at = digits(buf, copy(buf, at, PIECES.responseTime), line.responseTime)
+  at = str(buf, copy(buf, at, PIECES.route), line.route)
+  if (line.upstreamStatus !== undefined)
+    at = digits(buf, copy(buf, at, PIECES.upstreamStatus), line.upstreamStatus)
+  at = digits(buf, copy(buf, at, PIECES.bytesIn), line.bytesIn)
+  at = digits(buf, copy(buf, at, PIECES.bytesOut), line.bytesOut)
+  at = digits(buf, copy(buf, at, PIECES.waitMs), line.waitMs)
+  at = digits(buf, copy(buf, at, PIECES.holdMs), line.holdMs)
+  if (line.upstreamMs !== undefined) at = digits(buf, copy(buf, at, PIECES.upstreamMs), line.upstreamMs)
+  if (line.rejected !== undefined) at = str(buf, copy(buf, at, PIECES.rejected), line.rejected)
+  if (line.refused !== undefined) at = str(buf, copy(buf, at, PIECES.refused), line.refused)
+  if (line.upstreamError !== undefined) at = str(buf, copy(buf, at, PIECES.upstreamError), line.upstreamError)
+  if (line.aborted) at = copy(buf, at, PIECES.aborted)
+  return copy(buf, at, PIECES.end)
 }
 
 function copy(buf: Buffer, at: number, piece: Buffer): number {

@@ -1,5 +1,6 @@
 // The gateway's hand-built access-log line must be what pino writes for the same record: same
 // fields, same order of the pino header, valid JSON whatever the client put in the URL.
+import { hostname } from 'node:os'
 import { Writable } from 'node:stream'
 import { pino } from 'pino'
 import { describe, expect, it } from 'vitest'
@@ -183,6 +184,21 @@ describe('LineBuffer.pushAccess()', () => {
     buffer.flush()
     expect(writes.length).toBeGreaterThan(10)
     expect(writes.join('')).toBe(expected)
+  })
+
+  it('writes 5,000 hostile lines as JSON.stringify writes the same record in pino order', () => {
+    let compared = 0
+    for (let i = 0; i < 5000; i++) {
+      const line = randomLine()
+      const numbers = [line.statusCode, line.responseTime, line.upstreamStatus ?? 0, line.bytesIn]
+      numbers.push(line.bytesOut, line.waitMs, line.holdMs, line.upstreamMs ?? 0)
+      if (!numbers.every(Number.isFinite)) continue // JSON has no NaN or Infinity
+      const time = 1_795_000_000_000 + i
+      const record = { level: 30, time, pid: process.pid, hostname: hostname(), ...accessRecord(line) }
+      expect(accessJson(line, time)).toBe(`${JSON.stringify({ ...record, msg: ACCESS_MESSAGE })}\n`)
+      compared++
+    }
+    expect(compared).toBeGreaterThan(500)
   })
 
   it('writes a plain line byte for byte as pino does', () => {
