@@ -146,26 +146,8 @@ export function upstreamRequestHeaders(
   return out
 }
 
-/** Response headers for the client: hop-by-hop and Connection-named ones removed. */
-export function clientResponseHeaders(
-  headers: Record<string, string | string[] | undefined>,
-): Record<string, string | string[]> {
-  const connection = headers.connection
-  const named =
-    connection === undefined
-      ? undefined
-      : connectionTokens(Array.isArray(connection) ? connection : [connection])
-  const out: Record<string, string | string[]> = {}
-  for (const name in headers) {
-    const value = headers[name]
-    if (value === undefined || RESPONSE_HOP.has(name) || named?.has(name)) continue
-    out[name] = value
-  }
-  return out
-}
-
 /**
- * Response headers for the client as the flat [name, value, ...] list res.writeHead() takes:
+ * Response headers for the client as a flat [name, value, ...] list (what res.writeHead() takes):
  * hop-by-hop and Connection-named ones removed; `defaults` added where the upstream kept none of that
  * name; `extra` replacing the upstream's. One list instead of an object built per response (names are
  * the upstream's, lower-case and unique, as undici gives them).

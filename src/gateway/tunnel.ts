@@ -5,7 +5,7 @@
 import http from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { Dispatcher, Pool } from 'undici'
-import { clientResponseHeaders } from './headers.js'
+import { clientResponseHeaderList } from './headers.js'
 import { ClientGone, classify, dispatchOptions, type Outgoing, type WsOptions } from './upstream.js'
 
 export function forwardUpgrade(
@@ -36,7 +36,7 @@ export function forwardUpgrade(
     const failure = classify(error)
     if (!written && !socket.destroyed) {
       written = true
-      socket.end(rawHead(failure.status, { 'content-length': '0' }), () => socket.destroy())
+      socket.end(rawHead(failure.status, ['content-length', '0']), () => socket.destroy())
     } else socket.destroy()
     opts.onError({ ...failure, answered: !written })
   }
@@ -54,11 +54,10 @@ export function forwardUpgrade(
             upstream.destroy()
             return
           }
-          const out: Record<string, string | string[]> = {
-            ...clientResponseHeaders(headers),
+          const out = clientResponseHeaderList(headers, undefined, {
             connection: 'Upgrade',
             upgrade: request.upgrade,
-          }
+          })
           socket.write(rawHead(statusCode, out))
           if (head.length > 0) upstream.write(head)
           tunnel(socket, upstream, opts.idleTimeoutMs)
@@ -69,7 +68,9 @@ export function forwardUpgrade(
         onResponseStart(_ctl, statusCode, headers) {
           if (statusCode < 200) return
           written = true
-          socket.write(rawHead(statusCode, { ...clientResponseHeaders(headers), connection: 'close' }))
+          socket.write(
+            rawHead(statusCode, clientResponseHeaderList(headers, undefined, { connection: 'close' })),
+          )
         },
         onResponseData(ctl, chunk) {
           if (!socket.write(chunk)) {
@@ -120,10 +121,12 @@ function tunnel(client: Duplex, upstream: Duplex, idleMs: number): void {
   socket.setTimeout?.(idleMs, destroyBoth)
 }
 
-function rawHead(status: number, headers: Record<string, string | string[]>): string {
+/** A response head from a flat [name, value, ...] list (clientResponseHeaderList()). */
+function rawHead(status: number, headers: readonly (string | string[])[]): string {
   let head = `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\n`
-  for (const [name, value] of Object.entries(headers)) {
-    for (const one of Array.isArray(value) ? value : [value]) head += `${name}: ${one}\r\n`
+  for (let i = 0; i < headers.length; i += 2) {
+    const value = headers[i + 1] as string | string[]
+    for (const one of Array.isArray(value) ? value : [value]) head += `${headers[i] as string}: ${one}\r\n`
   }
   return `${head}\r\n`
 }
