@@ -3,7 +3,6 @@
 // once when the response closes (G3, G13, G14).
 import type { AbortSignalLike } from '../core/abort.js'
 import { randomFillSync } from 'node:crypto'
-import http from 'node:http'
 import { whenLost } from '../core/client/lease.js'
 import type { Admission, AdmitResult, Bucket, Rejection, TollgateInfo } from '../admission/admission.js'
 import type { GatewayConfig } from './config/index.js'
@@ -13,6 +12,7 @@ import type { Forwarded, Outgoing, UpstreamError } from './proxy.js'
 import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './target.js'
 import { statusClass } from './metrics.js'
+import type { ClientRequest, ClientResponse } from './front.js'
 import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './access-log.js'
 import { policyValue, remainingValue } from '../admission/response.js'
 
@@ -53,7 +53,7 @@ export interface Exchange {
  * anything else (spaces, control characters, a repeated header joined with ", ") is replaced. */
 const GOOD_REQUEST_ID = /^[\x21-\x7e]{1,200}$/
 
-export function requestIdOf(req: http.IncomingMessage): string {
+export function requestIdOf(req: ClientRequest): string {
   const given = req.headers['x-request-id']
   return typeof given === 'string' && GOOD_REQUEST_ID.test(given) ? given : newRequestId()
 }
@@ -79,7 +79,7 @@ export type ChainResult =
   | { outcome: 'rejected'; admission: Admission<RequestFacts>; rejection: Rejection }
   | { outcome: 'gone' }
 
-export function newExchange(route: LiveRoute | undefined, req: http.IncomingMessage): Exchange {
+export function newExchange(route: LiveRoute | undefined, req: ClientRequest): Exchange {
   return {
     route,
     started: performance.now(),
@@ -127,7 +127,7 @@ export interface Misunderstood {
 }
 
 /** The request as admission and routing see it, or the status to answer at once. */
-export function understand(ctx: GatewayContext, req: http.IncomingMessage): Understood | Misunderstood {
+export function understand(ctx: GatewayContext, req: ClientRequest): Understood | Misunderstood {
   const method = req.method ?? 'GET'
   // RFC 9112 §3.2: a request with more than one Host field line is answered 400.
   if (countHeader(req.rawHeaders, 'host') > 1) return { ok: false, status: 400, reason: 'duplicate_host' }
@@ -307,7 +307,7 @@ export function release(ctx: GatewayContext, exchange: Exchange): void {
 /** The request to send upstream: canonical path (minus a stripped prefix) under the upstream's base path. */
 export function outgoing(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
+  req: ClientRequest,
   route: LiveRoute,
   parts: { path: string; query: string; host: string | undefined; config: GatewayConfig },
   fencingToken: number | undefined,
@@ -343,8 +343,8 @@ export function outgoing(
 /** One access-log line and the response metrics, when the response has closed. */
 export function finished(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
+  req: ClientRequest,
+  res: ClientResponse,
   exchange: Exchange,
 ): void {
   const now = performance.now()
@@ -386,7 +386,7 @@ export function finished(
   else ctx.logger.info(accessRecord(line), ACCESS_MESSAGE)
 }
 
-export function clientAddress(req: http.IncomingMessage, trustProxy: boolean): string | undefined {
+export function clientAddress(req: ClientRequest, trustProxy: boolean): string | undefined {
   if (trustProxy) {
     const forwarded = req.headers['x-forwarded-for']
     // The rightmost entry is the one our trusted proxy appended; clients can write anything left of it.
@@ -397,7 +397,7 @@ export function clientAddress(req: http.IncomingMessage, trustProxy: boolean): s
 }
 
 export function reply(
-  res: http.ServerResponse,
+  res: ClientResponse,
   status: number,
   body: string,
   headers: Record<string, string> = {},

@@ -8,6 +8,7 @@
 import http from 'node:http'
 import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
+import type { ClientResponse } from './front.js'
 import { clientResponseHeaderList } from './headers.js'
 import { forwardUpgrade } from './tunnel.js'
 import {
@@ -84,7 +85,7 @@ class WebForward implements Dispatcher.DispatchHandler {
   private draining = false
 
   constructor(
-    private readonly res: http.ServerResponse,
+    private readonly res: ClientResponse,
     private readonly opts: WebOptions,
   ) {}
 
@@ -199,7 +200,7 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 }
 
-function forwardWeb(pool: Pool, res: http.ServerResponse, request: Outgoing, opts: WebOptions): WebForward {
+function forwardWeb(pool: Pool, res: ClientResponse, request: Outgoing, opts: WebOptions): WebForward {
   const forward = new WebForward(res, opts)
   try {
     pool.dispatch(dispatchOptions(request, opts.timeoutMs), forward)

@@ -18,6 +18,7 @@ import { createMetrics, type GatewayMetrics } from './metrics.js'
 import { createProxy } from './proxy.js'
 import { checkRedisAccess, openStore, timedStore } from './redis.js'
 import { buildRoutes } from './routes.js'
+import { leanFrontEnd } from './front.js'
 import { handleRequest } from './web.js'
 import { handleUpgrade } from './websocket.js'
 
@@ -34,6 +35,9 @@ export interface GatewayOptions {
   logger?: PinoLogger
   /** Export Node process metrics (CPU, memory, event loop) on /metrics too. @default true */
   processMetrics?: boolean
+  /** Serve the common request (HTTP/1.1, no body, no upgrade) on the lean path of front.ts; false:
+   * every connection is Node's http.Server's. @default true */
+  leanFrontEnd?: boolean
 }
 
 export interface Gateway {
@@ -143,6 +147,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     return admissions.length > 0 && admissions.every((admission) => admission.config.failOpen)
   }
   const server = http.createServer((req, res) => handleRequest(ctx, req, res))
+  if (options.leanFrontEnd ?? true) leanFrontEnd(server, (req, res) => handleRequest(ctx, req, res))
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
   // is admitted (web.ts), so a rejected client never uploads its body.
   server.on('checkContinue', (req, res) => handleRequest(ctx, req, res))

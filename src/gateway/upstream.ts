@@ -1,8 +1,8 @@
 // Talking to an upstream, as the proxy core sees it: what is sent, how failures map to 502/504, and
 // the options of a forwarded request or upgrade. Shared by proxy.ts and tunnel.ts.
-import type http from 'node:http'
 import type { Duplex, Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
+import type { ClientResponse } from './front.js'
 
 export type UpstreamErrorKind = 'refused' | 'unresolved' | 'timeout' | 'reset' | 'other'
 
@@ -69,7 +69,7 @@ export interface WsOptions {
 export interface Proxy {
   /** Forward a request; the response (or a short 502/504) goes to `res`. Never throws. The caller
    * tells it when `res` closes (the upstream request is then aborted unless the response was done). */
-  web(target: URL, res: http.ServerResponse, request: Outgoing, options: WebOptions): Forwarded
+  web(target: URL, res: ClientResponse, request: Outgoing, options: WebOptions): Forwarded
   /** Forward an Upgrade request over `socket` (the client's). Never throws. */
   ws(
     target: URL,

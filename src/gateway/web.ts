@@ -1,6 +1,7 @@
 // Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
 import { AbortFlag } from '../core/abort.js'
-import type http from 'node:http'
+import http from 'node:http'
+import type { ClientRequest, ClientResponse } from './front.js'
 import type { GatewayContext } from './context.js'
 import { bufferBody, ClientBodyTimeout, timedBody } from './body.js'
 import {
@@ -22,11 +23,7 @@ import type { LiveRoute } from './routes.js'
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */
 const RESPONSE_CLOSED = new Error('response closed')
 
-export function handleRequest(
-  ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
-): void {
+export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: ClientResponse): void {
   ctx.active++
   // The request bound counts from here: its headers have arrived (Node bounds those, headersTimeout).
   const deadlineBase = Date.now()
@@ -70,8 +67,8 @@ export function handleRequest(
 /** serve(), with a bug (a throw, synchronous or not) answered 500 instead of crashing. */
 function start(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
+  req: ClientRequest,
+  res: ClientResponse,
   exchange: Exchange,
   understood: Understood,
   gone: AbortFlag | undefined,
@@ -86,7 +83,7 @@ function start(
   }
 }
 
-function failed(ctx: GatewayContext, res: http.ServerResponse, error: unknown): void {
+function failed(ctx: GatewayContext, res: ClientResponse, error: unknown): void {
   ctx.logger.error({ err: error }, 'request failed')
   if (!res.headersSent) reply(res, 500, 'internal error\n')
   else res.destroy()
@@ -106,7 +103,7 @@ const MESSAGES: Record<number, string> = {
  * for); 404 keeps it. */
 function refuse(
   ctx: GatewayContext,
-  res: http.ServerResponse,
+  res: ClientResponse,
   exchange: Exchange,
   status: number,
   reason: string,
@@ -125,8 +122,8 @@ function refuse(
  */
 function serve(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
+  req: ClientRequest,
+  res: ClientResponse,
   exchange: Exchange,
   understood: Understood,
   gone: AbortFlag | undefined,
@@ -155,7 +152,7 @@ function serve(
     // Read before a permit is taken (nginx proxy_request_buffering): a slow uploader holds nothing.
     if (declared !== undefined && declared > buffer) return refuse(ctx, res, exchange, 413, 'too_large')
     if (expectContinue) res.writeContinue()
-    return bufferBody(req, buffer, timeouts.clientBodyMs, deadline, exchange).then(
+    return bufferBody(bodyOf(req), buffer, timeouts.clientBodyMs, deadline, exchange).then(
       (read) => {
         if (read === 'too_large') return refuse(ctx, res, exchange, 413, 'too_large')
         sending.body = read
@@ -169,10 +166,16 @@ function serve(
       },
     )
   } else if (hasBody) {
-    sending.body = timedBody(req, timeouts.clientBodyMs, deadline, exchange)
+    sending.body = timedBody(bodyOf(req), timeouts.clientBodyMs, deadline, exchange)
     sending.streamed = true
   }
   return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
+}
+
+/** A request with a body is Node's: the lean front end hands those to http.Server (front.ts). */
+function bodyOf(req: ClientRequest): http.IncomingMessage {
+  if (!(req instanceof http.IncomingMessage)) throw new Error('a request with a body on the lean path')
+  return req
 }
 
 /** The request body as it will be sent, and how the client sends it. */
@@ -186,8 +189,8 @@ interface Sending {
 
 function admitAndForward(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
+  req: ClientRequest,
+  res: ClientResponse,
   exchange: Exchange,
   understood: Understood,
   gone: AbortFlag | undefined,
@@ -202,8 +205,8 @@ function admitAndForward(
 
 function admitted(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
+  req: ClientRequest,
+  res: ClientResponse,
   exchange: Exchange,
   understood: Understood,
   sending: Sending,
@@ -226,8 +229,8 @@ function admitted(
 
 function forward(
   ctx: GatewayContext,
-  req: http.IncomingMessage,
-  res: http.ServerResponse,
+  req: ClientRequest,
+  res: ClientResponse,
   exchange: Exchange,
   understood: Understood,
   sending: Sending,

@@ -1,0 +1,679 @@
+// The HTTP/1.1 front end. Node's http.Server stays the server (it listens, and it serves everything
+// unusual), but its connections go first to a lean path that serves the common request on the raw
+// socket: no IncomingMessage, no ServerResponse, one string per response head (docs/gateway.md,
+// "Front end": ~10 µs of CPU per request on this machine).
+//
+// The lean path takes a request only when all of this holds, and hands the connection to Node's own
+// connection listener otherwise, with every byte it has read put back, at a message boundary (no
+// response of ours outstanding), for the rest of the connection:
+//   - the whole head is in what has arrived, within http.maxHeaderSize, and Node's own parser (the
+//     llhttp binding http.Server uses, with the same strict settings) accepts it, with at most 32
+//     header lines (one batch from the parser);
+//   - HTTP/1.1, a Host header, no body (no Transfer-Encoding, Content-Length absent or 0), no
+//     Expect, no Upgrade, not CONNECT.
+// So a partial head (a slow client), a malformed one, a body, 100-continue, WebSocket upgrades and
+// HTTP/1.0 all meet Node's http.Server exactly as before: its parser, its timeouts (headersTimeout,
+// requestTimeout), its 400/431 answers. What the lean path owes is only this: parse what Node would
+// parse the same way, answer with the bytes ServerResponse would write (status line, Date,
+// Connection/Keep-Alive, Content-Length or chunked), keep responses in order, close idle connections
+// after server.keepAliveTimeout, and tell the gateway a response closed exactly once.
+import { EventEmitter } from 'node:events'
+import http, { STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http'
+import type { Socket } from 'node:net'
+
+/** What the gateway reads of a request (http.IncomingMessage has all of it). */
+export interface ClientRequest {
+  readonly method?: string | undefined
+  readonly url?: string | undefined
+  readonly httpVersion: string
+  readonly headers: http.IncomingHttpHeaders
+  readonly rawHeaders: string[]
+  readonly socket: Socket
+  readonly destroyed: boolean
+}
+
+type HeaderList = (string | string[])[]
+type HeaderObject = Record<string, string | number | string[]>
+
+/** What the gateway does with a response (http.ServerResponse has all of it). */
+export interface ClientResponse {
+  statusCode: number
+  readonly headersSent: boolean
+  readonly destroyed: boolean
+  readonly writableFinished: boolean
+  readonly writableLength: number
+  readonly writableNeedDrain: boolean
+  readonly socket: Socket | null
+  writeHead(statusCode: number, headers?: HeaderObject | HeaderList): unknown
+  write(chunk: Buffer | string): boolean
+  end(chunk?: Buffer | string): unknown
+  destroy(): unknown
+  setHeader(name: string, value: string): unknown
+  writeContinue(): void
+  once(event: 'close' | 'drain' | 'finish' | 'socket', listener: () => void): unknown
+  off(event: 'close' | 'drain' | 'finish', listener: () => void): unknown
+}
+
+export type RequestHandler = (req: ClientRequest, res: ClientResponse) => void
+
+/** Node's llhttp binding as http.Server drives it (lib/_http_common.js, lib/_http_server.js). */
+interface Parser {
+  initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void
+  execute(data: Buffer): number | Error
+  [callback: number]: unknown
+}
+interface ParserClass {
+  new (): Parser
+  REQUEST: number
+  kOnHeaders: number
+  kOnHeadersComplete: number
+  kOnBody: number
+  kOnMessageComplete: number
+}
+interface HttpCommon {
+  HTTPParser: ParserClass
+  methods: string[]
+}
+
+/** Node's header rules (duplicates joined, dropped or listed as IncomingMessage does). */
+type AddHeaderLine = (this: object, field: string, value: string, dest: Record<string, unknown>) => void
+
+const CRLFCRLF = Buffer.from('\r\n\r\n')
+/** Bytes of later (pipelined) requests read ahead while a response is in flight: beyond this the
+ * socket is paused until the response is done (Node pauses too). */
+const MAX_READ_AHEAD = 64 * 1024
+
+/** One parsed head, as the parser's callbacks gave it. */
+interface Head {
+  major: number
+  minor: number
+  headers: string[] | undefined
+  method: string
+  url: string
+  upgrade: boolean
+  keepAlive: boolean
+  complete: boolean
+  /** The parser sent headers in batches (more than 32 lines): left to Node. */
+  batched: boolean
+}
+
+interface Binding {
+  Parser: ParserClass
+  methods: string[]
+  addHeaderLine: AddHeaderLine
+}
+
+let binding: Binding | null | undefined
+
+/** Node's parser and header rules, or null when this Node does not have them as expected (then every
+ * connection goes to http.Server, as before the lean path existed). */
+export function nodeBinding(): Binding | null {
+  if (binding !== undefined) return binding
+  binding = null
+  try {
+    const common = process.getBuiltinModule('_http_common') as HttpCommon | undefined
+    const addHeaderLine = (http.IncomingMessage.prototype as unknown as { _addHeaderLine?: AddHeaderLine })
+      ._addHeaderLine
+    if (!common?.HTTPParser || !Array.isArray(common.methods) || typeof addHeaderLine !== 'function')
+      return null
+    const candidate = { Parser: common.HTTPParser, methods: common.methods, addHeaderLine }
+    // The binding's callback arguments are not a public API: check them on a known head.
+    const probe = new LeanParser(candidate)
+    const head = probe.parse(Buffer.from('GET /a?b HTTP/1.1\r\nHost: x\r\nX-Y: 1\r\n\r\n'))
+    const ok =
+      head !== undefined &&
+      head.complete &&
+      head.method === 'GET' &&
+      head.url === '/a?b' &&
+      head.major === 1 &&
+      head.minor === 1 &&
+      head.keepAlive &&
+      !head.upgrade &&
+      head.headers?.join('|') === 'Host|x|X-Y|1'
+    if (ok) binding = candidate
+  } catch {
+    binding = null
+  }
+  return binding
+}
+
+/** A request parser of one connection: the exact bytes of one head in, what it says out. */
+class LeanParser {
+  private readonly parser: Parser
+  private head: Head | undefined
+  private batched = false
+
+  constructor(private readonly b: Binding) {
+    const parser = (this.parser = new b.Parser())
+    // As http.Server: a request parser, its default header size limit (0), no leniency flags.
+    parser.initialize(b.Parser.REQUEST, {}, 0, 0)
+    parser[b.Parser.kOnHeaders] = () => {
+      if (this.head) this.head.batched = true
+      else this.batched = true
+    }
+    parser[b.Parser.kOnHeadersComplete] = (
+      major: number,
+      minor: number,
+      headers: string[] | undefined,
+      method: number,
+      url: string,
+      _status: unknown,
+      _message: unknown,
+      upgrade: boolean,
+      keepAlive: boolean,
+    ) => {
+      this.head = {
+        major,
+        minor,
+        headers,
+        method: b.methods[method] ?? '',
+        url,
+        upgrade,
+        keepAlive,
+        complete: false,
+        batched: this.batched || headers === undefined,
+      }
+      return 0
+    }
+    parser[b.Parser.kOnBody] = () => {
+      if (this.head) this.head.complete = false
+    }
+    parser[b.Parser.kOnMessageComplete] = () => {
+      if (this.head) this.head.complete = true
+    }
+  }
+
+  /** The head in `bytes` (exactly one head), or undefined when the parser refused it or wants more. */
+  parse(bytes: Buffer): Head | undefined {
+    this.head = undefined
+    this.batched = false
+    const used = this.parser.execute(bytes)
+    const head = this.head
+    this.head = undefined
+    if (typeof used !== 'number' || used !== bytes.length) return undefined
+    return head
+  }
+}
+
+/** A request the lean path serves: its head only (it has no body by construction). */
+export class LeanRequest implements ClientRequest {
+  readonly httpVersion = '1.1'
+  readonly httpVersionMajor = 1
+  readonly httpVersionMinor = 1
+  readonly headers: http.IncomingHttpHeaders = {}
+
+  constructor(
+    readonly method: string,
+    readonly url: string,
+    readonly rawHeaders: string[],
+    readonly socket: Socket,
+    addHeaderLine: AddHeaderLine,
+  ) {
+    const headers = this.headers as Record<string, unknown>
+    for (let i = 0; i < rawHeaders.length; i += 2)
+      addHeaderLine.call(NODE_DEFAULTS, rawHeaders[i] as string, rawHeaders[i + 1] as string, headers)
+  }
+
+  get destroyed(): boolean {
+    return this.socket.destroyed
+  }
+}
+
+/** `this` for IncomingMessage's _addHeaderLine: http.Server's default (joinDuplicateHeaders off). */
+const NODE_DEFAULTS = Object.freeze({ joinDuplicateHeaders: false })
+
+let dateSecond = 0
+let dateLine = ''
+
+/** The Date line, built once a second (ServerResponse caches it too). */
+function date(): string {
+  const now = Date.now()
+  const second = now - (now % 1000)
+  if (second !== dateSecond) {
+    dateSecond = second
+    dateLine = `Date: ${new Date(now).toUTCString()}\r\n`
+  }
+  return dateLine
+}
+
+/**
+ * A response the lean path writes: what ServerResponse writes for the same calls (its head rules
+ * are in lib/_http_outgoing.js, _storeHeader). The head is sent with the first body bytes or the end.
+ */
+export class LeanResponse extends EventEmitter implements ClientResponse {
+  statusCode = 200
+  headersSent = false
+  writableEnded = false
+  writableFinished = false
+  private closed = false
+  private destroyedByUs = false
+  private pendingHead: string | undefined
+  private chunked = false
+  private hasBody: boolean
+  /** Close the connection after this response. */
+  last: boolean
+  private connectionHeader: string | undefined
+
+  constructor(
+    private readonly connection: LeanConnection,
+    keepAlive: boolean,
+    head: boolean,
+  ) {
+    super()
+    this.last = !keepAlive
+    this.hasBody = !head
+  }
+
+  get socket(): Socket | null {
+    return this.closed ? null : this.connection.socket
+  }
+
+  get destroyed(): boolean {
+    return this.destroyedByUs || (!this.writableFinished && this.connection.socket.destroyed)
+  }
+
+  get writableLength(): number {
+    return this.closed ? 0 : this.connection.socket.writableLength
+  }
+
+  get writableNeedDrain(): boolean {
+    return !this.closed && this.connection.socket.writableNeedDrain
+  }
+
+  setHeader(name: string, value: string): this {
+    if (this.headersSent) throw new Error('Cannot set headers after they are sent to the client')
+    // The gateway sets only Connection before writeHead (to close while draining).
+    if (name.toLowerCase() !== 'connection') throw new Error(`LeanResponse.setHeader: ${name} not supported`)
+    validateHeaderValue(name, value)
+    this.connectionHeader = value
+    return this
+  }
+
+  writeHead(statusCode: number, headers?: HeaderObject | HeaderList): this {
+    return this.head(statusCode, headers, undefined)
+  }
+
+  /** writeHead(), and for end(data) before it the length ServerResponse then sends. */
+  private head(
+    statusCode: number,
+    headers: HeaderObject | HeaderList | undefined,
+    implicitLength: number | undefined,
+  ): this {
+    if (this.headersSent) throw new Error('Cannot write headers after they are sent to the client')
+    if (!Number.isInteger(statusCode) || statusCode < 100 || statusCode > 999)
+      throw new RangeError(`Invalid status code: ${statusCode}`)
+    const state = { connection: false, contentLength: false, te: false, date: false }
+    let out = `HTTP/1.1 ${statusCode} ${STATUS_CODES[statusCode] ?? 'unknown'}\r\n`
+    // A header set with setHeader() comes first, and writeHead()'s own of that name takes its place
+    // (ServerResponse merges them into one map in that order).
+    let set = this.connectionHeader
+    if (Array.isArray(headers)) {
+      if (set !== undefined)
+        for (let i = 0; i < headers.length; i += 2)
+          if ((headers[i] as string).toLowerCase() === 'connection') set = undefined
+      if (set !== undefined) out += this.line('connection', set, state)
+      for (let i = 0; i < headers.length; i += 2)
+        out += this.line(headers[i] as string, headers[i + 1], state)
+    } else {
+      if (set !== undefined && headers)
+        for (const name in headers) if (name.toLowerCase() === 'connection') set = undefined
+      if (set !== undefined) out += this.line('connection', set, state)
+      if (headers) for (const name in headers) out += this.line(name, headers[name], state)
+    }
+    if (statusCode === 204 || statusCode === 304 || statusCode < 200) this.hasBody = false
+    if (!state.date) out += date()
+    if (!state.connection) {
+      if (this.last) out += 'Connection: close\r\n'
+      else {
+        out += 'Connection: keep-alive\r\n'
+        const timeout = this.connection.front.keepAliveSeconds()
+        if (timeout > 0) out += `Keep-Alive: timeout=${timeout}\r\n`
+      }
+    }
+    if (!state.contentLength && !state.te && this.hasBody) {
+      if (implicitLength !== undefined) out += `Content-Length: ${implicitLength}\r\n`
+      else {
+        out += 'Transfer-Encoding: chunked\r\n'
+        this.chunked = true
+      }
+    }
+    this.statusCode = statusCode
+    this.pendingHead = `${out}\r\n`
+    this.headersSent = true
+    return this
+  }
+
+  /** One header line, validated as ServerResponse validates it; notes the names that change framing. */
+  private line(
+    name: string,
+    value: string | number | string[] | undefined,
+    state: { connection: boolean; contentLength: boolean; te: boolean; date: boolean },
+  ): string {
+    validateHeaderName(name)
+    let lines = ''
+    if (Array.isArray(value)) {
+      for (const item of value) {
+        validateHeaderValue(name, item)
+        lines += `${name}: ${item}\r\n`
+      }
+    } else {
+      validateHeaderValue(name, value as string) // throws for undefined, as ServerResponse does
+      lines = `${name}: ${value}\r\n`
+    }
+    switch (name.length) {
+      case 4:
+        if (name.toLowerCase() === 'date') state.date = true
+        break
+      case 10:
+        if (name.toLowerCase() === 'connection') {
+          state.connection = true
+          if (/(?:^|\W)close(?:$|\W)/i.test(String(value))) this.last = true
+        }
+        break
+      case 14:
+        if (name.toLowerCase() === 'content-length') state.contentLength = true
+        break
+      case 17:
+        if (name.toLowerCase() === 'transfer-encoding') {
+          state.te = true
+          if (/(?:^|\W)chunked(?:$|\W)/i.test(String(value))) this.chunked = true
+        }
+        break
+    }
+    return lines
+  }
+
+  write(chunk: Buffer | string): boolean {
+    if (this.writableEnded || this.closed) return false
+    if (!this.headersSent) this.writeHead(this.statusCode)
+    const socket = this.connection.socket
+    if (!this.hasBody) return true // as ServerResponse: a HEAD, 204 or 304 response has no body
+    const length = typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
+    const head = this.pendingHead
+    if (length === 0) return head === undefined ? true : this.flushHead(socket)
+    this.pendingHead = undefined
+    socket.cork()
+    if (this.chunked) {
+      socket.write(`${head ?? ''}${length.toString(16)}\r\n`, 'latin1')
+      socket.write(chunk)
+      socket.write('\r\n', 'latin1')
+    } else {
+      if (head !== undefined) socket.write(head, 'latin1')
+      socket.write(chunk)
+    }
+    socket.uncork()
+    return !socket.writableNeedDrain
+  }
+
+  private flushHead(socket: Socket): boolean {
+    const head = this.pendingHead as string
+    this.pendingHead = undefined
+    return socket.write(head, 'latin1')
+  }
+
+  end(chunk?: Buffer | string): this {
+    if (this.writableEnded || this.closed) return this
+    if (!this.headersSent) {
+      // As ServerResponse.end(data) before writeHead: the length is known.
+      const length =
+        chunk === undefined ? 0 : typeof chunk === 'string' ? Buffer.byteLength(chunk) : chunk.length
+      this.head(this.statusCode, undefined, length)
+    }
+    if (chunk !== undefined) this.write(chunk)
+    this.writableEnded = true
+    const tail = (this.pendingHead ?? '') + (this.chunked && this.hasBody ? '0\r\n\r\n' : '')
+    this.pendingHead = undefined
+    const socket = this.connection.socket
+    // Nothing left to write and nothing waiting in the socket: handed to the OS already (an empty
+    // write would still cost a syscall).
+    if (tail.length === 0 && socket.writableLength === 0) process.nextTick(this.onFlushed)
+    else socket.write(tail, 'latin1', this.onFlushed)
+    return this
+  }
+
+  private readonly onFlushed = (error?: Error | null): void => {
+    if (error || this.closed) return
+    this.writableFinished = true
+    this.emit('finish')
+    this.close()
+  }
+
+  writeContinue(): void {
+    // Lean requests have no Expect (they are Node's); written as ServerResponse would all the same.
+    if (!this.headersSent && !this.closed)
+      this.connection.socket.write('HTTP/1.1 100 Continue\r\n\r\n', 'latin1')
+  }
+
+  destroy(): this {
+    if (this.closed) return this
+    this.destroyedByUs = true
+    this.connection.socket.destroy()
+    return this
+  }
+
+  /** The response is over (written, or its connection closed): 'close', once. */
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    this.emit('close')
+    this.connection.responseClosed(this)
+  }
+}
+
+/** One client connection on the lean path, until it closes or is handed to http.Server. */
+class LeanConnection {
+  private buffered: Buffer | undefined
+  private current: LeanResponse | undefined
+  private readonly parser: LeanParser
+  private looping = false
+  private handedOver = false
+
+  constructor(
+    readonly front: LeanFront,
+    readonly socket: Socket,
+  ) {
+    this.parser = new LeanParser(front.binding)
+    socket.on('data', this.onData)
+    socket.on('end', this.onEnd)
+    socket.on('error', this.onError)
+    socket.on('close', this.onClose)
+    socket.on('drain', this.onDrain)
+    socket.on('timeout', this.onTimeout)
+    const idleMs = front.server.keepAliveTimeout
+    if (idleMs > 0) socket.setTimeout(idleMs)
+  }
+
+  get idle(): boolean {
+    return this.current === undefined && this.buffered === undefined
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    const buffered = this.buffered
+    this.buffered = buffered === undefined ? chunk : Buffer.concat([buffered, chunk])
+    if (this.current === undefined) this.next()
+    else if (this.buffered.length > MAX_READ_AHEAD) this.socket.pause()
+  }
+
+  /** The client closed its side: as http.Server (no half-open HTTP), what is in flight is aborted;
+   * a response already written whole is still flushed. */
+  private readonly onEnd = (): void => {
+    this.buffered = undefined
+    if (this.current && !this.current.writableEnded) this.socket.destroy()
+    else this.socket.end()
+  }
+
+  private readonly onError = (): void => {
+    this.socket.destroy()
+  }
+
+  private readonly onClose = (): void => {
+    this.front.connections.delete(this)
+    this.buffered = undefined
+    this.current?.close()
+  }
+
+  private readonly onDrain = (): void => {
+    this.current?.emit('drain')
+  }
+
+  /** No byte moved for server.keepAliveTimeout: an idle connection goes (a busy one is the gateway's
+   * to bound: its upstream and send timeouts). */
+  private readonly onTimeout = (): void => {
+    if (this.idle) this.socket.destroy()
+  }
+
+  responseClosed(res: LeanResponse): void {
+    if (this.current !== res) return
+    this.current = undefined
+    if (this.socket.destroyed) return
+    if (res.last) {
+      this.buffered = undefined
+      this.socket.destroySoon()
+      return
+    }
+    if (this.socket.isPaused()) this.socket.resume()
+    this.next()
+  }
+
+  /** Serve the buffered requests one at a time while each is a lean one; hand over at the first that
+   * is not. */
+  private next(): void {
+    if (this.looping || this.handedOver) return
+    this.looping = true
+    try {
+      while (this.current === undefined && this.buffered !== undefined && !this.socket.destroyed) {
+        const bytes = this.buffered
+        const end = bytes.indexOf(CRLFCRLF)
+        if (end < 0 || end + 4 > http.maxHeaderSize) return this.handOver()
+        const head = this.parser.parse(bytes.subarray(0, end + 4))
+        if (!head || !lean(head)) return this.handOver()
+        this.buffered = end + 4 === bytes.length ? undefined : bytes.subarray(end + 4)
+        this.serve(head)
+      }
+    } finally {
+      this.looping = false
+    }
+  }
+
+  private serve(head: Head): void {
+    const front = this.front
+    const req = new LeanRequest(
+      head.method,
+      head.url,
+      head.headers as string[],
+      this.socket,
+      front.binding.addHeaderLine,
+    )
+    const res = new LeanResponse(this, head.keepAlive, head.method === 'HEAD')
+    this.current = res
+    front.handler(req, res)
+  }
+
+  /** From here on the connection is http.Server's, with the bytes read so far put back in front. */
+  private handOver(): void {
+    this.handedOver = true
+    const socket = this.socket
+    socket.pause()
+    socket.off('data', this.onData)
+    socket.off('end', this.onEnd)
+    socket.off('error', this.onError)
+    socket.off('close', this.onClose)
+    socket.off('drain', this.onDrain)
+    socket.off('timeout', this.onTimeout)
+    socket.setTimeout(0)
+    this.front.connections.delete(this)
+    const bytes = this.buffered
+    this.buffered = undefined
+    if (bytes) socket.unshift(bytes)
+    this.front.nodeListener.call(this.front.server, socket)
+    socket.resume()
+  }
+
+  /** Close it now if nothing is in flight on it (draining). */
+  closeIfIdle(): void {
+    if (this.idle) this.socket.destroy()
+  }
+}
+
+/** A head the lean path serves (see the top of this file); anything else is Node's. */
+function lean(head: Head): boolean {
+  if (!head.complete || head.batched || head.upgrade) return false
+  if (head.major !== 1 || head.minor !== 1 || head.method === 'CONNECT') return false
+  const headers = head.headers as string[]
+  let host = false
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i] as string
+    switch (name.length) {
+      case 4:
+        if (name.toLowerCase() === 'host') host = true
+        break
+      case 6:
+        if (name.toLowerCase() === 'expect') return false
+        break
+      case 7:
+        if (name.toLowerCase() === 'upgrade') return false
+        break
+      case 14:
+        if (name.toLowerCase() === 'content-length' && (headers[i + 1] as string).trim() !== '0') return false
+        break
+      case 17:
+        if (name.toLowerCase() === 'transfer-encoding') return false
+        break
+    }
+  }
+  return host
+}
+
+/** The lean path of one http.Server. */
+export class LeanFront {
+  readonly connections = new Set<LeanConnection>()
+
+  constructor(
+    readonly server: http.Server,
+    readonly nodeListener: (this: http.Server, socket: Socket) => void,
+    readonly handler: RequestHandler,
+    readonly binding: Binding,
+  ) {}
+
+  accept(socket: Socket): void {
+    this.connections.add(new LeanConnection(this, socket))
+  }
+
+  keepAliveSeconds(): number {
+    return Math.floor(this.server.keepAliveTimeout / 1000)
+  }
+
+  closeIdle(): void {
+    for (const connection of this.connections) connection.closeIfIdle()
+  }
+
+  closeAll(): void {
+    for (const connection of this.connections) connection.socket.destroy()
+  }
+}
+
+/**
+ * Put the lean path in front of `server` (whose request listener is `handler` too). Returns undefined,
+ * leaving the server as it was, when this Node's parser binding is not what the lean path expects.
+ */
+export function leanFrontEnd(server: http.Server, handler: RequestHandler): LeanFront | undefined {
+  const b = nodeBinding()
+  const listeners = server.listeners('connection')
+  if (!b || listeners.length !== 1) return undefined
+  const nodeListener = listeners[0] as (this: http.Server, socket: Socket) => void
+  server.removeListener('connection', nodeListener)
+  const front = new LeanFront(server, nodeListener, handler, b)
+  server.on('connection', (socket: Socket) => front.accept(socket))
+  // server.close() and the gateway's drain call these: lean connections count too.
+  const closeIdle = server.closeIdleConnections.bind(server)
+  const closeAll = server.closeAllConnections.bind(server)
+  server.closeIdleConnections = () => {
+    front.closeIdle()
+    closeIdle()
+  }
+  server.closeAllConnections = () => {
+    front.closeAll()
+    closeAll()
+  }
+  return front
+}

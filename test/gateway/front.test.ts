@@ -1,0 +1,308 @@
+// The lean front end (src/gateway/front.ts) against Node's http.Server, on raw sockets: the same
+// handler behind a plain http.Server and behind the lean path must put the same bytes on the wire
+// (Date aside), and everything the lean path does not serve must reach Node exactly as before.
+import { once } from 'node:events'
+import http from 'node:http'
+import { afterEach, describe, expect, it } from 'vitest'
+import {
+  type ClientRequest,
+  type ClientResponse,
+  LeanRequest,
+  leanFrontEnd,
+  nodeBinding,
+} from '../../src/gateway/front.js'
+import { rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
+
+const servers: http.Server[] = []
+afterEach(async () => {
+  for (const server of servers.splice(0)) {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  }
+})
+
+/** What the handler saw of each request: lean or Node's, method and url. */
+interface Seen {
+  lean: boolean
+  method: string | undefined
+  url: string | undefined
+  headers: http.IncomingHttpHeaders
+}
+
+/** Responses written the ways the gateway writes them (web.ts, exchange.ts, proxy.ts). */
+function handler(seen: Seen[]) {
+  return (req: ClientRequest, res: ClientResponse): void => {
+    seen.push({ lean: req instanceof LeanRequest, method: req.method, url: req.url, headers: req.headers })
+    const path = req.url ?? '/'
+    if (path === '/plain') {
+      res.writeHead(200, { 'content-type': 'text/plain; charset=utf-8', 'content-length': 3, 'x-a': 'b' })
+      res.end('ok\n')
+    } else if (path === '/list') {
+      // No length: chunked, as the proxy relays an upstream that sent none.
+      res.writeHead(200, ['x-one', '1', 'set-cookie', ['a=1', 'b=2'], 'content-type', 'text/plain'])
+      res.write(Buffer.from('hello'))
+      res.write('')
+      res.end(' world')
+    } else if (path === '/streamed') {
+      res.writeHead(201, ['content-length', '10'])
+      res.write(Buffer.from('01234'))
+      setTimeout(() => {
+        res.write(Buffer.from('56789'))
+        res.end()
+      }, 5)
+    } else if (path === '/no-content') {
+      res.writeHead(204, { 'x-request-id': 'r1' })
+      res.end()
+    } else if (path === '/not-modified') {
+      res.writeHead(304, ['etag', '"x"'])
+      res.end()
+    } else if (path === '/close') {
+      res.writeHead(503, { 'content-length': 5, connection: 'close' })
+      res.end('busy\n')
+    } else if (path === '/draining') {
+      res.setHeader('connection', 'close')
+      res.writeHead(200, ['content-length', '2', 'x-b', 'c'])
+      res.end('ok')
+    } else if (path === '/end-only') {
+      res.end('abc')
+    } else if (path === '/odd-status') {
+      res.writeHead(799, { 'content-length': 0 })
+      res.end()
+    } else if (path === '/slow') {
+      setTimeout(() => {
+        res.writeHead(200, { 'content-length': 4 })
+        res.end('slow')
+      }, 300)
+    } else if (path === '/hang') {
+      // never answers
+    } else {
+      res.writeHead(404, { 'content-length': 0 })
+      res.end()
+    }
+  }
+}
+
+async function serve(
+  lean: boolean,
+  seen: Seen[] = [],
+): Promise<{ port: number; server: http.Server; seen: Seen[] }> {
+  const handle = handler(seen)
+  // Node checks its header and request timeouts this often (30 s by default).
+  const server = http.createServer({ connectionsCheckingInterval: 50 }, (req, res) => handle(req, res))
+  if (lean) expect(leanFrontEnd(server, handle)).toBeDefined()
+  servers.push(server)
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  return { port: (server.address() as { port: number }).port, server, seen }
+}
+
+const undated = (text: string) => text.replace(/\r\nDate: [^\r]+/g, '\r\nDate: -')
+
+/** The same bytes to Node and to the lean path: the same bytes back, and who served what. */
+async function both(text: string, quietMs = 150) {
+  const node = await serve(false)
+  const lean = await serve(true)
+  const [fromNode, fromLean] = await Promise.all([
+    rawExchange(node.port, text, quietMs),
+    rawExchange(lean.port, text, quietMs),
+  ])
+  return { node: undated(fromNode), lean: undated(fromLean), seen: lean.seen }
+}
+
+const get = (path: string, extra = '') => `GET ${path} HTTP/1.1\r\nHost: x\r\n${extra}\r\n`
+
+describe('lean front end: the bytes Node would write', () => {
+  it('finds the binding it needs on this Node', () => {
+    expect(nodeBinding()).not.toBeNull()
+  })
+
+  it.each([
+    '/plain',
+    '/list',
+    '/streamed',
+    '/no-content',
+    '/not-modified',
+    '/close',
+    '/draining',
+    '/end-only',
+    '/odd-status',
+    '/missing',
+  ])('GET %s: same response as http.Server, served by the lean path', async (path) => {
+    const { node, lean, seen } = await both(get(path))
+    expect(lean).toBe(node)
+    expect(statuses(lean).length).toBe(1)
+    expect(seen.map((s) => s.lean)).toEqual([true])
+  })
+
+  it('HEAD: the head only, as http.Server', async () => {
+    for (const path of ['/plain', '/list', '/end-only']) {
+      const { node, lean, seen } = await both(`HEAD ${path} HTTP/1.1\r\nHost: x\r\n\r\n`)
+      expect(lean).toBe(node)
+      expect(seen[0]?.lean).toBe(true)
+    }
+  })
+
+  it('a client Connection: close gets Connection: close and the connection closed after', async () => {
+    const { node, lean } = await both(get('/plain', 'Connection: close\r\n') + get('/plain'))
+    expect(lean).toBe(node)
+    expect(statuses(lean)).toEqual([200])
+  })
+
+  it("headers as IncomingMessage reads them: duplicates joined, dropped or listed by Node's rules", async () => {
+    const { seen } = await both(
+      get(
+        '/plain',
+        'X-A: 1\r\nx-a: 2\r\nCookie: a=1\r\ncookie: b=2\r\nUser-Agent: one\r\nuser-agent: two\r\n',
+      ),
+    )
+    expect(seen[0]?.lean).toBe(true)
+    const node = await serve(false)
+    await rawExchange(
+      node.port,
+      get(
+        '/plain',
+        'X-A: 1\r\nx-a: 2\r\nCookie: a=1\r\ncookie: b=2\r\nUser-Agent: one\r\nuser-agent: two\r\n',
+      ),
+      150,
+    )
+    expect(seen[0]?.headers).toEqual(node.seen[0]?.headers)
+    expect(seen[0]?.headers).toMatchObject({ 'x-a': '1, 2', cookie: 'a=1; b=2', 'user-agent': 'one' })
+  })
+
+  it('pipelined requests are answered in order, one response each, the slow one first', async () => {
+    const text = get('/slow') + get('/plain') + get('/list') + get('/no-content')
+    const { node, lean, seen } = await both(text, 500)
+    expect(lean).toBe(node)
+    expect(statuses(lean)).toEqual([200, 200, 200, 204])
+    expect(seen.map((s) => s.url)).toEqual(['/slow', '/plain', '/list', '/no-content'])
+    expect(seen.every((s) => s.lean)).toBe(true)
+  })
+})
+
+describe("lean front end: what is not lean is Node's, from the first byte of that request", () => {
+  it.each([
+    ['a body', 'POST /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc'],
+    [
+      'a chunked body',
+      'POST /plain HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n',
+    ],
+    [
+      'Expect: 100-continue',
+      'POST /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\nx',
+    ],
+    ['HTTP/1.0', 'GET /plain HTTP/1.0\r\n\r\n'],
+    ['no Host', 'GET /plain HTTP/1.1\r\n\r\n'],
+    ['an upgrade', 'GET /plain HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'],
+    ['a malformed head', 'GET /plain HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n'],
+    ['obs-fold', 'GET /plain HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n 2\r\n\r\n'],
+    ['a bare LF', 'GET /plain HTTP/1.1\nHost: x\n\n'],
+    [
+      'Content-Length with Transfer-Encoding',
+      'GET /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+    ],
+    [
+      'two Content-Lengths',
+      'GET /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n',
+    ],
+    ['40 header lines', get('/plain', Array.from({ length: 40 }, (_, i) => `X-${i}: ${i}\r\n`).join(''))],
+    ['a head over maxHeaderSize', get('/plain', `X-Big: ${'a'.repeat(http.maxHeaderSize)}\r\n`)],
+    ['CONNECT', 'CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n'],
+  ])('%s: same answer as http.Server (after a lean request on the same connection)', async (_name, text) => {
+    const node = await serve(false)
+    const lean = await serve(true)
+    // The second request is sent once the first is answered: Node answers a bad head with 400 only
+    // when no response is in flight, so both servers are asked the same way.
+    const [fromNode, fromLean] = await Promise.all([afterOne(node.port, text), afterOne(lean.port, text)])
+    expect(undated(fromLean)).toBe(undated(fromNode))
+    expect(lean.seen[0]?.lean).toBe(true)
+    expect(lean.seen.slice(1).every((s) => !s.lean)).toBe(true)
+    expect(lean.seen.length).toBe(node.seen.length)
+  })
+
+  it('a head that arrives in pieces (a slow client) is left to Node, and its timeouts', async () => {
+    const { port, server, seen } = await serve(true)
+    server.headersTimeout = 300
+    server.requestTimeout = 300
+    const connection = await rawConnect(port)
+    connection.write(get('/plain'))
+    await connection.waitFor(/ok\n$/)
+    connection.write('GET /plain HTTP/1.1\r\nHo')
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    connection.write('st: x\r\n\r\n')
+    await connection.waitFor(/ok\n[^]*ok\n$/)
+    expect(seen.map((s) => s.lean)).toEqual([true, false])
+    // Node's own header timeout then cuts a head that never completes (408 and close).
+    const slow = await rawConnect(port)
+    slow.write('GET /plain HTTP/1.1\r\nHost: x\r\n')
+    const text = await slow.closed
+    expect(statuses(text)).toEqual([408])
+  })
+})
+
+/** GET /plain, its answer, then `text` on the same connection: everything received. */
+async function afterOne(port: number, text: string): Promise<string> {
+  const connection = await rawConnect(port)
+  connection.write(get('/plain'))
+  await connection.waitFor(/ok\n$/)
+  connection.write(text)
+  await Promise.race([connection.closed, new Promise((resolve) => setTimeout(resolve, 300))])
+  connection.socket.destroy()
+  return connection.received()
+}
+
+describe('lean front end: connections', () => {
+  it('closes an idle connection after keepAliveTimeout, not a busy one', async () => {
+    const { port, server } = await serve(true)
+    server.keepAliveTimeout = 200
+    const idle = await rawConnect(port)
+    idle.write(get('/plain'))
+    await idle.waitFor(/ok\n$/)
+    const started = Date.now()
+    await idle.closed
+    const waited = Date.now() - started
+    expect(waited).toBeGreaterThanOrEqual(150)
+    expect(waited).toBeLessThan(2000)
+    // A request slower than the idle timeout is answered.
+    const busy = await rawConnect(port)
+    server.keepAliveTimeout = 100
+    busy.write(get('/slow'))
+    expect(statuses(await busy.waitFor(/slow$/))).toEqual([200])
+  })
+
+  it('a client that closes its side mid-request ends the response (close without finish), once', async () => {
+    const seen: Seen[] = []
+    const closes: boolean[] = []
+    const handle = handler(seen)
+    const server = http.createServer()
+    leanFrontEnd(server, (req, res) => {
+      res.once('close', () => closes.push(res.writableFinished))
+      handle(req, res)
+    })
+    servers.push(server)
+    server.listen(0, '127.0.0.1')
+    await once(server, 'listening')
+    const connection = await rawConnect((server.address() as { port: number }).port)
+    connection.write(get('/hang'))
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    connection.socket.end()
+    await connection.closed
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    expect(seen.map((s) => s.lean)).toEqual([true])
+    expect(closes).toEqual([false])
+  })
+
+  it('closeIdleConnections() and closeAllConnections() reach lean connections too', async () => {
+    const { port, server } = await serve(true)
+    const idle = await rawConnect(port)
+    idle.write(get('/plain'))
+    await idle.waitFor(/ok\n$/)
+    const busy = await rawConnect(port)
+    busy.write(get('/hang'))
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    server.closeIdleConnections()
+    await idle.closed
+    expect(busy.socket.destroyed).toBe(false)
+    server.closeAllConnections()
+    await busy.closed
+  })
+})
