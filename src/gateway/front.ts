@@ -65,6 +65,7 @@ interface Parser {
 interface ParserClass {
   new (): Parser
   REQUEST: number
+  RESPONSE: number
   kOnHeaders: number
   kOnHeadersComplete: number
   kOnBody: number
@@ -82,6 +83,9 @@ const CRLFCRLF = Buffer.from('\r\n\r\n')
 /** Bytes of later (pipelined) requests read ahead while a response is in flight: beyond this the
  * socket is paused until the response is done (Node pauses too). */
 const MAX_READ_AHEAD = 64 * 1024
+
+/** A first body chunk up to this size leaves in one write with the head (latin1 keeps every byte). */
+const SMALL_BODY = 2048
 
 /** One parsed head, as the parser's callbacks gave it. */
 interface Head {
@@ -392,6 +396,11 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
     const head = this.pendingHead
     if (length === 0) return head === undefined ? true : this.flushHead(socket)
     this.pendingHead = undefined
+    if (head !== undefined && !this.chunked && length <= SMALL_BODY && typeof chunk !== 'string') {
+      // The head and a small first chunk as one string: one write, no writev of two.
+      socket.write(head + chunk.toString('latin1'), 'latin1')
+      return !socket.writableNeedDrain
+    }
     socket.cork()
     if (this.chunked) {
       socket.write(`${head ?? ''}${length.toString(16)}\r\n`, 'latin1')

@@ -10,6 +10,7 @@ import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
 import type { ClientResponse } from './front.js'
 import { clientResponseHeaderList } from './headers.js'
+import { LeanPool, responseBinding } from './lean-upstream.js'
 import { forwardUpgrade } from './tunnel.js'
 import {
   ClientGone,
@@ -30,9 +31,32 @@ export type {
   WsOptions,
 } from './upstream.js'
 
-/** Per-origin keep-alive pools; requests beyond `connections` queue in the pool (holding their permit). */
-export function createProxy(options: { connections?: number } = {}): Proxy {
+/** Per-origin keep-alive pools; requests beyond `connections` queue in the pool (holding their permit).
+ * Bodiless requests to an http:// upstream go on the lean pool (lean-upstream.ts) unless `lean` is
+ * false; everything else through undici. */
+export function createProxy(options: { connections?: number; lean?: boolean } = {}): Proxy {
   const pools = new Map<string, Pool>()
+  const binding = options.lean === false ? null : responseBinding()
+  const leanPools = new Map<string, LeanPool>()
+  let leanByTarget = new WeakMap<URL, LeanPool>()
+  const leanPoolFor = (target: URL): LeanPool | undefined => {
+    if (!binding || target.protocol !== 'http:') return undefined
+    const known = leanByTarget.get(target)
+    if (known) return known
+    let pool = leanPools.get(target.origin)
+    if (!pool) {
+      const host = target.hostname.startsWith('[') ? target.hostname.slice(1, -1) : target.hostname
+      pool = new LeanPool(
+        host,
+        Number(target.port || 80),
+        { connections: options.connections ?? 1024, keepAliveTimeoutMs: 4000, connectTimeoutMs: 10_000 },
+        binding,
+      )
+      leanPools.set(target.origin, pool)
+    }
+    leanByTarget.set(target, pool)
+    return pool
+  }
   /** By URL object too: URL#origin builds a new string on every read. */
   let byTarget = new WeakMap<URL, Pool>()
   const poolFor = (target: URL): Pool => {
@@ -54,7 +78,8 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
 
   return {
     web(target, res, request, opts) {
-      return forwardWeb(poolFor(target), res, request, opts)
+      const lean = request.body === null ? leanPoolFor(target) : undefined
+      return forwardWeb(lean ?? poolFor(target), res, request, opts)
     },
     ws(target, socket, head, request, opts) {
       forwardUpgrade(poolFor(target), socket, head, request, opts)
@@ -62,12 +87,18 @@ export function createProxy(options: { connections?: number } = {}): Proxy {
     openSockets() {
       let count = 0
       for (const pool of pools.values()) count += pool.stats.connected
+      for (const pool of leanPools.values()) count += pool.connected
       return count
     },
     async close() {
-      await Promise.allSettled([...pools.values()].map((pool) => pool.close()))
+      await Promise.allSettled([
+        ...[...pools.values()].map((pool) => pool.close()),
+        ...[...leanPools.values()].map((pool) => pool.close()),
+      ])
       pools.clear()
+      leanPools.clear()
       byTarget = new WeakMap()
+      leanByTarget = new WeakMap()
     },
   }
 }
@@ -200,10 +231,16 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 }
 
-function forwardWeb(pool: Pool, res: ClientResponse, request: Outgoing, opts: WebOptions): WebForward {
+function forwardWeb(
+  pool: Pool | LeanPool,
+  res: ClientResponse,
+  request: Outgoing,
+  opts: WebOptions,
+): WebForward {
   const forward = new WebForward(res, opts)
   try {
-    pool.dispatch(dispatchOptions(request, opts.timeoutMs), forward)
+    if (pool instanceof LeanPool) pool.dispatch(request, opts.timeoutMs, forward)
+    else pool.dispatch(dispatchOptions(request, opts.timeoutMs), forward)
   } catch (error) {
     forward.fail(error as Error)
   }

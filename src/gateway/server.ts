@@ -35,9 +35,11 @@ export interface GatewayOptions {
   logger?: PinoLogger
   /** Export Node process metrics (CPU, memory, event loop) on /metrics too. @default true */
   processMetrics?: boolean
-  /** Serve the common request (HTTP/1.1, no body, no upgrade) on the lean path of front.ts; false:
-   * every connection is Node's http.Server's. @default true */
-  leanFrontEnd?: boolean
+  /** The lean paths: the common request (HTTP/1.1, no body, no upgrade) served on the raw socket
+   * (front.ts), and bodiless requests to http:// upstreams sent on sockets of our own
+   * (lean-upstream.ts). false: every connection is Node's http.Server's and every request undici's.
+   * @default true */
+  lean?: boolean
 }
 
 export interface Gateway {
@@ -125,7 +127,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     config,
     routes,
     metrics,
-    proxy: createProxy(),
+    proxy: createProxy({ lean: options.lean ?? true }),
     logger,
     accessLog: accessLines && ((line) => accessLines.pushAccess(line)),
     draining: false,
@@ -147,7 +149,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     return admissions.length > 0 && admissions.every((admission) => admission.config.failOpen)
   }
   const server = http.createServer((req, res) => handleRequest(ctx, req, res))
-  if (options.leanFrontEnd ?? true) leanFrontEnd(server, (req, res) => handleRequest(ctx, req, res))
+  if (options.lean ?? true) leanFrontEnd(server, (req, res) => handleRequest(ctx, req, res))
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
   // is admitted (web.ts), so a rejected client never uploads its body.
   server.on('checkContinue', (req, res) => handleRequest(ctx, req, res))

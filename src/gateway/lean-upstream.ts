@@ -1,0 +1,444 @@
+// Bodiless requests to an http:// upstream on keep-alive sockets of our own, parsed by Node's llhttp
+// binding (the one http.ClientRequest uses): the upstream half of the lean path (front.ts is the
+// client half). Requests with a body, upgrades and https:// upstreams stay undici's (proxy.ts).
+//
+// It speaks to the caller as undici's Pool.dispatch() does (the same handler, WebForward, and a
+// controller with abort/pause/resume), and sends what undici sends for the same request: the request
+// line, Host first, `connection: keep-alive`, the caller's headers in order, `content-length: 0` for
+// the methods that expect a body. Where undici has a rule this keeps it:
+//   - header names must be tokens, values and the path free of control characters (else the request
+//     fails before a byte is sent, as undici's InvalidArgumentError: 502);
+//   - the upstream may stay silent timeoutMs before its headers and between body bytes (504, with
+//     undici's error codes);
+//   - a socket is reused only after a complete response the upstream let us keep (keep-alive, the
+//     body as long as its Content-Length, no extra bytes), one event-loop turn later, and an idle one
+//     is closed after 4 s, or 2 s before the upstream's own Keep-Alive timeout when it sends one;
+//   - 1xx responses are skipped, a HEAD response has no body, a response without a length ends
+//     with the connection;
+//   - at most `connections` sockets per upstream; requests beyond them wait in order.
+import net from 'node:net'
+import type { Dispatcher } from 'undici'
+import { nodeBinding } from './front.js'
+import type { Outgoing } from './upstream.js'
+
+type Handler = Dispatcher.DispatchHandler
+type Headers = Record<string, string | string[]>
+
+const TOKEN = /^[\^_`a-zA-Z\-0-9!#$%&'*+.|~]+$/
+const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/
+const BAD_PATH = /[^\u0021-\u00ff]/
+/** undici's list (lib/dispatcher/client-h1.js): these get `content-length: 0` when sent bodiless. */
+const EXPECTS_PAYLOAD = new Set(['PUT', 'POST', 'PATCH', 'QUERY', 'PROPFIND', 'PROPPATCH'])
+const KEEP_ALIVE_TIMEOUT = /timeout=(\d+)/i
+
+/** An error with undici's code, so classify() maps it as it maps undici's. */
+class UpstreamFailure extends Error {
+  constructor(
+    message: string,
+    readonly code: string,
+  ) {
+    super(message)
+  }
+}
+
+export interface LeanPoolOptions {
+  connections: number
+  keepAliveTimeoutMs: number
+  connectTimeoutMs: number
+}
+
+interface ResponseParser {
+  initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void
+  execute(data: Buffer): number | Error
+  finish(): number | Error | undefined
+  [callback: number]: unknown
+}
+
+/** One request on its way: the controller its handler sees. */
+class Exchange implements Dispatcher.DispatchController {
+  aborted = false
+  paused = false
+  reason: Error | null = null
+  socket: UpstreamSocket | undefined
+  /** Response headers came (a timeout then is a body timeout). */
+  started = false
+  done = false
+
+  constructor(
+    readonly pool: LeanPool,
+    readonly head: string,
+    readonly method: string,
+    readonly timeoutMs: number,
+    readonly handler: Handler,
+  ) {}
+
+  abort(reason: Error): void {
+    if (this.done || this.aborted) return
+    this.aborted = true
+    this.reason = reason
+    if (this.socket) this.socket.socket.destroy()
+    else this.pool.unqueue(this)
+    this.fail(reason)
+  }
+
+  pause(): void {
+    this.paused = true
+    this.socket?.socket.pause()
+  }
+
+  resume(): void {
+    this.paused = false
+    this.socket?.socket.resume()
+  }
+
+  fail(error: Error): void {
+    if (this.done) return
+    this.done = true
+    this.handler.onResponseError?.(this, error)
+  }
+}
+
+/** A keep-alive socket to the upstream and its response parser. */
+class UpstreamSocket {
+  readonly socket: net.Socket
+  private readonly parser: ResponseParser
+  current: Exchange | undefined
+  private keepAlive = false
+  private status = 0
+  /** The response's Content-Length (-1: none) and the body bytes that came. */
+  private declared = -1
+  private bytesRead = 0
+  private error: Error | undefined
+  private idleMs: number
+  connected = false
+
+  constructor(private readonly pool: LeanPool) {
+    const b = pool.binding
+    this.idleMs = pool.options.keepAliveTimeoutMs
+    const socket = (this.socket = net.connect({ host: pool.host, port: pool.port, noDelay: true }))
+    socket.setTimeout(pool.options.connectTimeoutMs)
+    const parser = (this.parser = new b.Parser() as unknown as ResponseParser)
+    parser.initialize(b.Parser.RESPONSE, {}, 0, 0)
+    parser[b.Parser.kOnHeadersComplete] = this.onHeaders
+    parser[b.Parser.kOnBody] = this.onBody
+    parser[b.Parser.kOnMessageComplete] = this.onComplete
+    socket.on('connect', this.onConnect)
+    socket.on('data', this.onData)
+    socket.on('end', this.onEnd)
+    socket.on('error', this.onError)
+    socket.on('close', this.onClose)
+    socket.on('timeout', this.onTimeout)
+  }
+
+  send(exchange: Exchange): void {
+    this.current = exchange
+    exchange.socket = this
+    this.status = 0
+    if (!this.connected) return // written on connect
+    this.socket.setTimeout(exchange.timeoutMs)
+    this.socket.write(exchange.head, 'latin1')
+  }
+
+  private readonly onConnect = (): void => {
+    this.connected = true
+    const exchange = this.current
+    if (exchange) {
+      this.socket.setTimeout(exchange.timeoutMs)
+      this.socket.write(exchange.head, 'latin1')
+    }
+  }
+
+  private readonly onHeaders = (
+    _major: number,
+    _minor: number,
+    raw: string[] | undefined,
+    _method: unknown,
+    _url: unknown,
+    status: number,
+    _message: unknown,
+    upgrade: boolean,
+    keepAlive: boolean,
+  ): number => {
+    const exchange = this.current
+    // A response nobody asked for, an upgrade, or more than 32 header lines (sent in batches): this
+    // socket is not to be trusted further.
+    if (!exchange || exchange.done || upgrade || raw === undefined) {
+      this.broken(new UpstreamFailure('unexpected response from the upstream', 'UND_ERR_SOCKET'))
+      return 0
+    }
+    this.status = status
+    // A 100 nobody asked for (no request here has Expect) is as broken as undici takes it to be.
+    if (status === 100) {
+      this.broken(new UpstreamFailure('bad response from the upstream (100)', 'UND_ERR_SOCKET'))
+      return 0
+    }
+    if (status < 200) return 0 // other 1xx: the real response follows
+    const headers: Headers = {}
+    for (let i = 0; i < raw.length; i += 2) {
+      const name = (raw[i] as string).toLowerCase()
+      const value = raw[i + 1] as string
+      const known = headers[name]
+      if (known === undefined) headers[name] = value
+      else if (typeof known === 'string') headers[name] = [known, value]
+      else known.push(value)
+    }
+    // llhttp keeps no HEAD response's connection: undici does when the upstream says keep-alive.
+    const connection = headers.connection
+    this.keepAlive =
+      keepAlive ||
+      (exchange.method === 'HEAD' &&
+        typeof connection === 'string' &&
+        connection.toLowerCase() === 'keep-alive')
+    // The upstream's own idle timeout, less undici's 2 s margin (keepAliveTimeoutThreshold).
+    const hint = headers['keep-alive']
+    const seconds = typeof hint === 'string' ? KEEP_ALIVE_TIMEOUT.exec(hint)?.[1] : undefined
+    this.idleMs = seconds === undefined ? this.pool.options.keepAliveTimeoutMs : Number(seconds) * 1000 - 2000
+    const length = headers['content-length']
+    this.declared = typeof length === 'string' ? Number.parseInt(length, 10) : -1
+    this.bytesRead = 0
+    exchange.started = true
+    exchange.handler.onResponseStart?.(exchange, status, headers, '')
+    // 1: no body (llhttp's skip-body), as for every response to a HEAD.
+    return exchange.method === 'HEAD' ? 1 : 0
+  }
+
+  private readonly onBody = (chunk: Buffer): void => {
+    const exchange = this.current
+    if (!exchange || exchange.done) return
+    this.bytesRead += chunk.length
+    exchange.handler.onResponseData?.(exchange, chunk)
+  }
+
+  private readonly onComplete = (): void => {
+    const exchange = this.current
+    if (!exchange || exchange.done) return
+    if (this.status < 200) return
+    // As undici: a body shorter or longer than its Content-Length (a 204 with a body: llhttp reads
+    // none) is a broken response, not a complete one. Not for HEAD, nor for a 304, whose length is
+    // the representation's (RFC 9110 §8.6; undici takes that one as broken too).
+    if (
+      this.declared >= 0 &&
+      this.bytesRead !== this.declared &&
+      exchange.method !== 'HEAD' &&
+      this.status !== 304
+    ) {
+      this.broken(new UpstreamFailure('response body length mismatch', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH'))
+      return
+    }
+    exchange.done = true
+    this.current = undefined
+    exchange.socket = undefined
+    if (this.keepAlive && this.idleMs > 0) this.pool.release(this)
+    else this.socket.destroy()
+    exchange.handler.onResponseEnd?.(exchange, {})
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    const used = this.parser.execute(chunk)
+    // The parser's own code (HPE_...), as undici's HTTPParserError has it.
+    if (typeof used !== 'number')
+      this.broken(
+        new UpstreamFailure(
+          `invalid response from the upstream: ${used.message}`,
+          (used as NodeJS.ErrnoException).code ?? 'HPE_ERROR',
+        ),
+      )
+  }
+
+  /** The upstream closed its side: a response without a length ends here. */
+  private readonly onEnd = (): void => {
+    this.parser.finish()
+    this.socket.destroy()
+  }
+
+  private readonly onError = (error: Error): void => {
+    this.error ??= error
+  }
+
+  private readonly onClose = (): void => {
+    this.pool.closed(this)
+    const exchange = this.current
+    this.current = undefined
+    if (exchange && !exchange.done)
+      exchange.fail(this.error ?? new UpstreamFailure('the upstream closed the connection', 'UND_ERR_SOCKET'))
+  }
+
+  private readonly onTimeout = (): void => {
+    const exchange = this.current
+    if (!exchange) return void this.socket.destroy() // idle for its keep-alive time
+    const code = !this.connected
+      ? 'UND_ERR_CONNECT_TIMEOUT'
+      : exchange.started
+        ? 'UND_ERR_BODY_TIMEOUT'
+        : 'UND_ERR_HEADERS_TIMEOUT'
+    this.broken(new UpstreamFailure(`the upstream was silent too long (${code})`, code))
+  }
+
+  /** The response is broken: its exchange fails now (nothing more of this socket reaches it). */
+  private broken(error: Error): void {
+    this.error ??= error
+    this.socket.destroy()
+    const exchange = this.current
+    this.current = undefined
+    if (exchange) exchange.socket = undefined
+    exchange?.fail(error)
+  }
+
+  /** Back in the pool: idle, reading (not paused), closed after its keep-alive time. */
+  idle(): void {
+    this.socket.setTimeout(this.idleMs)
+    if (this.socket.isPaused()) this.socket.resume()
+  }
+}
+
+/** The sockets to one http:// upstream. */
+export class LeanPool {
+  private readonly free: UpstreamSocket[] = []
+  private resting: UpstreamSocket[] = []
+  private readonly waiting: Exchange[] = []
+  private open = 0
+  private closing: (() => void) | undefined
+  private shut = false
+
+  constructor(
+    readonly host: string,
+    readonly port: number,
+    readonly options: LeanPoolOptions,
+    readonly binding: NonNullable<ReturnType<typeof nodeBinding>>,
+  ) {}
+
+  /** Sockets open right now (busy and idle). */
+  get connected(): number {
+    return this.open
+  }
+
+  dispatch(request: Outgoing, timeoutMs: number, handler: Handler): void {
+    let head: string
+    try {
+      head = requestHead(request)
+    } catch (error) {
+      // Reported to the handler, as undici reports its InvalidArgumentError.
+      return handler.onResponseError?.(
+        new Exchange(this, '', request.method, timeoutMs, handler),
+        error as Error,
+      )
+    }
+    const exchange = new Exchange(this, head, request.method, timeoutMs, handler)
+    handler.onRequestStart?.(exchange, {})
+    if (exchange.aborted) return
+    if (this.shut) return exchange.fail(new UpstreamFailure('the proxy is closed', 'UND_ERR_DESTROYED'))
+    const socket = this.free.pop()
+    if (socket) return socket.send(exchange)
+    if (this.open >= this.options.connections) {
+      this.waiting.push(exchange)
+      return
+    }
+    this.open++
+    new UpstreamSocket(this).send(exchange)
+  }
+
+  /** A socket whose response is complete: reused after one turn of the event loop (as undici), so
+   * an upstream that closes it despite keep-alive is seen doing so before a request is sent on it. */
+  release(socket: UpstreamSocket): void {
+    if (this.shut) return void socket.socket.destroy()
+    socket.idle()
+    this.resting.push(socket)
+    if (this.resting.length === 1) setImmediate(this.rested)
+  }
+
+  private readonly rested = (): void => {
+    const sockets = this.resting
+    this.resting = []
+    for (const socket of sockets) {
+      if (socket.socket.destroyed) continue
+      const next = this.waiting.shift()
+      if (next) socket.send(next)
+      else this.free.push(socket)
+    }
+  }
+
+  closed(socket: UpstreamSocket): void {
+    this.open--
+    const at = this.free.indexOf(socket)
+    if (at >= 0) this.free.splice(at, 1)
+    const resting = this.resting.indexOf(socket)
+    if (resting >= 0) this.resting.splice(resting, 1)
+    // A request waiting for a socket gets a new one in its place.
+    const next = this.waiting.shift()
+    if (next && !this.shut) {
+      this.open++
+      new UpstreamSocket(this).send(next)
+    } else if (next) next.fail(new UpstreamFailure('the proxy is closed', 'UND_ERR_DESTROYED'))
+    if (this.open === 0) this.closing?.()
+  }
+
+  unqueue(exchange: Exchange): void {
+    const at = this.waiting.indexOf(exchange)
+    if (at >= 0) this.waiting.splice(at, 1)
+  }
+
+  /** Idle sockets close now, busy ones when their response is done. */
+  close(): Promise<void> {
+    this.shut = true
+    for (const socket of [...this.free.splice(0), ...this.resting.splice(0)]) socket.socket.destroy()
+    if (this.open === 0) return Promise.resolve()
+    return new Promise((resolve) => (this.closing = resolve))
+  }
+}
+
+/** The request's head as undici writes it for a bodiless request; throws for what undici refuses. */
+export function requestHead(request: Outgoing): string {
+  if (BAD_PATH.test(request.path) || !request.path.startsWith('/'))
+    throw new UpstreamFailure('invalid request path', 'UND_ERR_INVALID_ARG')
+  if (!TOKEN.test(request.method)) throw new UpstreamFailure('invalid method', 'UND_ERR_INVALID_ARG')
+  const headers = request.headers
+  let host = ''
+  let rest = ''
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i] as string
+    const value = headers[i + 1] as string
+    if (!TOKEN.test(name) || BAD_VALUE.test(value))
+      throw new UpstreamFailure(`invalid ${name} header`, 'UND_ERR_INVALID_ARG')
+    if (name.length === 4 && name.toLowerCase() === 'host') host = `host: ${value}\r\n`
+    else rest += `${name}: ${value}\r\n`
+  }
+  const empty = EXPECTS_PAYLOAD.has(request.method) ? 'content-length: 0\r\n' : ''
+  return `${request.method} ${request.path} HTTP/1.1\r\n${host}connection: keep-alive\r\n${rest}${empty}\r\n`
+}
+
+let usable: boolean | undefined
+
+/** Node's parser in response mode, checked once on a known response (the binding is not public). */
+export function responseBinding(): NonNullable<ReturnType<typeof nodeBinding>> | null {
+  const b = nodeBinding()
+  if (!b) return null
+  if (usable === undefined) {
+    usable = false
+    try {
+      const parser = new b.Parser() as unknown as ResponseParser
+      parser.initialize(b.Parser.RESPONSE, {}, 0, 0)
+      let seen = ''
+      parser[b.Parser.kOnHeadersComplete] = (
+        _major: number,
+        _minor: number,
+        raw: string[],
+        _method: unknown,
+        _url: unknown,
+        status: number,
+        _message: unknown,
+        _upgrade: boolean,
+        keepAlive: boolean,
+      ) => {
+        seen += `${status} ${raw.join('|')} ${keepAlive} `
+        return 0
+      }
+      parser[b.Parser.kOnBody] = (chunk: Buffer) => (seen += chunk.toString('latin1'))
+      parser[b.Parser.kOnMessageComplete] = () => (seen += ' end')
+      parser.execute(Buffer.from('HTTP/1.1 201 Created\r\nContent-Length: 2\r\nX-A: b\r\n\r\nok'))
+      usable = seen === '201 Content-Length|2|X-A|b true ok end'
+    } catch {
+      usable = false
+    }
+  }
+  return usable ? b : null
+}
