@@ -190,6 +190,8 @@ describe("lean front end: what is not lean is Node's, from the first byte of tha
       'Expect: 100-continue',
       'POST /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nExpect: 100-continue\r\n\r\nx',
     ],
+    ['Expect: 100-continue without a body', get('/plain', 'Expect: 100-continue\r\n')],
+    ['an Expect Node does not know (417)', get('/plain', 'Expect: teapot\r\n')],
     ['HTTP/1.0', 'GET /plain HTTP/1.0\r\n\r\n'],
     ['no Host', 'GET /plain HTTP/1.1\r\n\r\n'],
     ['an upgrade', 'GET /plain HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'],

@@ -258,18 +258,36 @@ describe('lean upstream pool: connections', () => {
     expect(upstream.state.connections).toBe(2)
   })
 
-  it('a connection the upstream closes right after a keep-alive response is not reused', async () => {
+  it('a connection the upstream closes right after a keep-alive response is not reused, even by a request sent at once', async () => {
     const upstream = await scripted((socket) => {
       ok(socket)
       socket.end()
     })
     const pool = leanPool(upstream.port)
-    for (let i = 0; i < 3; i++) {
-      const one = collect()
-      pool.dispatch(request(), 1000, one.handler)
-      expect(await one.done).toMatchObject({ status: 200, body: 'ok' })
-      await new Promise((resolve) => setTimeout(resolve, 5))
-    }
+    const outcomes: Outcome[] = []
+    await new Promise<void>((resolve) => {
+      const next = (left: number) => {
+        const one = collect()
+        const { onResponseEnd: end, onResponseError: failed } = one.handler
+        // The next request leaves in the same turn as the response's end (or failure), as the
+        // gateway's next one may.
+        one.handler.onResponseEnd = (controller, trailers) => {
+          end?.call(one.handler, controller, trailers)
+          if (left > 1) next(left - 1)
+        }
+        one.handler.onResponseError = (controller, error) => {
+          failed?.call(one.handler, controller, error)
+          if (left > 1) next(left - 1)
+        }
+        void one.done.then((outcome) => {
+          outcomes.push(outcome)
+          if (outcomes.length === 3) resolve()
+        })
+        pool.dispatch(request(), 1000, one.handler)
+      }
+      next(3)
+    })
+    expect(outcomes.map((o) => o.status)).toEqual([200, 200, 200])
     expect(upstream.state.connections).toBe(3)
   })
 
