@@ -17,6 +17,7 @@
 // parse the same way, answer with the bytes ServerResponse would write (status line, Date,
 // Connection/Keep-Alive, Content-Length or chunked), keep responses in order, close idle connections
 // after server.keepAliveTimeout, and tell the gateway a response closed exactly once.
+import { channel } from 'node:diagnostics_channel'
 import { EventEmitter } from 'node:events'
 import http, { STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http'
 import type { Socket } from 'node:net'
@@ -60,6 +61,7 @@ export type RequestHandler = (req: ClientRequest, res: ClientResponse) => void
 interface Parser {
   initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void
   execute(data: Buffer): number | Error
+  close(): void
   [callback: number]: unknown
 }
 interface ParserClass {
@@ -80,6 +82,9 @@ interface HttpCommon {
 type AddHeaderLine = (this: object, field: string, value: string, dest: Record<string, unknown>) => void
 
 const CRLFCRLF = Buffer.from('\r\n\r\n')
+/** Channels http.Server publishes each request on (diagnostics_channel). */
+const REQUEST_START = channel('http.server.request.start')
+const RESPONSE_FINISH = channel('http.server.response.finish')
 /** Bytes of later (pipelined) requests read ahead while a response is in flight: beyond this the
  * socket is paused until the response is done (Node pauses too). */
 const MAX_READ_AHEAD = 64 * 1024
@@ -124,6 +129,7 @@ export function nodeBinding(): Binding | null {
     // The binding's callback arguments are not a public API: check them on a known head.
     const probe = new LeanParser(candidate)
     const head = probe.parse(Buffer.from('GET /a?b HTTP/1.1\r\nHost: x\r\nX-Y: 1\r\n\r\n'))
+    probe.close()
     const ok =
       head !== undefined &&
       head.complete &&
@@ -141,6 +147,13 @@ export function nodeBinding(): Binding | null {
   return binding
 }
 
+let live = 0
+
+/** Request parsers not closed yet (tests: none is left behind by a closed connection). */
+export function liveParsers(): number {
+  return live
+}
+
 /** A request parser of one connection: the exact bytes of one head in, what it says out. */
 class LeanParser {
   private readonly parser: Parser
@@ -149,6 +162,7 @@ class LeanParser {
 
   constructor(private readonly b: Binding) {
     const parser = (this.parser = new b.Parser())
+    live++
     // As http.Server: a request parser, its default header size limit (0), no leniency flags.
     parser.initialize(b.Parser.REQUEST, {}, 0, 0)
     parser[b.Parser.kOnHeaders] = () => {
@@ -185,6 +199,16 @@ class LeanParser {
     parser[b.Parser.kOnMessageComplete] = () => {
       if (this.head) this.head.complete = true
     }
+  }
+
+  /** Free the binding's parser (as http.Server does, a turn later: never from inside its own
+   * callbacks). Without this every connection would keep its native parser alive. */
+  close(): void {
+    const parser = this.parser
+    setImmediate(() => {
+      parser.close()
+      live--
+    })
   }
 
   /** The head in `bytes` (exactly one head), or undefined when the parser refused it or wants more. */
@@ -306,7 +330,7 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
     if (this.headersSent) throw new Error('Cannot write headers after they are sent to the client')
     if (!Number.isInteger(statusCode) || statusCode < 100 || statusCode > 999)
       throw new RangeError(`Invalid status code: ${statusCode}`)
-    const state = { connection: false, contentLength: false, te: false, date: false }
+    const state = { connection: false, contentLength: false, te: false, date: false, keepAlive: false }
     let out = `HTTP/1.1 ${statusCode} ${STATUS_CODES[statusCode] ?? 'unknown'}\r\n`
     // A header set with setHeader() comes first, and writeHead()'s own of that name takes its place
     // (ServerResponse merges them into one map in that order).
@@ -331,7 +355,7 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
       else {
         out += 'Connection: keep-alive\r\n'
         const timeout = this.connection.front.keepAliveSeconds()
-        if (timeout > 0) out += `Keep-Alive: timeout=${timeout}\r\n`
+        if (timeout > 0 && !state.keepAlive) out += `Keep-Alive: timeout=${timeout}\r\n`
       }
     }
     if (!state.contentLength && !state.te && this.hasBody) {
@@ -351,7 +375,7 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
   private line(
     name: string,
     value: string | number | string[] | undefined,
-    state: { connection: boolean; contentLength: boolean; te: boolean; date: boolean },
+    state: { connection: boolean; contentLength: boolean; te: boolean; date: boolean; keepAlive: boolean },
   ): string {
     validateHeaderName(name)
     let lines = ''
@@ -368,12 +392,14 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
       case 4:
         if (name.toLowerCase() === 'date') state.date = true
         break
-      case 10:
-        if (name.toLowerCase() === 'connection') {
+      case 10: {
+        const lower = name.toLowerCase()
+        if (lower === 'connection') {
           state.connection = true
           if (/(?:^|\W)close(?:$|\W)/i.test(String(value))) this.last = true
-        }
+        } else if (lower === 'keep-alive') state.keepAlive = true
         break
+      }
       case 14:
         if (name.toLowerCase() === 'content-length') state.contentLength = true
         break
@@ -464,18 +490,30 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
   close(): void {
     if (this.closed) return
     this.closed = true
+    const mine = this.connection.detach(this)
     this.emit('close')
-    this.connection.responseClosed(this)
+    if (mine) this.connection.responseClosed(this)
   }
 }
 
+/** As http.Server's request timeout answer (lib/_http_server.js). */
+const REQUEST_TIMEOUT = 'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n'
+/** http.Server closes an idle keep-alive connection this long after the Keep-Alive timeout it
+ * advertises (HTTP_SERVER_KEEP_ALIVE_TIMEOUT_BUFFER), so a client reusing it just in time is not cut. */
+const KEEP_ALIVE_BUFFER_MS = 1000
+
 /** One client connection on the lean path, until it closes or is handed to http.Server. */
 class LeanConnection {
-  private buffered: Buffer | undefined
+  /** Bytes read and not parsed yet: joined only when a head is looked for (not per packet). */
+  private chunks: Buffer[] = []
+  private bufferedBytes = 0
   private current: LeanResponse | undefined
   private readonly parser: LeanParser
   private looping = false
   private handedOver = false
+  /** A response was written on it: from then on, nothing in flight means idle (before that, a new
+   * connection counts as busy, as in http.Server, and its first head is bounded by headersTimeout). */
+  private served = false
 
   constructor(
     readonly front: LeanFront,
@@ -488,25 +526,25 @@ class LeanConnection {
     socket.on('close', this.onClose)
     socket.on('drain', this.onDrain)
     socket.on('timeout', this.onTimeout)
-    const idleMs = front.server.keepAliveTimeout
-    if (idleMs > 0) socket.setTimeout(idleMs)
+    const headersMs = front.server.headersTimeout
+    if (headersMs > 0) socket.setTimeout(headersMs)
   }
 
   get idle(): boolean {
-    return this.current === undefined && this.buffered === undefined
+    return this.served && this.current === undefined && this.bufferedBytes === 0
   }
 
   private readonly onData = (chunk: Buffer): void => {
-    const buffered = this.buffered
-    this.buffered = buffered === undefined ? chunk : Buffer.concat([buffered, chunk])
+    this.chunks.push(chunk)
+    this.bufferedBytes += chunk.length
     if (this.current === undefined) this.next()
-    else if (this.buffered.length > MAX_READ_AHEAD) this.socket.pause()
+    else if (this.bufferedBytes > MAX_READ_AHEAD) this.socket.pause()
   }
 
   /** The client closed its side: as http.Server (no half-open HTTP), what is in flight is aborted;
    * a response already written whole is still flushed. */
   private readonly onEnd = (): void => {
-    this.buffered = undefined
+    this.drop()
     if (this.current && !this.current.writableEnded) this.socket.destroy()
     else this.socket.end()
   }
@@ -517,7 +555,8 @@ class LeanConnection {
 
   private readonly onClose = (): void => {
     this.front.connections.delete(this)
-    this.buffered = undefined
+    this.drop()
+    this.parser.close()
     this.current?.close()
   }
 
@@ -525,20 +564,45 @@ class LeanConnection {
     this.current?.emit('drain')
   }
 
-  /** No byte moved for server.keepAliveTimeout: an idle connection goes (a busy one is the gateway's
-   * to bound: its upstream and send timeouts). */
+  /** No byte moved for the socket's timeout: an idle connection goes (after the Keep-Alive time),
+   * one that never sent a head gets http.Server's 408 (after headersTimeout); a busy one is the
+   * gateway's to bound (its upstream and send timeouts). */
   private readonly onTimeout = (): void => {
-    if (this.idle) this.socket.destroy()
+    if (this.current !== undefined) return
+    if (this.served) {
+      if (this.idle) this.socket.destroy()
+    } else if (this.bufferedBytes === 0) {
+      this.socket.end(REQUEST_TIMEOUT, 'latin1')
+      this.socket.destroySoon()
+    }
   }
 
-  responseClosed(res: LeanResponse): void {
-    if (this.current !== res) return
+  private drop(): void {
+    this.chunks = []
+    this.bufferedBytes = 0
+  }
+
+  /** The response being written is over: later ones may go (called before its 'close' is emitted,
+   * so that the gateway sees the connection idle in that event, while draining). */
+  detach(res: LeanResponse): boolean {
+    if (this.current !== res) return false
     this.current = undefined
+    this.served = true
+    return true
+  }
+
+  /** After a response's 'close': the next request, or the end of the connection. */
+  responseClosed(res: LeanResponse): void {
     if (this.socket.destroyed) return
     if (res.last) {
-      this.buffered = undefined
+      this.drop()
       this.socket.destroySoon()
       return
+    }
+    if (this.bufferedBytes === 0) {
+      const idleMs = this.front.server.keepAliveTimeout
+      if (idleMs > 0 && this.socket.timeout !== idleMs + KEEP_ALIVE_BUFFER_MS)
+        this.socket.setTimeout(idleMs + KEEP_ALIVE_BUFFER_MS)
     }
     if (this.socket.isPaused()) this.socket.resume()
     this.next()
@@ -550,13 +614,23 @@ class LeanConnection {
     if (this.looping || this.handedOver) return
     this.looping = true
     try {
-      while (this.current === undefined && this.buffered !== undefined && !this.socket.destroyed) {
-        const bytes = this.buffered
+      while (this.current === undefined && this.bufferedBytes > 0 && !this.socket.destroyed) {
+        const bytes = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
         const end = bytes.indexOf(CRLFCRLF)
-        if (end < 0 || end + 4 > http.maxHeaderSize) return this.handOver()
+        if (end < 0 || end + 4 > http.maxHeaderSize) {
+          this.chunks = [bytes]
+          return this.handOver()
+        }
         const head = this.parser.parse(bytes.subarray(0, end + 4))
-        if (!head || !lean(head)) return this.handOver()
-        this.buffered = end + 4 === bytes.length ? undefined : bytes.subarray(end + 4)
+        if (!head || !lean(head)) {
+          this.chunks = [bytes]
+          return this.handOver()
+        }
+        if (end + 4 === bytes.length) this.drop()
+        else {
+          this.chunks = [bytes.subarray(end + 4)]
+          this.bufferedBytes = bytes.length - end - 4
+        }
         this.serve(head)
       }
     } finally {
@@ -579,7 +653,7 @@ class LeanConnection {
   }
 
   /** From here on the connection is http.Server's, with the bytes read so far put back in front. */
-  private handOver(): void {
+  handOver(): void {
     this.handedOver = true
     const socket = this.socket
     socket.pause()
@@ -591,14 +665,20 @@ class LeanConnection {
     socket.off('timeout', this.onTimeout)
     socket.setTimeout(0)
     this.front.connections.delete(this)
-    const bytes = this.buffered
-    this.buffered = undefined
+    this.parser.close()
+    const bytes =
+      this.chunks.length === 1
+        ? this.chunks[0]
+        : this.chunks.length > 1
+          ? Buffer.concat(this.chunks)
+          : undefined
+    this.drop()
     if (bytes) socket.unshift(bytes)
     this.front.nodeListener.call(this.front.server, socket)
     socket.resume()
   }
 
-  /** Close it now if nothing is in flight on it (draining). */
+  /** Close it now if nothing is in flight on it and it has served a request (draining). */
   closeIfIdle(): void {
     if (this.idle) this.socket.destroy()
   }
@@ -645,6 +725,15 @@ export class LeanFront {
   ) {}
 
   accept(socket: Socket): void {
+    // Someone watches requests the way http.Server reports them (APM instrumentation on its
+    // diagnostics channels, or another 'request' listener): every request of the connection is then
+    // http.Server's, so that none goes unseen.
+    if (
+      REQUEST_START.hasSubscribers ||
+      RESPONSE_FINISH.hasSubscribers ||
+      this.server.listenerCount('request') > 1
+    )
+      return this.nodeListener.call(this.server, socket)
     this.connections.add(new LeanConnection(this, socket))
   }
 

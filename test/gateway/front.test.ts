@@ -1,6 +1,7 @@
 // The lean front end (src/gateway/front.ts) against Node's http.Server, on raw sockets: the same
 // handler behind a plain http.Server and behind the lean path must put the same bytes on the wire
 // (Date aside), and everything the lean path does not serve must reach Node exactly as before.
+import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { once } from 'node:events'
 import http from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -9,6 +10,7 @@ import {
   type ClientResponse,
   LeanRequest,
   leanFrontEnd,
+  liveParsers,
   nodeBinding,
 } from '../../src/gateway/front.js'
 import { rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
@@ -63,6 +65,9 @@ function handler(seen: Seen[]) {
       res.setHeader('connection', 'close')
       res.writeHead(200, ['content-length', '2', 'x-b', 'c'])
       res.end('ok')
+    } else if (path === '/own-keep-alive') {
+      res.writeHead(200, { 'content-length': 0, 'keep-alive': 'timeout=9' })
+      res.end()
     } else if (path === '/end-only') {
       res.end('abc')
     } else if (path === '/odd-status') {
@@ -125,6 +130,7 @@ describe('lean front end: the bytes Node would write', () => {
     '/close',
     '/draining',
     '/end-only',
+    '/own-keep-alive',
     '/odd-status',
     '/missing',
   ])('GET %s: same response as http.Server, served by the lean path', async (path) => {
@@ -253,22 +259,115 @@ async function afterOne(port: number, text: string): Promise<string> {
 }
 
 describe('lean front end: connections', () => {
-  it('closes an idle connection after keepAliveTimeout, not a busy one', async () => {
-    const { port, server } = await serve(true)
-    server.keepAliveTimeout = 200
-    const idle = await rawConnect(port)
-    idle.write(get('/plain'))
-    await idle.waitFor(/ok\n$/)
-    const started = Date.now()
-    await idle.closed
-    const waited = Date.now() - started
-    expect(waited).toBeGreaterThanOrEqual(150)
-    expect(waited).toBeLessThan(2000)
+  it('closes an idle connection when http.Server does (Keep-Alive time + 1 s), not a busy one', async () => {
+    const idleFor = async (lean: boolean) => {
+      const { port, server } = await serve(lean)
+      server.keepAliveTimeout = 200
+      const idle = await rawConnect(port)
+      idle.write(get('/plain'))
+      await idle.waitFor(/ok\n$/)
+      const started = Date.now()
+      await idle.closed
+      return Date.now() - started
+    }
+    const [node, lean] = await Promise.all([idleFor(false), idleFor(true)])
+    expect(node).toBeGreaterThanOrEqual(1100)
+    expect(Math.abs(lean - node)).toBeLessThan(300)
     // A request slower than the idle timeout is answered.
-    const busy = await rawConnect(port)
+    const { port, server } = await serve(true)
     server.keepAliveTimeout = 100
+    const busy = await rawConnect(port)
     busy.write(get('/slow'))
     expect(statuses(await busy.waitFor(/slow$/))).toEqual([200])
+  })
+
+  it("a connection that never sends a head: kept past the Keep-Alive time, then http.Server's 408 at headersTimeout", async () => {
+    const silentFor = async (lean: boolean) => {
+      const { port, server } = await serve(lean)
+      server.keepAliveTimeout = 100
+      server.headersTimeout = 600
+      const silent = await rawConnect(port)
+      const started = Date.now()
+      const text = await silent.closed
+      return { ms: Date.now() - started, text }
+    }
+    const [node, lean] = await Promise.all([silentFor(false), silentFor(true)])
+    expect(lean.text).toBe(node.text)
+    expect(statuses(lean.text)).toEqual([408])
+    expect(lean.ms).toBeGreaterThanOrEqual(500)
+    expect(Math.abs(lean.ms - node.ms)).toBeLessThan(300)
+  })
+
+  it('draining: a new connection that has not sent its first request yet is not cut (as http.Server)', async () => {
+    const drained = async (lean: boolean) => {
+      const { port, server } = await serve(lean)
+      const fresh = await rawConnect(port)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      server.closeIdleConnections()
+      fresh.write(get('/plain'))
+      return statuses(await fresh.waitFor(/ok\n$/))
+    }
+    expect(await drained(true)).toEqual(await drained(false))
+    expect(await drained(true)).toEqual([200])
+  })
+
+  it("draining: a connection whose response ends is idle in that response's close (closed there, as http.Server)", async () => {
+    const closedAfter = async (lean: boolean) => {
+      const handle = handler([])
+      const server = http.createServer((req, res) => handle(req, res))
+      const front = (req: ClientRequest, res: ClientResponse) => {
+        // What the gateway does while draining: close idle connections when a response closes.
+        res.once('close', () => server.closeIdleConnections())
+        handle(req, res)
+      }
+      server.removeAllListeners('request')
+      server.on('request', front)
+      if (lean) leanFrontEnd(server, front)
+      servers.push(server)
+      server.listen(0, '127.0.0.1')
+      await once(server, 'listening')
+      const connection = await rawConnect((server.address() as { port: number }).port)
+      connection.write(get('/slow'))
+      await connection.waitFor(/slow$/)
+      const answered = Date.now()
+      const text = await connection.closed
+      return { statuses: statuses(text), closedAfterMs: Date.now() - answered }
+    }
+    const [node, lean] = await Promise.all([closedAfter(false), closedAfter(true)])
+    expect(lean.statuses).toEqual(node.statuses)
+    // At once, not after the Keep-Alive time (5 s).
+    expect(node.closedAfterMs).toBeLessThan(1000)
+    expect(lean.closedAfterMs).toBeLessThan(1000)
+  })
+
+  it("a diagnostics_channel subscriber (APM) sees every request: its connections are http.Server's", async () => {
+    const started: unknown[] = []
+    const listener = (message: unknown) => started.push(message)
+    subscribe('http.server.request.start', listener)
+    try {
+      const { port, seen } = await serve(true)
+      expect(statuses(await rawExchange(port, get('/plain') + get('/plain'), 150))).toEqual([200, 200])
+      expect(seen.map((s) => s.lean)).toEqual([false, false])
+      expect(started.length).toBe(2)
+    } finally {
+      unsubscribe('http.server.request.start', listener)
+    }
+  })
+
+  it('closes the native parser of every connection it served or handed over', async () => {
+    const { port } = await serve(true)
+    const before = liveParsers()
+    for (let i = 0; i < 20; i++) {
+      const connection = await rawConnect(port)
+      connection.write(
+        i % 2 === 0 ? get('/plain') : 'POST /plain HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx',
+      )
+      await connection.waitFor(/ok\n$/)
+      connection.socket.destroy()
+      await connection.closed
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(liveParsers()).toBe(before)
   })
 
   it('a client that closes its side mid-request ends the response (close without finish), once', async () => {
