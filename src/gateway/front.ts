@@ -68,6 +68,7 @@ interface ParserClass {
   new (): Parser
   REQUEST: number
   RESPONSE: number
+  kOnMessageBegin: number
   kOnHeaders: number
   kOnHeadersComplete: number
   kOnBody: number

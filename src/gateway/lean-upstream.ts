@@ -8,14 +8,16 @@
 // the methods that expect a body. Where undici has a rule this keeps it:
 //   - header names must be tokens, values and the path free of control characters (else the request
 //     fails before a byte is sent, as undici's InvalidArgumentError: 502);
-//   - the upstream may stay silent timeoutMs before its headers and between body bytes (504, with
-//     undici's error codes);
+//   - the final response's headers within timeoutMs of the request (one deadline), then at most
+//     timeoutMs of silence between body bytes unless the handler paused it (504, undici's codes);
 //   - a socket is reused only after a complete response the upstream let us keep (keep-alive, the
-//     body as long as its Content-Length, no extra bytes), one event-loop turn later, and an idle one
-//     is closed after 4 s, or 2 s before the upstream's own Keep-Alive timeout when it sends one;
-//   - 1xx responses are skipped, a HEAD response has no body, a response without a length ends
-//     with the connection;
+//     body as long as its Content-Length, not a HEAD), one event-loop turn later; a byte nobody
+//     asked for closes it (no response can answer the wrong request); an idle one is closed after
+//     4 s, or 2 s before the upstream's own Keep-Alive timeout (at most 600 s);
+//   - 1xx responses are skipped (a 100 or 101 nobody asked for is broken), a HEAD response has no
+//     body, a response without a length ends with the connection;
 //   - at most `connections` sockets per upstream; requests beyond them wait in order.
+// docs/gateway.md, "Lean paths", has the whole list and the one deliberate difference (a 304).
 import net from 'node:net'
 import type { Dispatcher } from 'undici'
 import { nodeBinding } from './front.js'
@@ -30,6 +32,8 @@ const BAD_PATH = /[^\u0021-\u00ff]/
 /** undici's list (lib/dispatcher/client-h1.js): these get `content-length: 0` when sent bodiless. */
 const EXPECTS_PAYLOAD = new Set(['PUT', 'POST', 'PATCH', 'QUERY', 'PROPFIND', 'PROPPATCH'])
 const KEEP_ALIVE_TIMEOUT = /timeout=(\d+)/i
+/** undici's keepAliveMaxTimeout. */
+const MAX_IDLE_MS = 600_000
 
 /** An error with undici's code, so classify() maps it as it maps undici's. */
 class UpstreamFailure extends Error {
@@ -61,7 +65,7 @@ class Exchange implements Dispatcher.DispatchController {
   paused = false
   reason: Error | null = null
   socket: UpstreamSocket | undefined
-  /** Response headers came (a timeout then is a body timeout). */
+  /** The final response's headers came (a timeout then is a body timeout). */
   started = false
   done = false
 
@@ -82,14 +86,22 @@ class Exchange implements Dispatcher.DispatchController {
     this.fail(reason)
   }
 
+  /** As undici: no body timeout while the handler holds the response back (a slow client is the
+   * gateway's send timeout's to bound). */
   pause(): void {
     this.paused = true
-    this.socket?.socket.pause()
+    const socket = this.socket?.socket
+    if (!socket) return
+    socket.pause()
+    socket.setTimeout(0)
   }
 
   resume(): void {
     this.paused = false
-    this.socket?.socket.resume()
+    const socket = this.socket?.socket
+    if (!socket) return
+    socket.setTimeout(this.timeoutMs)
+    socket.resume()
   }
 
   fail(error: Error): void {
@@ -109,6 +121,11 @@ class UpstreamSocket {
   /** The response's Content-Length (-1: none) and the body bytes that came. */
   private declared = -1
   private bytesRead = 0
+  /** Header lines the parser handed over in batches (more than 32) before the head ended. */
+  private batches: string[] = []
+  /** Local ms by which the final response's headers must be complete (undici's headersTimeout:
+   * one deadline, not reset by each byte of a dripping head). */
+  private headersDeadline = 0
   private error: Error | undefined
   private idleMs: number
   connected = false
@@ -120,6 +137,8 @@ class UpstreamSocket {
     socket.setTimeout(pool.options.connectTimeoutMs)
     const parser = (this.parser = new b.Parser() as unknown as ResponseParser)
     parser.initialize(b.Parser.RESPONSE, {}, 0, 0)
+    parser[b.Parser.kOnMessageBegin] = this.onBegin
+    parser[b.Parser.kOnHeaders] = this.onBatch
     parser[b.Parser.kOnHeadersComplete] = this.onHeaders
     parser[b.Parser.kOnBody] = this.onBody
     parser[b.Parser.kOnMessageComplete] = this.onComplete
@@ -131,28 +150,48 @@ class UpstreamSocket {
     socket.on('timeout', this.onTimeout)
   }
 
+  /** Usable for a request: not closing, and not broken. */
+  get usable(): boolean {
+    return !this.socket.destroyed && this.error === undefined
+  }
+
   send(exchange: Exchange): void {
     this.current = exchange
     exchange.socket = this
     this.status = 0
     if (!this.connected) return // written on connect
+    this.write(exchange)
+  }
+
+  private write(exchange: Exchange): void {
+    this.headersDeadline = Date.now() + exchange.timeoutMs
     this.socket.setTimeout(exchange.timeoutMs)
     this.socket.write(exchange.head, 'latin1')
   }
 
   private readonly onConnect = (): void => {
     this.connected = true
+    if (this.current) this.write(this.current)
+  }
+
+  /** A response begins: there must be a request waiting for it (undici destroys the socket on any
+   * byte nobody asked for: a stray response would answer the next request). */
+  private readonly onBegin = (): void => {
+    this.batches = []
     const exchange = this.current
-    if (exchange) {
-      this.socket.setTimeout(exchange.timeoutMs)
-      this.socket.write(exchange.head, 'latin1')
-    }
+    if (!exchange || exchange.done)
+      this.broken(new UpstreamFailure('response nobody asked for', 'UND_ERR_SOCKET'))
+  }
+
+  private readonly onBatch = (raw: string[]): void => {
+    // Trailers come this way too (after the body): only lines before the head's end are kept.
+    if (this.current && !this.current.started) for (const item of raw) this.batches.push(item)
   }
 
   private readonly onHeaders = (
     _major: number,
     _minor: number,
-    raw: string[] | undefined,
+    given: string[] | undefined,
     _method: unknown,
     _url: unknown,
     status: number,
@@ -161,20 +200,30 @@ class UpstreamSocket {
     keepAlive: boolean,
   ): number => {
     const exchange = this.current
-    // A response nobody asked for, an upgrade, or more than 32 header lines (sent in batches): this
-    // socket is not to be trusted further.
-    if (!exchange || exchange.done || upgrade || raw === undefined) {
-      this.broken(new UpstreamFailure('unexpected response from the upstream', 'UND_ERR_SOCKET'))
+    if (!exchange || exchange.done) {
+      this.broken(new UpstreamFailure('response nobody asked for', 'UND_ERR_SOCKET'))
+      return 0
+    }
+    // An upgrade nobody asked for, a 100 nobody asked for (no request here has Expect), or a status
+    // below 100: as broken as undici takes them.
+    if (upgrade || status === 100) {
+      this.broken(new UpstreamFailure(`bad response from the upstream (${status})`, 'UND_ERR_SOCKET'))
+      return 0
+    }
+    if (status < 100) {
+      this.broken(new UpstreamFailure(`invalid status from the upstream (${status})`, 'HPE_INVALID_STATUS'))
       return 0
     }
     this.status = status
-    // A 100 nobody asked for (no request here has Expect) is as broken as undici takes it to be.
-    if (status === 100) {
-      this.broken(new UpstreamFailure('bad response from the upstream (100)', 'UND_ERR_SOCKET'))
+    if (status < 200) {
+      // Other 1xx: the final response follows, within a new headers deadline (as undici re-arms).
+      this.headersDeadline = Date.now() + exchange.timeoutMs
       return 0
     }
-    if (status < 200) return 0 // other 1xx: the real response follows
-    const headers: Headers = {}
+    const raw = this.batches.length === 0 ? (given ?? []) : given ? this.batches.concat(given) : this.batches
+    this.batches = []
+    // No prototype: a header named constructor or __proto__ is a header like any other.
+    const headers: Headers = Object.create(null) as Headers
     for (let i = 0; i < raw.length; i += 2) {
       const name = (raw[i] as string).toLowerCase()
       const value = raw[i + 1] as string
@@ -183,17 +232,17 @@ class UpstreamSocket {
       else if (typeof known === 'string') headers[name] = [known, value]
       else known.push(value)
     }
-    // llhttp keeps no HEAD response's connection: undici does when the upstream says keep-alive.
-    const connection = headers.connection
-    this.keepAlive =
-      keepAlive ||
-      (exchange.method === 'HEAD' &&
-        typeof connection === 'string' &&
-        connection.toLowerCase() === 'keep-alive')
-    // The upstream's own idle timeout, less undici's 2 s margin (keepAliveTimeoutThreshold).
+    // Never kept after a HEAD: a server that sends a body anyway would answer the next request with
+    // it (undici does not reuse that socket either).
+    this.keepAlive = keepAlive && exchange.method !== 'HEAD'
+    // The upstream's own idle timeout, less undici's 2 s margin (keepAliveTimeoutThreshold), at most
+    // undici's keepAliveMaxTimeout (600 s).
     const hint = headers['keep-alive']
     const seconds = typeof hint === 'string' ? KEEP_ALIVE_TIMEOUT.exec(hint)?.[1] : undefined
-    this.idleMs = seconds === undefined ? this.pool.options.keepAliveTimeoutMs : Number(seconds) * 1000 - 2000
+    this.idleMs =
+      seconds === undefined
+        ? this.pool.options.keepAliveTimeoutMs
+        : Math.min(Number(seconds) * 1000 - 2000, MAX_IDLE_MS)
     const length = headers['content-length']
     this.declared = typeof length === 'string' ? Number.parseInt(length, 10) : -1
     this.bytesRead = 0
@@ -205,7 +254,7 @@ class UpstreamSocket {
 
   private readonly onBody = (chunk: Buffer): void => {
     const exchange = this.current
-    if (!exchange || exchange.done) return
+    if (!exchange || exchange.done || !exchange.started) return
     this.bytesRead += chunk.length
     exchange.handler.onResponseData?.(exchange, chunk)
   }
@@ -235,20 +284,35 @@ class UpstreamSocket {
   }
 
   private readonly onData = (chunk: Buffer): void => {
-    const used = this.parser.execute(chunk)
+    let used: number | Error
+    try {
+      used = this.parser.execute(chunk)
+    } catch (error) {
+      // A handler that threw inside a callback: this response is over, the process is not.
+      return this.broken(error as Error)
+    }
     // The parser's own code (HPE_...), as undici's HTTPParserError has it.
     if (typeof used !== 'number')
-      this.broken(
+      return this.broken(
         new UpstreamFailure(
           `invalid response from the upstream: ${used.message}`,
           (used as NodeJS.ErrnoException).code ?? 'HPE_ERROR',
         ),
       )
+    const exchange = this.current
+    if (exchange && !exchange.started && this.connected && Date.now() > this.headersDeadline)
+      this.broken(
+        new UpstreamFailure('the upstream sent no complete head in time', 'UND_ERR_HEADERS_TIMEOUT'),
+      )
   }
 
   /** The upstream closed its side: a response without a length ends here. */
   private readonly onEnd = (): void => {
-    this.parser.finish()
+    try {
+      this.parser.finish()
+    } catch (error) {
+      this.broken(error as Error)
+    }
     this.socket.destroy()
   }
 
@@ -270,6 +334,7 @@ class UpstreamSocket {
   private readonly onTimeout = (): void => {
     const exchange = this.current
     if (!exchange) return void this.socket.destroy() // idle for its keep-alive time
+    if (exchange.paused) return
     const code = !this.connected
       ? 'UND_ERR_CONNECT_TIMEOUT'
       : exchange.started
@@ -331,7 +396,9 @@ export class LeanPool {
     handler.onRequestStart?.(exchange, {})
     if (exchange.aborted) return
     if (this.shut) return exchange.fail(new UpstreamFailure('the proxy is closed', 'UND_ERR_DESTROYED'))
-    const socket = this.free.pop()
+    // The most recently used socket that is still open (one closing waits for its 'close' in the list).
+    let socket = this.free.pop()
+    while (socket && !socket.usable) socket = this.free.pop()
     if (socket) return socket.send(exchange)
     if (this.open >= this.options.connections) {
       this.waiting.push(exchange)
@@ -344,7 +411,6 @@ export class LeanPool {
   /** A socket whose response is complete: reused after one turn of the event loop (as undici), so
    * an upstream that closes it despite keep-alive is seen doing so before a request is sent on it. */
   release(socket: UpstreamSocket): void {
-    if (this.shut) return void socket.socket.destroy()
     socket.idle()
     this.resting.push(socket)
     if (this.resting.length === 1) setImmediate(this.rested)
@@ -354,9 +420,10 @@ export class LeanPool {
     const sockets = this.resting
     this.resting = []
     for (const socket of sockets) {
-      if (socket.socket.destroyed) continue
+      if (!socket.usable) continue
       const next = this.waiting.shift()
       if (next) socket.send(next)
+      else if (this.shut) socket.socket.destroy()
       else this.free.push(socket)
     }
   }
@@ -367,12 +434,13 @@ export class LeanPool {
     if (at >= 0) this.free.splice(at, 1)
     const resting = this.resting.indexOf(socket)
     if (resting >= 0) this.resting.splice(resting, 1)
-    // A request waiting for a socket gets a new one in its place.
+    // A request waiting for a socket gets a new one in its place (also while closing: queued
+    // requests are served, as undici's close() lets them finish).
     const next = this.waiting.shift()
-    if (next && !this.shut) {
+    if (next) {
       this.open++
       new UpstreamSocket(this).send(next)
-    } else if (next) next.fail(new UpstreamFailure('the proxy is closed', 'UND_ERR_DESTROYED'))
+    }
     if (this.open === 0) this.closing?.()
   }
 
@@ -381,10 +449,10 @@ export class LeanPool {
     if (at >= 0) this.waiting.splice(at, 1)
   }
 
-  /** Idle sockets close now, busy ones when their response is done. */
+  /** No new request; idle sockets close now, busy ones (and the queue) when their responses are done. */
   close(): Promise<void> {
     this.shut = true
-    for (const socket of [...this.free.splice(0), ...this.resting.splice(0)]) socket.socket.destroy()
+    for (const socket of this.free.splice(0)) socket.socket.destroy()
     if (this.open === 0) return Promise.resolve()
     return new Promise((resolve) => (this.closing = resolve))
   }

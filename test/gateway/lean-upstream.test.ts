@@ -346,3 +346,131 @@ describe('lean upstream pool: connections', () => {
     expect(pool.connected).toBe(0)
   })
 })
+
+describe('lean upstream pool: a hostile upstream', () => {
+  const ok = (socket: net.Socket, body = 'ok') =>
+    socket.write(`HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\n\r\n${body}`)
+
+  it.each([
+    ['a header named constructor', 'HTTP/1.1 200 OK\r\nConstructor: x\r\nContent-Length: 2\r\n\r\nok'],
+    ['a header named __proto__', 'HTTP/1.1 200 OK\r\n__proto__: x\r\nContent-Length: 2\r\n\r\nok'],
+    [
+      'a Keep-Alive timeout of 400 digits',
+      `HTTP/1.1 200 OK\r\nKeep-Alive: timeout=${'9'.repeat(400)}\r\nContent-Length: 2\r\n\r\nok`,
+    ],
+    [
+      '40 header lines',
+      `HTTP/1.1 200 OK\r\n${Array.from({ length: 40 }, (_, i) => `X-${i}: ${i}\r\n`).join('')}Content-Length: 2\r\n\r\nok`,
+    ],
+  ])('%s: what undici makes of it, and the process lives', async (_name, bytes) => {
+    const { lean, undici } = await both((socket) => socket.write(bytes))
+    expect(lean).toEqual(undici)
+  })
+
+  it('a status below 100 is a failure, as undici (which reports its head first, to no effect)', async () => {
+    const { lean, undici } = await both((socket) =>
+      socket.write('HTTP/1.1 099 Odd\r\nContent-Length: 2\r\n\r\nok'),
+    )
+    expect(undici.error).toBeDefined()
+    expect(lean).toEqual({ body: '', error: undici.error })
+  })
+
+  it.each([
+    [
+      'a second response in the same write',
+      (s: net.Socket) =>
+        s.write('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 500 Smuggled\r\nX-Stray: '),
+    ],
+    [
+      'a second response a moment later',
+      (s: net.Socket) => {
+        ok(s)
+        // The start of a head, while the socket is idle: the rest would come after the next request.
+        setTimeout(() => s.write('HTTP/1.1 500 Stray\r\nX-Stray: '), 5)
+      },
+    ],
+  ])('%s never answers the next request: that socket is not reused', async (_name, first) => {
+    const upstream = await scripted((socket, _request, i) => (i === 0 ? first(socket) : ok(socket, 'mine')))
+    const pool = leanPool(upstream.port)
+    const one = collect()
+    pool.dispatch(request(), 1000, one.handler)
+    expect(await one.done).toMatchObject({ status: 200, body: 'ok' })
+    await new Promise((resolve) => setTimeout(resolve, 30))
+    const two = collect()
+    pool.dispatch(request(), 1000, two.handler)
+    expect(await two.done).toMatchObject({ status: 200, body: 'mine' })
+    expect(upstream.state.connections).toBe(2)
+  })
+
+  it('never reuses the socket of a HEAD (a body sent anyway would answer the next request)', async () => {
+    const upstream = await scripted((socket, _request, i) => {
+      if (i === 0) {
+        socket.write('HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 36\r\n\r\n')
+        // A "body" after the HEAD's head, itself a response, late enough to meet the next request.
+        setTimeout(() => socket.write('HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nevil'), 30)
+      } else setTimeout(() => ok(socket, 'mine'), 60)
+    })
+    const pool = leanPool(upstream.port)
+    const head = collect()
+    pool.dispatch(request('HEAD'), 1000, head.handler)
+    expect(await head.done).toMatchObject({ status: 200, body: '' })
+    await new Promise((resolve) => setTimeout(resolve, 10))
+    const next = collect()
+    pool.dispatch(request(), 1000, next.handler)
+    expect(await next.done).toMatchObject({ status: 200, body: 'mine' })
+  })
+
+  it('a head dripped a byte at a time is still bound by the headers timeout (one deadline, as undici)', async () => {
+    const text = 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok'
+    const upstream = await scripted((socket) => {
+      let i = 0
+      const timer = setInterval(
+        () => (i < text.length ? socket.write(text[i++] as string) : clearInterval(timer)),
+        100,
+      )
+      socket.on('close', () => clearInterval(timer))
+    })
+    const one = collect()
+    const started = Date.now()
+    leanPool(upstream.port).dispatch(request(), 500, one.handler)
+    expect((await one.done).error).toBe('timeout')
+    expect(Date.now() - started).toBeLessThan(1500)
+  })
+
+  it('no body timeout while the handler holds the response back (as undici)', async () => {
+    const body = 'x'.repeat(100_000)
+    const upstream = await scripted((socket) => ok(socket, body))
+    const outcome: Outcome = { body: '' }
+    const done = new Promise<Outcome>((resolve) => {
+      let held = false
+      leanPool(upstream.port).dispatch(request(), 200, {
+        onResponseStart: (_c, status) => void (outcome.status = status),
+        onResponseData(controller, chunk) {
+          outcome.body += chunk.toString('latin1')
+          if (!held) {
+            held = true
+            controller.pause()
+            setTimeout(() => controller.resume(), 600) // three times the timeout
+          }
+        },
+        onResponseEnd: () => resolve(outcome),
+        onResponseError: (_c, error) => resolve({ ...outcome, error: classify(error).kind }),
+      })
+    })
+    const result = await done
+    expect(result.error).toBeUndefined()
+    expect(result.body.length).toBe(body.length)
+  })
+
+  it('close() lets queued requests finish, as undici', async () => {
+    const upstream = await scripted((socket) => setTimeout(() => ok(socket), 30))
+    const pool = leanPool(upstream.port, 1)
+    const all = Array.from({ length: 4 }, () => collect())
+    for (const one of all) pool.dispatch(request(), 1000, one.handler)
+    const closed = pool.close()
+    const outcomes = await Promise.all(all.map((one) => one.done))
+    expect(outcomes.map((o) => o.status)).toEqual([200, 200, 200, 200])
+    await closed
+    expect(pool.connected).toBe(0)
+  })
+})
