@@ -1,7 +1,7 @@
 // The HTTP/1.1 front end. Node's http.Server stays the server (it listens, and it serves everything
 // unusual), but its connections go first to a lean path that serves the common request on the raw
 // socket: no IncomingMessage, no ServerResponse, one string per response head (docs/gateway.md,
-// "Front end": ~10 µs of CPU per request on this machine).
+// "Lean paths": ~10 µs of CPU per request on this machine).
 //
 // The lean path takes a request only when all of this holds, and hands the connection to Node's own
 // connection listener otherwise, with every byte it has read put back, at a message boundary (no
@@ -15,8 +15,11 @@
 // HTTP/1.0 all meet Node's http.Server exactly as before: its parser, its timeouts (headersTimeout,
 // requestTimeout), its 400/431 answers. What the lean path owes is only this: parse what Node would
 // parse the same way, answer with the bytes ServerResponse would write (status line, Date,
-// Connection/Keep-Alive, Content-Length or chunked), keep responses in order, close idle connections
-// after server.keepAliveTimeout, and tell the gateway a response closed exactly once.
+// Connection/Keep-Alive, Content-Length or chunked), keep responses in order, keep http.Server's
+// connection timing (busy until the first response; 408 at headersTimeout for a silent connection;
+// idle ones closed at keepAliveTimeout + 1 s), and tell the gateway a response closed exactly once.
+// While something watches http.Server's requests (diagnostics_channel, another 'request' listener),
+// every connection is http.Server's.
 import { channel } from 'node:diagnostics_channel'
 import { EventEmitter } from 'node:events'
 import http, { STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http'
