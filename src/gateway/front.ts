@@ -524,14 +524,25 @@ class LeanConnection {
     readonly socket: Socket,
   ) {
     this.parser = new LeanParser(front.binding)
-    socket.on('data', this.onData)
-    socket.on('end', this.onEnd)
-    socket.on('error', this.onError)
-    socket.on('close', this.onClose)
-    socket.on('drain', this.onDrain)
-    socket.on('timeout', this.onTimeout)
+    this.listen('on')
     const headersMs = front.server.headersTimeout
     if (headersMs > 0) socket.setTimeout(headersMs)
+  }
+
+  /** The socket events of the lean path: attached on accept, all taken off at the hand-over. */
+  private listen(method: 'on' | 'off'): void {
+    const socket = this.socket
+    socket[method]('data', this.onData)
+    socket[method]('end', this.onEnd)
+    socket[method]('error', this.onError)
+    socket[method]('close', this.onClose)
+    socket[method]('drain', this.onDrain)
+    socket[method]('timeout', this.onTimeout)
+  }
+
+  /** The bytes read and not parsed yet, as one buffer (copied only when they came in pieces). */
+  private joined(): Buffer {
+    return this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
   }
 
   get idle(): boolean {
@@ -619,7 +630,7 @@ class LeanConnection {
     this.looping = true
     try {
       while (this.current === undefined && this.bufferedBytes > 0 && !this.socket.destroyed) {
-        const bytes = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
+        const bytes = this.joined()
         const end = bytes.indexOf(CRLFCRLF)
         if (end < 0 || end + 4 > http.maxHeaderSize) {
           this.chunks = [bytes]
@@ -661,21 +672,11 @@ class LeanConnection {
     this.handedOver = true
     const socket = this.socket
     socket.pause()
-    socket.off('data', this.onData)
-    socket.off('end', this.onEnd)
-    socket.off('error', this.onError)
-    socket.off('close', this.onClose)
-    socket.off('drain', this.onDrain)
-    socket.off('timeout', this.onTimeout)
+    this.listen('off')
     socket.setTimeout(0)
     this.front.connections.delete(this)
     this.parser.close()
-    const bytes =
-      this.chunks.length === 1
-        ? this.chunks[0]
-        : this.chunks.length > 1
-          ? Buffer.concat(this.chunks)
-          : undefined
+    const bytes = this.bufferedBytes > 0 ? this.joined() : undefined
     this.drop()
     if (bytes) socket.unshift(bytes)
     this.front.nodeListener.call(this.front.server, socket)

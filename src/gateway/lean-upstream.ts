@@ -18,6 +18,7 @@
 //     body, a response without a length ends with the connection;
 //   - at most `connections` sockets per upstream; requests beyond them wait in order.
 // docs/gateway.md, "Lean paths", has the whole list and the one deliberate difference (a 304).
+import { validateHeaderName, validateHeaderValue } from 'node:http'
 import net from 'node:net'
 import type { Dispatcher } from 'undici'
 import { nodeBinding } from './front.js'
@@ -26,8 +27,6 @@ import type { Outgoing } from './upstream.js'
 type Handler = Dispatcher.DispatchHandler
 type Headers = Record<string, string | string[]>
 
-const TOKEN = /^[\^_`a-zA-Z\-0-9!#$%&'*+.|~]+$/
-const BAD_VALUE = /[^\t\x20-\x7e\x80-\xff]/
 const BAD_PATH = /[^\u0021-\u00ff]/
 /** undici's list (lib/dispatcher/client-h1.js): these get `content-length: 0` when sent bodiless. */
 const EXPECTS_PAYLOAD = new Set(['PUT', 'POST', 'PATCH', 'QUERY', 'PROPFIND', 'PROPPATCH'])
@@ -462,20 +461,31 @@ export class LeanPool {
 export function requestHead(request: Outgoing): string {
   if (BAD_PATH.test(request.path) || !request.path.startsWith('/'))
     throw new UpstreamFailure('invalid request path', 'UND_ERR_INVALID_ARG')
-  if (!TOKEN.test(request.method)) throw new UpstreamFailure('invalid method', 'UND_ERR_INVALID_ARG')
+  if (!valid(request.method, '')) throw new UpstreamFailure('invalid method', 'UND_ERR_INVALID_ARG')
   const headers = request.headers
   let host = ''
   let rest = ''
   for (let i = 0; i < headers.length; i += 2) {
     const name = headers[i] as string
     const value = headers[i + 1] as string
-    if (!TOKEN.test(name) || BAD_VALUE.test(value))
-      throw new UpstreamFailure(`invalid ${name} header`, 'UND_ERR_INVALID_ARG')
+    if (!valid(name, value)) throw new UpstreamFailure(`invalid ${name} header`, 'UND_ERR_INVALID_ARG')
     if (name.length === 4 && name.toLowerCase() === 'host') host = `host: ${value}\r\n`
     else rest += `${name}: ${value}\r\n`
   }
   const empty = EXPECTS_PAYLOAD.has(request.method) ? 'content-length: 0\r\n' : ''
   return `${request.method} ${request.path} HTTP/1.1\r\n${host}connection: keep-alive\r\n${rest}${empty}\r\n`
+}
+
+/** A token name and a value without control characters: Node's own header checks (the ones
+ * ServerResponse and front.ts apply), which are undici's rules too. */
+function valid(name: string, value: string): boolean {
+  try {
+    validateHeaderName(name)
+    validateHeaderValue(name, value)
+    return true
+  } catch {
+    return false
+  }
 }
 
 let usable: boolean | undefined
