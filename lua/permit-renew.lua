@@ -22,7 +22,8 @@ for i = 3, #ARGV, 2 do
   end
 end
 if any then
-  -- Both exist with an expiry whenever a live holder does (M keeps every holder's fence).
+  -- H exists with an expiry whenever a live holder does; M, when it keeps fences or acquisitions of
+  -- holders, lives as long as their leases (and stays absent when it keeps none).
   redis.call('PEXPIREAT', H, int(exp), 'GT')
   expire_at_least(M, exp)
 end

@@ -7,8 +7,10 @@
 --   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
 --   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes
 --   KEYS[4] M  HASH  holder and queue bookkeeping, absent while nothing is held or queued:
---                    n = last ticket; g:<tok> = a holder's fencing token (what a resent acquire or a
---                    re-check reports to it); a:<tok> = a reentrant owner's acquisitions holding
+--                    n = last ticket; g:<tok> = the fencing token of a holder admitted from the queue
+--                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
+--                    reports to it; a permit granted at once has its fence in the reply only);
+--                    a:<tok> = a reentrant owner's acquisitions holding
 --                    through its token (see has_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
 --                    the acquisitions waiting on it (handed over together when it is admitted)

@@ -15,6 +15,12 @@ import {
   type Queued,
 } from './support.js'
 
+/** A snapshot without F, the last fence given (a resent plain grant moves it on). */
+function withoutFence(snapshot: Record<string, unknown>) {
+  const { f: _, ...rest } = snapshot
+  return rest
+}
+
 describe('permit-acquire.lua', () => {
   describe('reply shape and keys', () => {
     it('G9: grants a free permit as {now, {1, fence, now + ttl, 1}} on the server clock', async () => {
@@ -28,18 +34,25 @@ describe('permit-acquire.lua', () => {
       const fence = (row as Granted)[1]
       expect(fence).toBeGreaterThanOrEqual(before.us)
 
-      expect(await n.parts()).toEqual(['f', 'h', 'm'])
+      // A grant made at once is one ZADD: its fence is in the reply (and F), no hash field per holder.
+      expect(await n.parts()).toEqual(['f', 'h'])
       expect(await n.zset('h')).toEqual({ a: now + 10_000 })
-      expect(await n.hash('m')).toEqual({ 'g:a': String(fence) })
       expect(await n.redis.get(n.key.f)).toBe(String(fence))
     })
 
-    it('G2: every key written expires, H, M and F no earlier than the lease', async () => {
+    it('batch: grants made at once write no hash field, however many (M stays absent)', async () => {
+      const n = new PermitName()
+      await n.acquire('x', { permits: 10 })
+      const [, ...rows] = await n.acquire(['a', 'b', 'c', 'd'], { permits: 10 })
+      expect(rows.map((row) => row[0])).toEqual([1, 1, 1, 1])
+      expect(await n.parts()).toEqual(['f', 'h'])
+    })
+
+    it('G2: every key written expires, H and F no earlier than the lease', async () => {
       const n = new PermitName()
       const [now] = await n.acquire('a', { ttl: 10_000 })
       const lease = now + 10_000
       await n.expectExpiresNoEarlierThan('h', lease)
-      await n.expectExpiresNoEarlierThan('m', lease)
       await n.expectExpiresNoEarlierThan('f', lease)
       await n.expectAllExpire()
     })
@@ -81,7 +94,6 @@ describe('permit-acquire.lua', () => {
       expect(await n.zset('w')).toEqual({ b: nowB + 2_000, c: nowC + 3_000 })
       // The spec of a waiter: the lease it will be handed, min(ttl, waiter ttl).
       expect(await n.hash('m')).toEqual({
-        'g:a': String((held as Granted)[1]),
         n: '2',
         't:b': '2000',
         't:c': '3000',
@@ -98,7 +110,7 @@ describe('permit-acquire.lua', () => {
       const [, row] = await n.acquire('b', { mode: 0 })
       expect(row).toEqual([0, -1, (held as Granted)[2]])
       expect(await n.snapshot()).toEqual(before)
-      expect(await n.parts()).toEqual(['f', 'h', 'm'])
+      expect(await n.parts()).toEqual(['f', 'h'])
     })
 
     it('a direct grant publishes nothing (only admissions from the queue are announced)', async () => {
@@ -214,22 +226,41 @@ describe('permit-acquire.lua', () => {
   })
 
   describe('G12 exactly-once', () => {
-    it('G12: a resent acquire gets its own grant back, unchanged', async () => {
+    // A permit granted at once keeps its fence in the reply only (no hash write per grant): its resend
+    // (the reply was lost, so nobody saw that fence) holds the same permit and expiry with a fresh fence.
+    it('G12 G7: a resent acquire holds the same permit and expiry, with a fresh, larger fence', async () => {
       const n = new PermitName()
       const [, first] = await n.acquire('a', { ttl: 10_000 })
-      const before = await n.snapshot()
+      const before = withoutFence(await n.snapshot())
       const [, again] = await n.acquire('a', { ttl: 10_000 })
-      expect(again).toEqual(first)
-      expect(await n.snapshot()).toEqual(before)
+      expect(again).toEqual([1, expect.any(Number), (first as Granted)[2], 1])
+      expect((again as Granted)[1]).toBeGreaterThan((first as Granted)[1])
+      expect(withoutFence(await n.snapshot())).toEqual(before)
+      expect(await n.redis.get(n.key.f)).toBe(String((again as Granted)[1]))
     })
 
-    it('G12: a resent acquire of one of several holders reports its fence and expiry, and takes no second permit', async () => {
+    it('G12: a resent acquire of one of several holders reports its expiry, a fresh fence, and takes no second permit', async () => {
       const n = new PermitName()
       const [, a] = await n.acquire('a', { permits: 3 })
-      await n.acquire('b', { permits: 3 })
-      const before = await n.snapshot()
+      const [, b] = await n.acquire('b', { permits: 3 })
+      const before = withoutFence(await n.snapshot())
       const [, again] = await n.acquire('a', { permits: 3 })
-      expect(again).toEqual([1, (a as Granted)[1], (a as Granted)[2], 2])
+      expect(again).toEqual([1, expect.any(Number), (a as Granted)[2], 2])
+      expect((again as Granted)[1]).toBeGreaterThan((b as Granted)[1])
+      expect(withoutFence(await n.snapshot())).toEqual(before)
+    })
+
+    it('G12: a resent acquire of a waiter admitted since gets the fence it was admitted with, unchanged', async () => {
+      const n = new PermitName()
+      const [, a] = await n.acquire('a', { permits: 1 })
+      const [, b] = await n.acquire('b', { permits: 1 })
+      expect(b![0]).toBe(0)
+      await n.release('a', 1)
+      const grant = (await n.hash('m'))['g:b']
+      expect(Number(grant)).toBeGreaterThan((a as Granted)[1])
+      const before = await n.snapshot()
+      const [, again] = await n.acquire('b', { permits: 1 })
+      expect(again).toEqual([1, Number(grant), expect.any(Number), 1])
       expect(await n.snapshot()).toEqual(before)
     })
 
@@ -338,18 +369,15 @@ describe('permit-acquire.lua', () => {
       expect(await n.zset('q')).toEqual({ c: 1, d: 2 })
       expect(await n.zset('w')).toEqual({ c: now + 2_000, d: now + 2_000 })
       expect(await n.hash('m')).toEqual({
-        'g:a': String((a as Granted)[1]),
-        'g:b': String((b as Granted)[1]),
         n: '2',
         't:c': '2000',
         't:d': '2000',
       })
       expect(await n.redis.get(n.key.f)).toBe(String((b as Granted)[1]))
       await n.expectExpiresNoEarlierThan('h', exp)
-      await n.expectExpiresNoEarlierThan('m', exp)
       await n.expectExpiresNoEarlierThan('f', exp)
-      await n.expectExpiresNoEarlierThan('q', now + 2_000)
-      await n.expectExpiresNoEarlierThan('w', now + 2_000)
+      // M keeps only the queue's bookkeeping here: it lives as long as the waiters do.
+      for (const part of ['q', 'w', 'm'] as const) await n.expectExpiresNoEarlierThan(part, now + 2_000)
       await n.expectAllExpire()
     })
 
@@ -367,25 +395,37 @@ describe('permit-acquire.lua', () => {
       expect(a).toEqual([1, expect.any(Number), now + 10_000, 1])
       expect(b).toEqual([0, -1, now + 10_000])
       expect(c).toEqual([0, -1, now + 10_000])
-      expect(await n.parts()).toEqual(['f', 'h', 'm'])
+      expect(await n.parts()).toEqual(['f', 'h'])
     })
 
-    it('G12: a resent batch gets each token its own grant or place back, unchanged', async () => {
+    it('G12 G7: a resent batch gets each token its own permit (fresh, larger fences) or place back', async () => {
       const n = new PermitName()
       const [, ...first] = await n.acquire(['a', 'b', 'c', 'd'], { permits: 2 })
-      const before = await n.snapshot()
+      const before = withoutFence(await n.snapshot())
       const [, ...again] = await n.acquire(['a', 'b', 'c', 'd'], { permits: 2 })
+      const [a, b] = first as [Granted, Granted]
+      const [a2, b2] = again as [Granted, Granted]
       // Holders are counted right after the call: both grants now see 2.
-      expect(again).toEqual([[...(first[0] as Granted).slice(0, 3), 2], first[1], first[2], first[3]])
-      expect(await n.snapshot()).toEqual(before)
+      expect(again).toEqual([
+        [1, expect.any(Number), a[2], 2],
+        [1, expect.any(Number), b[2], 2],
+        first[2],
+        first[3],
+      ])
+      expect(a2[1]).toBeGreaterThan(b[1])
+      expect(b2[1]).toBeGreaterThan(a2[1])
+      expect(withoutFence(await n.snapshot())).toEqual(before)
+      expect(await n.redis.get(n.key.f)).toBe(String(b2[1]))
     })
 
-    it('G12: a batch mixing a resent token and fresh ones grants only the fresh ones anew', async () => {
+    it('G12 G7: a batch mixing a resent token and fresh ones grants only the fresh ones anew, fences in order', async () => {
       const n = new PermitName()
       const [, a] = await n.acquire('a', { permits: 3 })
       const [, a2, b, c] = await n.acquire(['a', 'b', 'c'], { permits: 3 })
-      expect((a2 as Granted).slice(0, 3)).toEqual((a as Granted).slice(0, 3))
+      expect((a2 as Granted).slice(0, 3)).toEqual([1, expect.any(Number), (a as Granted)[2]])
       expect([b![0], c![0]]).toEqual([1, 1])
+      const fences = [a, a2, b, c].map((row) => (row as Granted)[1])
+      for (let i = 1; i < fences.length; i++) expect(fences[i]).toBeGreaterThan(fences[i - 1]!)
       expect(await n.redis.zcard(n.key.h)).toBe(3)
     })
 
