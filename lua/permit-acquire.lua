@@ -6,11 +6,11 @@
 -- Idempotent (G12): a token that already holds or waits is a resent call (ioredis resends after a
 -- reconnect) and gets its own grant or queue place back: the same permit and expiry, and the same
 -- fence where the name keeps one for the token (an admitted waiter's, a reentrant owner's). A
--- permit granted at once keeps its fence in the reply only, so its resend gets a fresh, larger one:
--- the first reply never reached anybody, and strictly increasing fences (G7) are all a fence
--- promises. With an acquisition id, the one token is a reentrant owner's: a new id re-enters the
--- owner's hold or joins its wait (and is handed the permit with it); an id already there is a
--- resent call.
+-- permit granted at once keeps its fence in the reply only, so its resend gets a fresh, larger one
+-- (kept from then on, see holder_fence): the first reply never reached anybody, and strictly
+-- increasing fences (G7) are all a fence promises. With an acquisition id, the one token is a
+-- reentrant owner's: a new id re-enters the owner's hold or joins its wait (and is handed the permit
+-- with it); an id already there is a resent call.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] lease ttl ms  ARGV[3] permits
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
@@ -88,9 +88,7 @@ local fresh = {}
 for i, tok in ipairs(tokens) do
   local score = held[i] and tonumber(held[i])
   if score and score > NOW then
-    -- A fence kept for the token, else (a plain grant resent) a fresh one.
-    local kept = redis.call('HGET', M, 'g:' .. tok)
-    local fence = kept and tonumber(kept) or next_fence(score)
+    local fence = holder_fence(tok, score)
     local exp = score
     if op then
       local ops = redis.call('HGET', M, 'a:' .. tok)
@@ -128,7 +126,6 @@ for i, tok in ipairs(tokens) do
     fresh[#fresh + 1] = i
   end
 end
-save_fence() -- before take(): its single-grant SET ... GET must read a fence given above
 if #fresh == 0 then return out end
 
 local first = 1

@@ -2,7 +2,9 @@
 -- fallback for a lost wake-up: purges the dead, hands out free permits, reports each wait's state.
 -- A wait is a token and the acquisition it waits for; it is granted only when that acquisition holds
 -- a live lease (an expired, not yet purged lease is no grant: G2), so a re-check never reports an
--- earlier grant of the same owner as this wait's (G12).
+-- earlier grant of the same owner as this wait's (G12). A granted wait's fence is the one kept for
+-- its token (holder_fence: a fresh one, kept, for a permit granted at once, whose reply this caller
+-- never saw).
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
@@ -20,7 +22,7 @@ for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   local held = redis.call('ZSCORE', H, tok)
   if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
-    out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g:' .. tok) or last_fence()), tonumber(held) }
+    out[#out + 1] = { 1, holder_fence(tok, tonumber(held)), tonumber(held) }
   else
     local rank = redis.call('ZRANK', Q, tok)
     if rank and op ~= '' then

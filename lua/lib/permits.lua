@@ -9,7 +9,8 @@
 --   KEYS[4] M  HASH  holder and queue bookkeeping, absent while nothing is held or queued:
 --                    n = last ticket; g:<tok> = the fencing token of a holder admitted from the queue
 --                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
---                    reports to it; a permit granted at once has its fence in the reply only);
+--                    reports to it; a permit granted at once has its fence in the reply only, until
+--                    a caller that never saw it asks: see holder_fence);
 --                    a:<tok> = a reentrant owner's acquisitions holding
 --                    through its token (see has_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
@@ -70,6 +71,21 @@ local function take_fence(lease_end)
   fence_last = tonumber(old)
   local fence = next_fence(lease_end)
   save_fence()
+  return fence
+end
+
+-- The fence of live holder `tok` (lease until `lease_end`) for a caller that never saw it: a resent
+-- acquire or a re-check. A waiter admitted from the queue and a reentrant owner's hold keep theirs in
+-- M (g:). A permit granted at once has its fence in its reply only: the reply never reached this
+-- caller, so the token gets a fresh, larger fence (G7), kept in M from then on so that every later
+-- ask reports the same one.
+local function holder_fence(tok, lease_end)
+  local kept = redis.call('HGET', M, 'g:' .. tok)
+  if kept then return tonumber(kept) end
+  local fence = next_fence(lease_end)
+  save_fence()
+  redis.call('HSET', M, 'g:' .. tok, int(fence))
+  expire_at_least(M, lease_end)
   return fence
 end
 

@@ -15,9 +15,9 @@ import {
   type Queued,
 } from './support.js'
 
-/** A snapshot without F, the last fence given (a resent plain grant moves it on). */
-function withoutFence(snapshot: Record<string, unknown>) {
-  const { f: _, ...rest } = snapshot
+/** A snapshot without F and M (a resent plain grant gets a fresh fence, kept in M). */
+function withoutFenceKeys(snapshot: Record<string, unknown>) {
+  const { f: _, m: _m, ...rest } = snapshot
   return rest
 }
 
@@ -227,27 +227,34 @@ describe('permit-acquire.lua', () => {
 
   describe('G12 exactly-once', () => {
     // A permit granted at once keeps its fence in the reply only (no hash write per grant): its resend
-    // (the reply was lost, so nobody saw that fence) holds the same permit and expiry with a fresh fence.
-    it('G12 G7: a resent acquire holds the same permit and expiry, with a fresh, larger fence', async () => {
+    // (the reply was lost, so nobody saw that fence) holds the same permit and expiry with a fresh fence,
+    // which M keeps from then on, so a second resend reports the same one.
+    it('G12 G7: a resent acquire holds the same permit and expiry, with a fresh, larger fence kept for it', async () => {
       const n = new PermitName()
       const [, first] = await n.acquire('a', { ttl: 10_000 })
-      const before = withoutFence(await n.snapshot())
+      const before = withoutFenceKeys(await n.snapshot())
       const [, again] = await n.acquire('a', { ttl: 10_000 })
       expect(again).toEqual([1, expect.any(Number), (first as Granted)[2], 1])
-      expect((again as Granted)[1]).toBeGreaterThan((first as Granted)[1])
-      expect(withoutFence(await n.snapshot())).toEqual(before)
-      expect(await n.redis.get(n.key.f)).toBe(String((again as Granted)[1]))
+      const fence = (again as Granted)[1]
+      expect(fence).toBeGreaterThan((first as Granted)[1])
+      expect(withoutFenceKeys(await n.snapshot())).toEqual(before)
+      expect(await n.redis.get(n.key.f)).toBe(String(fence))
+      expect(await n.hash('m')).toEqual({ 'g:a': String(fence) })
+      await n.expectExpiresNoEarlierThan('m', (first as Granted)[2])
+      const [, third] = await n.acquire('a', { ttl: 10_000 })
+      expect(third).toEqual(again)
+      await n.expectAllExpire()
     })
 
     it('G12: a resent acquire of one of several holders reports its expiry, a fresh fence, and takes no second permit', async () => {
       const n = new PermitName()
       const [, a] = await n.acquire('a', { permits: 3 })
       const [, b] = await n.acquire('b', { permits: 3 })
-      const before = withoutFence(await n.snapshot())
+      const before = withoutFenceKeys(await n.snapshot())
       const [, again] = await n.acquire('a', { permits: 3 })
       expect(again).toEqual([1, expect.any(Number), (a as Granted)[2], 2])
       expect((again as Granted)[1]).toBeGreaterThan((b as Granted)[1])
-      expect(withoutFence(await n.snapshot())).toEqual(before)
+      expect(withoutFenceKeys(await n.snapshot())).toEqual(before)
     })
 
     it('G12: a resent acquire of a waiter admitted since gets the fence it was admitted with, unchanged', async () => {
@@ -401,7 +408,8 @@ describe('permit-acquire.lua', () => {
     it('G12 G7: a resent batch gets each token its own permit (fresh, larger fences) or place back', async () => {
       const n = new PermitName()
       const [, ...first] = await n.acquire(['a', 'b', 'c', 'd'], { permits: 2 })
-      const before = withoutFence(await n.snapshot())
+      const before = withoutFenceKeys(await n.snapshot())
+      const mBefore = await n.hash('m')
       const [, ...again] = await n.acquire(['a', 'b', 'c', 'd'], { permits: 2 })
       const [a, b] = first as [Granted, Granted]
       const [a2, b2] = again as [Granted, Granted]
@@ -414,7 +422,9 @@ describe('permit-acquire.lua', () => {
       ])
       expect(a2[1]).toBeGreaterThan(b[1])
       expect(b2[1]).toBeGreaterThan(a2[1])
-      expect(withoutFence(await n.snapshot())).toEqual(before)
+      expect(withoutFenceKeys(await n.snapshot())).toEqual(before)
+      // The waiters' bookkeeping as it was, plus the fences now kept for the resent grants.
+      expect(await n.hash('m')).toEqual({ ...mBefore, 'g:a': String(a2[1]), 'g:b': String(b2[1]) })
       expect(await n.redis.get(n.key.f)).toBe(String(b2[1]))
     })
 

@@ -22,6 +22,23 @@ describe('permit-recheck.lua', () => {
     await n.expectAllExpire()
   })
 
+  // A permit granted at once keeps its fence in its reply only. A re-check that finds the token holding
+  // comes from a caller that never saw that reply: it gets a fresh fence, kept from then on (found by a
+  // review: the re-check fell back to the name's last fence, another holder's, or 0 once F expired).
+  it('G7 G12: a re-check of a permit granted at once gets a fresh fence of its own, the same every time', async () => {
+    const n = new PermitName()
+    const [, a] = await n.acquire('a', { permits: 2, ttl: 60_000 })
+    const [, b] = await n.acquire('b', { permits: 2, ttl: 300 })
+    const [, , first] = (await n.recheck(2, 2_000, ['a', ''])) as [number, number, Granted]
+    expect(first).toEqual([1, expect.any(Number), (a as Granted)[2]])
+    expect(first[1]).toBeGreaterThan((b as Granted)[1])
+    await sleep(400) // b's lease, and with it F's hold on the last fence, ran out
+    const [, , again] = (await n.recheck(2, 2_000, ['a', ''])) as [number, number, Granted]
+    expect(again).toEqual(first)
+    await n.expectExpiresNoEarlierThan('m', (a as Granted)[2])
+    await n.expectAllExpire()
+  })
+
   it('never shortens a heartbeat: a shorter waiter ttl leaves W as it stands', async () => {
     const n = new PermitName()
     await n.acquire('a')

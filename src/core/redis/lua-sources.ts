@@ -76,7 +76,8 @@ end
 --   KEYS[4] M  HASH  holder and queue bookkeeping, absent while nothing is held or queued:
 --                    n = last ticket; g:<tok> = the fencing token of a holder admitted from the queue
 --                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
---                    reports to it; a permit granted at once has its fence in the reply only);
+--                    reports to it; a permit granted at once has its fence in the reply only, until
+--                    a caller that never saw it asks: see holder_fence);
 --                    a:<tok> = a reentrant owner's acquisitions holding
 --                    through its token (see has_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
@@ -137,6 +138,21 @@ local function take_fence(lease_end)
   fence_last = tonumber(old)
   local fence = next_fence(lease_end)
   save_fence()
+  return fence
+end
+
+-- The fence of live holder \`tok\` (lease until \`lease_end\`) for a caller that never saw it: a resent
+-- acquire or a re-check. A waiter admitted from the queue and a reentrant owner's hold keep theirs in
+-- M (g:). A permit granted at once has its fence in its reply only: the reply never reached this
+-- caller, so the token gets a fresh, larger fence (G7), kept in M from then on so that every later
+-- ask reports the same one.
+local function holder_fence(tok, lease_end)
+  local kept = redis.call('HGET', M, 'g:' .. tok)
+  if kept then return tonumber(kept) end
+  local fence = next_fence(lease_end)
+  save_fence()
+  redis.call('HSET', M, 'g:' .. tok, int(fence))
+  expire_at_least(M, lease_end)
   return fence
 end
 
@@ -479,11 +495,11 @@ end
 -- Idempotent (G12): a token that already holds or waits is a resent call (ioredis resends after a
 -- reconnect) and gets its own grant or queue place back: the same permit and expiry, and the same
 -- fence where the name keeps one for the token (an admitted waiter's, a reentrant owner's). A
--- permit granted at once keeps its fence in the reply only, so its resend gets a fresh, larger one:
--- the first reply never reached anybody, and strictly increasing fences (G7) are all a fence
--- promises. With an acquisition id, the one token is a reentrant owner's: a new id re-enters the
--- owner's hold or joins its wait (and is handed the permit with it); an id already there is a
--- resent call.
+-- permit granted at once keeps its fence in the reply only, so its resend gets a fresh, larger one
+-- (kept from then on, see holder_fence): the first reply never reached anybody, and strictly
+-- increasing fences (G7) are all a fence promises. With an acquisition id, the one token is a
+-- reentrant owner's: a new id re-enters the owner's hold or joins its wait (and is handed the permit
+-- with it); an id already there is a resent call.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] lease ttl ms  ARGV[3] permits
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
@@ -561,9 +577,7 @@ local fresh = {}
 for i, tok in ipairs(tokens) do
   local score = held[i] and tonumber(held[i])
   if score and score > NOW then
-    -- A fence kept for the token, else (a plain grant resent) a fresh one.
-    local kept = redis.call('HGET', M, 'g:' .. tok)
-    local fence = kept and tonumber(kept) or next_fence(score)
+    local fence = holder_fence(tok, score)
     local exp = score
     if op then
       local ops = redis.call('HGET', M, 'a:' .. tok)
@@ -601,7 +615,6 @@ for i, tok in ipairs(tokens) do
     fresh[#fresh + 1] = i
   end
 end
-save_fence() -- before take(): its single-grant SET ... GET must read a fence given above
 if #fresh == 0 then return out end
 
 local first = 1
@@ -664,7 +677,9 @@ return {
 -- fallback for a lost wake-up: purges the dead, hands out free permits, reports each wait's state.
 -- A wait is a token and the acquisition it waits for; it is granted only when that acquisition holds
 -- a live lease (an expired, not yet purged lease is no grant: G2), so a re-check never reports an
--- earlier grant of the same owner as this wait's (G12).
+-- earlier grant of the same owner as this wait's (G12). A granted wait's fence is the one kept for
+-- its token (holder_fence: a fresh one, kept, for a permit granted at once, whose reply this caller
+-- never saw).
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
@@ -682,7 +697,7 @@ for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   local held = redis.call('ZSCORE', H, tok)
   if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
-    out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g:' .. tok) or last_fence()), tonumber(held) }
+    out[#out + 1] = { 1, holder_fence(tok, tonumber(held)), tonumber(held) }
   else
     local rank = redis.call('ZRANK', Q, tok)
     if rank and op ~= '' then
