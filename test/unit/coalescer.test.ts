@@ -44,23 +44,27 @@ describe('G1 G12: coalescer', () => {
     expect(h.pendingTurn()).toBe(false)
   })
 
-  it('sends the first two calls of a turn straight, merges the rest of the turn into one call', () => {
+  it('sends the first call at once and merges the rest of the turn into one call', () => {
     const h = harness()
     h.submit(h.call('a'), h.call('b'), h.call('c'), h.call('d'))
-    // a: nothing in flight. b: the turn's first call while a is in flight. c, d: queued.
-    expect(h.sent).toEqual([['a'], ['b']])
+    // a: nothing in flight. b, c, d: a is in flight, so they wait for the end of the turn.
+    expect(h.sent).toEqual([['a']])
     h.endTurn()
-    expect(h.sent).toEqual([['a'], ['b'], ['c', 'd']])
+    expect(h.sent).toEqual([['a'], ['b', 'c', 'd']])
   })
 
-  it('while calls are in flight, only the turn first call goes straight', () => {
+  it('while a call of the name is in flight, every call of a turn waits for its end: one call per turn', () => {
     const h = harness()
     h.submit(h.call('a'))
     h.endTurn()
     h.submit(h.call('b'), h.call('c'), h.call('d'))
-    expect(h.sent).toEqual([['a'], ['b']])
+    expect(h.sent).toEqual([['a']])
     h.endTurn()
-    expect(h.sent).toEqual([['a'], ['b'], ['c', 'd']])
+    expect(h.sent).toEqual([['a'], ['b', 'c', 'd']])
+    h.submit(h.call('e'), h.call('f'))
+    h.endTurn()
+    expect(h.sent).toEqual([['a'], ['b', 'c', 'd'], ['e', 'f']])
+    expect(h.coalescer.pending('n')).toBe(3)
   })
 
   it('after the replies landed, a call goes straight again', () => {
@@ -74,7 +78,7 @@ describe('G1 G12: coalescer', () => {
 
   it('keeps the call order of a name across kinds: only consecutive calls of one kind merge', () => {
     const h = harness()
-    h.submit(h.call('a'), h.call('b'))
+    h.submit(h.call('a'))
     h.submit(
       h.call('c1', 'n', 'acquire'),
       h.call('c2', 'n', 'acquire'),
@@ -84,44 +88,45 @@ describe('G1 G12: coalescer', () => {
       h.call('c4', 'n', 'acquire'),
     )
     h.endTurn()
-    expect(h.sent.slice(2)).toEqual([['c1', 'c2'], ['r1'], ['x'], ['c3', 'c4']])
+    expect(h.sent.slice(1)).toEqual([['c1', 'c2'], ['r1'], ['x'], ['c3', 'c4']])
   })
 
   it('never merges calls without a kind, not even with each other', () => {
     const h = harness()
-    h.submit(h.call('a'), h.call('b'))
+    h.submit(h.call('a'))
     h.submit({ ...h.call('r1'), kind: undefined }, { ...h.call('r2'), kind: undefined })
     h.endTurn()
-    expect(h.sent.slice(2)).toEqual([['r1'], ['r2']])
+    expect(h.sent.slice(1)).toEqual([['r1'], ['r2']])
   })
 
   it('never repeats a token in one merged call (a release twice must find it gone)', () => {
     const h = harness()
-    h.submit(h.call('a'), h.call('b'))
+    h.submit(h.call('a'))
     h.submit(
       h.call('r1', 'n', 'release', 't'),
       h.call('r2', 'n', 'release', 't'),
       h.call('r3', 'n', 'release', 'u'),
     )
     h.endTurn()
-    expect(h.sent.slice(2)).toEqual([['r1'], ['r2', 'r3']])
+    expect(h.sent.slice(1)).toEqual([['r1'], ['r2', 'r3']])
   })
 
   it(`merges at most ${MAX_BATCH} calls into one`, () => {
     const h = harness()
-    h.submit(h.call('a'), h.call('b'))
+    h.submit(h.call('a'))
     const many = Array.from({ length: MAX_BATCH + 3 }, (_, i) => h.call(`c${i}`))
     h.submit(...many)
     h.endTurn()
-    expect(h.sent.slice(2).map((batch) => batch.length)).toEqual([MAX_BATCH, 3])
+    expect(h.sent.slice(1).map((batch) => batch.length)).toEqual([MAX_BATCH, 3])
   })
 
   it('batches each name on its own', () => {
     const h = harness()
     h.submit(h.call('a', 'x'), h.call('b', 'y'), h.call('c', 'x'), h.call('d', 'x'), h.call('e', 'y'))
-    expect(h.sent).toEqual([['a'], ['b'], ['c'], ['e']])
+    expect(h.sent).toEqual([['a'], ['b']])
     h.endTurn()
-    expect(h.sent.slice(4)).toEqual([['d']])
-    expect(h.coalescer.pending('x')).toBe(3)
+    expect(h.sent.slice(2)).toEqual([['c', 'd'], ['e']])
+    expect(h.coalescer.pending('x')).toBe(2)
+    expect(h.coalescer.pending('y')).toBe(2)
   })
 })
