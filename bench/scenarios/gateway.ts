@@ -189,6 +189,7 @@ export const gatewayThroughput: Scenario = {
           'upstream CPU µs/req',
           'redis scripts/req',
           'redis cmds/req',
+          'redis CPU µs/req',
           'errors',
           'autocannon req/s',
         ],
@@ -206,6 +207,7 @@ export const gatewayThroughput: Scenario = {
             fmtFixed(median(rounds[i]!.map((r) => r.upstreamCpuUs)), 1),
             target.redis ? fmtFixed(server.scriptCalls / requests, 2) : '-',
             target.redis ? fmtFixed(server.totalCalls / requests, 2) : '-',
+            target.redis ? fmtFixed((server.cpuSeconds * 1e6) / requests, 1) : '-',
             fmtInt(sum(i, (r) => r.errors)),
             fmtInt(cannon[i]!),
           ]
@@ -261,7 +263,7 @@ export const gatewayThroughput: Scenario = {
           `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this 2-core machine, the load generator too (${generator}); ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. req/s, p50, p99 and CPU: medians over the rounds; 'x http-proxy' and 'x nginx': the median over the rounds of the ratio to that peer in the same round (robust against bursts of other load); the verdicts use them. 'autocannon req/s': one extra round each with autocannon (a Node process competing for the same 2 cores).`,
           `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the built bin (node ${GATEWAY_BIN}) with --permits ${PERMITS} (never waits), its pino access log at info to a discarded stderr (the 'no access log' variant: --log-level warn), metrics on.`,
           `CPU per request: utime + stime from /proc/<pid>/stat of the proxy process (nginx: master and worker) over each round, divided by the round's requests; 'upstream CPU' is the demo upstream's.`,
-          `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (an acquire and a release per request, batched per event-loop turn while calls of the name are in flight), cmds/req = every command the server ran, those inside the scripts included: ${topCommands(
+          `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (an acquire and a release per request, batched per event-loop turn while calls of the name are in flight), cmds/req = every command the server ran, those inside the scripts included; redis CPU = used_cpu_user + used_cpu_sys of INFO cpu over the rounds, divided by their requests (redis-server shares the 2 cores with everything else): ${topCommands(
             sumDeltas(rounds[redisIndex]!.map((r) => r.server)),
             sum(redisIndex, (r) => r.requests),
           )}.`,
