@@ -1,8 +1,8 @@
 // What waiting and bursts cost in Redis commands. G10: a blocked waiter costs ~0 commands per second.
 // A burst of acquires (or releases) of one name in one event-loop turn is two script calls (the
-// first goes straight, the rest gather in one batch while it is in flight). Counted
-// with INFO commandstats on private servers (the shared ones see other test files' traffic), so the
-// counts are exact.
+// first goes straight, the rest gather in one batch while it is in flight). Counted with INFO
+// commandstats on private servers (the shared ones see other test files' traffic), so the counts
+// are exact.
 import { Cluster, Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'

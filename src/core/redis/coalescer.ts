@@ -4,8 +4,9 @@
 //   nothing of its name is in flight or queued (a lone call waits for nothing). Otherwise it joins its
 //   name's FIFO. At the end of the turn (setImmediate, after the turn's I/O callbacks) each FIFO is
 //   walked in order and runs of consecutive calls of one kind are merged into one call: never
-//   repeating a token, at most MAX_BATCH tokens. Calls without a kind (renew, re-check, ...) join the FIFO as they are, so every
-//   call of a name reaches the store in the order it was made, by construction.
+//   repeating a token, at most MAX_BATCH tokens. Calls without a kind (renew, re-check, ...) join the
+//   FIFO as they are, so every call of a name reaches the store in the order it was made, by
+//   construction.
 //
 // Under load (the gateway with 50 connections) this turns the acquires of a turn into one script call
 // instead of one each (npm run bench -- gateway). An earlier rule also sent each turn's first call
