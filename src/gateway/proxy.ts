@@ -37,71 +37,79 @@ export type {
  * Bodiless requests to an http:// upstream go on the lean pool (lean-upstream.ts) unless `lean` is
  * false; everything else through undici. */
 export function createProxy(options: { connections?: number; lean?: boolean } = {}): Proxy {
-  const pools = new Map<string, Pool>()
-  const binding = options.lean === false ? null : responseBinding()
-  const leanPools = new Map<string, LeanPool>()
-  let leanByTarget = new WeakMap<URL, LeanPool>()
-  const leanPoolFor = (target: URL): LeanPool | undefined => {
-    if (!binding || target.protocol !== 'http:') return undefined
-    const known = leanByTarget.get(target)
-    if (known) return known
-    let pool = leanPools.get(target.origin)
-    if (!pool) {
-      const host = target.hostname.startsWith('[') ? target.hostname.slice(1, -1) : target.hostname
-      pool = new LeanPool(
-        host,
-        Number(target.port || 80),
-        { connections: options.connections ?? 1024, keepAliveTimeoutMs: 4000, connectTimeoutMs: 10_000 },
-        binding,
-      )
-      leanPools.set(target.origin, pool)
-    }
-    leanByTarget.set(target, pool)
-    return pool
-  }
-  /** By URL object too: URL#origin builds a new string on every read. */
-  let byTarget = new WeakMap<URL, Pool>()
-  const poolFor = (target: URL): Pool => {
-    const known = byTarget.get(target)
-    if (known) return known
-    let pool = pools.get(target.origin)
-    if (!pool) {
-      pool = new Pool(target.origin, {
-        connections: options.connections ?? 1024,
+  const connections = options.connections ?? 1024
+  const pools = new PoolsByOrigin(
+    (target) =>
+      new Pool(target.origin, {
+        connections,
         pipelining: 1,
         keepAliveTimeout: 4000,
         connect: { timeout: 10_000 },
-      })
-      pools.set(target.origin, pool)
-    }
-    byTarget.set(target, pool)
-    return pool
-  }
+      }),
+  )
+  const binding = options.lean === false ? null : responseBinding()
+  const leanPools =
+    binding &&
+    new PoolsByOrigin((target) => {
+      const host = target.hostname.startsWith('[') ? target.hostname.slice(1, -1) : target.hostname
+      const settings = { connections, keepAliveTimeoutMs: 4000, connectTimeoutMs: 10_000 }
+      return new LeanPool(host, Number(target.port || 80), settings, binding)
+    })
+  const leanPoolFor = (target: URL): LeanPool | undefined =>
+    leanPools && target.protocol === 'http:' ? leanPools.get(target) : undefined
 
   return {
     web(target, res, request, opts) {
       const lean = request.body === null ? leanPoolFor(target) : undefined
-      return forwardWeb(lean ?? poolFor(target), res, request, opts)
+      return forwardWeb(lean ?? pools.get(target), res, request, opts)
     },
     ws(target, socket, head, request, opts) {
-      forwardUpgrade(poolFor(target), socket, head, request, opts)
+      forwardUpgrade(pools.get(target), socket, head, request, opts)
     },
     openSockets() {
       let count = 0
-      for (const pool of pools.values()) count += pool.stats.connected
-      for (const pool of leanPools.values()) count += pool.connected
+      for (const pool of pools.all()) count += pool.stats.connected
+      for (const pool of leanPools?.all() ?? []) count += pool.connected
       return count
     },
     async close() {
       await Promise.allSettled([
-        ...[...pools.values()].map((pool) => pool.close()),
-        ...[...leanPools.values()].map((pool) => pool.close()),
+        ...[...pools.all()].map((pool) => pool.close()),
+        ...[...(leanPools?.all() ?? [])].map((pool) => pool.close()),
       ])
       pools.clear()
-      leanPools.clear()
-      byTarget = new WeakMap()
-      leanByTarget = new WeakMap()
+      leanPools?.clear()
     },
+  }
+}
+
+/** One pool per origin (undici's, or the lean one), found by URL object too: URL#origin builds a new
+ * string on every read. */
+class PoolsByOrigin<P> {
+  private readonly byOrigin = new Map<string, P>()
+  private byTarget = new WeakMap<URL, P>()
+
+  constructor(private readonly create: (target: URL) => P) {}
+
+  get(target: URL): P {
+    const known = this.byTarget.get(target)
+    if (known) return known
+    let pool = this.byOrigin.get(target.origin)
+    if (!pool) {
+      pool = this.create(target)
+      this.byOrigin.set(target.origin, pool)
+    }
+    this.byTarget.set(target, pool)
+    return pool
+  }
+
+  all(): IterableIterator<P> {
+    return this.byOrigin.values()
+  }
+
+  clear(): void {
+    this.byOrigin.clear()
+    this.byTarget = new WeakMap()
   }
 }
 
