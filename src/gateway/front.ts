@@ -60,10 +60,13 @@ export interface ClientResponse {
 
 export type RequestHandler = (req: ClientRequest, res: ClientResponse) => void
 
-/** Node's llhttp binding as http.Server drives it (lib/_http_common.js, lib/_http_server.js). */
-interface Parser {
+/** Node's llhttp binding as http.Server and http.ClientRequest drive it (lib/_http_common.js,
+ * lib/_http_server.js, lib/_http_client.js); lean-upstream.ts uses it in response mode. */
+export interface Parser {
   initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void
   execute(data: Buffer): number | Error
+  /** The end of the input: a response without a length ends here. */
+  finish(): number | Error | undefined
   close(): void
   [callback: number]: unknown
 }

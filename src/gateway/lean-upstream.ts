@@ -21,7 +21,7 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http'
 import net from 'node:net'
 import type { Dispatcher } from 'undici'
-import { nodeBinding } from './front.js'
+import { nodeBinding, type Parser } from './front.js'
 import type { Outgoing } from './upstream.js'
 
 type Handler = Dispatcher.DispatchHandler
@@ -48,14 +48,6 @@ export interface LeanPoolOptions {
   connections: number
   keepAliveTimeoutMs: number
   connectTimeoutMs: number
-}
-
-interface ResponseParser {
-  initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void
-  execute(data: Buffer): number | Error
-  finish(): number | Error | undefined
-  close(): void
-  [callback: number]: unknown
 }
 
 /** One request on its way: the controller its handler sees. */
@@ -113,7 +105,7 @@ class Exchange implements Dispatcher.DispatchController {
 /** A keep-alive socket to the upstream and its response parser. */
 class UpstreamSocket {
   readonly socket: net.Socket
-  private readonly parser: ResponseParser
+  private readonly parser: Parser
   current: Exchange | undefined
   private keepAlive = false
   private status = 0
@@ -134,7 +126,7 @@ class UpstreamSocket {
     this.idleMs = pool.options.keepAliveTimeoutMs
     const socket = (this.socket = net.connect({ host: pool.host, port: pool.port, noDelay: true }))
     socket.setTimeout(pool.options.connectTimeoutMs)
-    const parser = (this.parser = new b.Parser() as unknown as ResponseParser)
+    const parser = (this.parser = new b.Parser())
     parser.initialize(b.Parser.RESPONSE, {}, 0, 0)
     parser[b.Parser.kOnMessageBegin] = this.onBegin
     parser[b.Parser.kOnHeaders] = this.onBatch
@@ -497,7 +489,7 @@ export function responseBinding(): NonNullable<ReturnType<typeof nodeBinding>> |
   if (usable === undefined) {
     usable = false
     try {
-      const parser = new b.Parser() as unknown as ResponseParser
+      const parser = new b.Parser()
       parser.initialize(b.Parser.RESPONSE, {}, 0, 0)
       let seen = ''
       parser[b.Parser.kOnHeadersComplete] = (

@@ -18,7 +18,7 @@ import { createMetrics, type GatewayMetrics } from './metrics.js'
 import { createProxy } from './proxy.js'
 import { checkRedisAccess, openStore, timedStore } from './redis.js'
 import { buildRoutes } from './routes.js'
-import { leanFrontEnd } from './front.js'
+import { type ClientRequest, type ClientResponse, leanFrontEnd } from './front.js'
 import { handleRequest } from './web.js'
 import { handleUpgrade } from './websocket.js'
 
@@ -148,11 +148,12 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     const admissions = ctx.routes.flatMap((route) => route.admissions)
     return admissions.length > 0 && admissions.every((admission) => admission.config.failOpen)
   }
-  const server = http.createServer((req, res) => handleRequest(ctx, req, res))
-  if (options.lean ?? true) leanFrontEnd(server, (req, res) => handleRequest(ctx, req, res))
+  const onRequest = (req: ClientRequest, res: ClientResponse) => handleRequest(ctx, req, res)
+  const server = http.createServer(onRequest)
+  if (options.lean ?? true) leanFrontEnd(server, onRequest)
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
   // is admitted (web.ts), so a rejected client never uploads its body.
-  server.on('checkContinue', (req, res) => handleRequest(ctx, req, res))
+  server.on('checkContinue', onRequest)
   server.on('upgrade', (req, socket, head) => handleUpgrade(ctx, req, socket, head))
   // CONNECT is for forward proxies: answered, never tunnelled (the socket would otherwise just close).
   server.on('connect', (_req: http.IncomingMessage, socket: Socket) => {
