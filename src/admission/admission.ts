@@ -11,6 +11,7 @@ export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js
 import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js'
 import { attachMetrics } from './metrics.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
+import { KeptPermits } from './keep-alive.js'
 
 /** Counters for metrics (the gateway exports them). */
 export interface AdmissionCounters {
@@ -65,6 +66,9 @@ export class Admission<Req> {
   readonly health: StoreHealth
   /** The semaphore of a bucket (for a semaphore admission): what an admin API reads and sets. */
   semaphoreOf: ((key: string) => Semaphore) | undefined = undefined
+  /** Leases kept for the next request of their bucket (permit keep-alive, keep-alive.ts); undefined
+   * when it is off. */
+  readonly kept: KeptPermits | undefined
 
   constructor(
     readonly config: ResolvedConfig<Req>,
@@ -73,8 +77,12 @@ export class Admission<Req> {
     /** A lease taken from a gate at once without a promise, when its store can (the memory store);
      * undefined when it cannot or no permit is free right now. */
     private readonly acquireNow?: (gate: Gate) => Lease | undefined,
+    /** Permit keep-alive: how long a lease the store granted may serve this process's requests of
+     * its bucket (keep-alive.ts); 0 = off, every request takes and gives back its own permit. */
+    keepAliveMs = 0,
   ) {
     this.health = storeHealth(config.store)
+    this.kept = keepAliveMs > 0 ? new KeptPermits(keepAliveMs, (lease) => this.giveBack(lease)) : undefined
     if (config.metrics) attachMetrics(this, config.metrics.registry)
   }
 
@@ -89,7 +97,10 @@ export class Admission<Req> {
    * (waits, rejects, or fails open) exactly as it always does.
    */
   admitNow(bucket: Bucket): AdmitResult | undefined {
-    if (!this.acquireNow || this.health.down) return undefined
+    if (this.health.down) return undefined
+    const kept = this.kept?.take(bucket.key)
+    if (kept) return this.admitted(bucket, kept, undefined, false)
+    if (!this.acquireNow) return undefined
     const lease = this.acquireNow(bucket.gate)
     return lease && this.admitted(bucket, lease, undefined)
   }
@@ -101,6 +112,8 @@ export class Admission<Req> {
       this.health.failedFast++
       return this.storeFailed(bucket, started)
     }
+    const kept = this.kept?.take(bucket.key)
+    if (kept) return this.admitted(bucket, kept, started, false)
     const { gate } = bucket
     let lease: Lease | undefined
     // Counted only once the store put the request in its queue (onQueued): a request whose call is
@@ -127,8 +140,10 @@ export class Admission<Req> {
     return this.admitted(bucket, lease, started)
   }
 
-  /** `started` undefined: admitted at once, without waiting. */
-  private admitted(bucket: Bucket, lease: Lease, started: number | undefined): AdmitResult {
+  /** `started` undefined: admitted at once, without waiting. `fresh`: the store just granted the
+   * lease (false: a kept one, see keep-alive.ts). */
+  private admitted(bucket: Bucket, lease: Lease, started: number | undefined, fresh = true): AdmitResult {
+    if (fresh) this.kept?.granted(lease)
     this.counters.admitted++
     this.counters.inFlight++
     const permits = bucket.gate.permits
@@ -143,7 +158,8 @@ export class Admission<Req> {
       name: this.config.name,
       key: bucket.key,
       permits: bucket.gate.permits,
-      fencingToken: lease?.fencingToken,
+      // With keep-alive a lease serves several requests, so its fence would not be theirs alone.
+      fencingToken: this.kept ? undefined : lease?.fencingToken,
       lease,
       waitedMs: started === undefined ? 0 : Date.now() - started,
     }
@@ -179,6 +195,8 @@ export class Admission<Req> {
     if (waiting >= this.config.maxQueue) return false
     this.waiting.set(key, waiting + 1)
     this.counters.queued++
+    // A request of ours waits in the store's queue: leases kept for the bucket go back to it now.
+    this.kept?.flush(key)
     return true
   }
 
@@ -195,6 +213,19 @@ export class Admission<Req> {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
+    if (this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
+    return this.giveBack(lease)
+  }
+
+  /** Give every kept lease back and keep none from now on (permit keep-alive); call at shutdown, or
+   * when a reload replaces this admission. Requests in flight still release as usual. */
+  close(): Promise<void> {
+    return this.kept?.close() ?? Promise.resolve()
+  }
+
+  /** Give a lease back to the store. Never throws; the promise (never rejected) settles when the
+   * store has the permit back. */
+  private giveBack(lease: Lease): Promise<void> | undefined {
     // Given back synchronously where the store can (memory): nothing to wait for.
     if (lease instanceof PermitLease && lease.releaseNow()) return undefined
     return lease.release().catch((error: unknown) => {

@@ -48,8 +48,12 @@ export class GateCache<G> {
   }
 }
 
-/** Options of semaphore(), validated once; returns the framework-free admission. */
-export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptions<Req>): Admission<Req> {
+/** Options of semaphore(), validated once; returns the framework-free admission. `keepAliveMs`: the
+ * gateway's permit keep-alive (keep-alive.ts; validated by the gateway's config), 0 = off. */
+export function semaphoreAdmission<Req>(
+  input: number | SemaphoreMiddlewareOptions<Req>,
+  keepAliveMs = 0,
+): Admission<Req> {
   const options: SemaphoreMiddlewareOptions<Req> = typeof input === 'number' ? { permits: input } : input
   if (typeof options !== 'object' || options === null) {
     throw new ConfigError('options', 'a number of permits or an options object', input)
@@ -100,6 +104,7 @@ export function semaphoreAdmission<Req>(input: number | SemaphoreMiddlewareOptio
       return { key, gate: gates.get(key), keyed: true }
     },
     (gate) => acquireNow(gate as Semaphore),
+    keepAliveMs,
   )
   admission.semaphoreOf = (key) => gates.get(key)
   return admission

@@ -21,7 +21,8 @@ export interface TollgateInfo {
   /** Permits of the bucket (undefined for a read/write lock). */
   permits: number | undefined
   /** Fencing token of the held permit (G7); undefined when the request passed without one
-   * (failOpen, dryRun). Forward it to downstreams that can reject stale holders. */
+   * (failOpen, dryRun), and under the gateway's permit keep-alive (a permit then serves several
+   * requests). Forward it to downstreams that can reject stale holders. */
   fencingToken: number | undefined
   /** The lease itself, e.g. to watch `lease.signal`; undefined without a permit. */
   lease: Lease | undefined

@@ -109,6 +109,12 @@ export class PermitLease implements Lease {
     return !this.releasing && !this.lostWith
   }
 
+  /** Drop every loss listener: the lease goes on to serve someone else (the gateway's permit
+   * keep-alive), so the listeners of the request it served must neither fire nor be kept alive. */
+  clearLossListeners(): void {
+    this.lossListeners = undefined
+  }
+
   /** Run `listener` once if the lease is lost (at once if it already is). */
   onLoss(listener: (error: LeaseLostError) => void): void {
     if (this.lostWith) listener(this.lostWith)
