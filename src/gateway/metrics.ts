@@ -16,6 +16,8 @@ export interface GatewayMetrics {
   readonly inFlight: Gauge<'route'>
   /** Requests waiting for a permit right now. */
   readonly queued: Gauge<'route'>
+  /** Permits kept for the route's next requests right now (permit keep-alive). */
+  readonly kept: Gauge<'route'>
   readonly admitted: Counter<'route'>
   readonly rejected: Counter<'route' | 'reason'>
   /** Requests let through without a permit because the store failed (failOpen). */
@@ -147,13 +149,15 @@ const STATUS_CLASSES = ['other', '1xx', '2xx', '3xx', '4xx', '5xx', '6xx', '7xx'
 
 const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
-/** `queuedOf(route)`: requests of the route waiting in the store's queue right now, and `storeUp()`
- * whether the store answers (both read at scrape time). */
+/** `queuedOf(route)`: requests of the route waiting in the store's queue right now, `keptOf(route)`:
+ * permits kept for its next requests (permit keep-alive), and `storeUp()` whether the store answers
+ * (all read at scrape time). */
 export function createMetrics(
   initialRoutes: readonly string[],
   options: {
     processMetrics?: boolean
     queuedOf?: (route: string) => number
+    keptOf?: (route: string) => number
     storeUp?: () => Promise<boolean>
     limits?: () => Promise<{ route: string; permits: number }[]>
   } = {},
@@ -181,6 +185,16 @@ export function createMetrics(
       collect() {
         if (!options.queuedOf) return
         for (const route of routes) this.set({ route }, options.queuedOf(route))
+      },
+    }),
+    kept: new Gauge({
+      name: 'tollgate_permits_kept',
+      help: 'Permits held in the store for the next requests of this replica, none in flight (permit keep-alive)',
+      labelNames: ['route'],
+      registers,
+      collect() {
+        if (!options.keptOf) return
+        for (const route of routes) this.set({ route }, options.keptOf(route))
       },
     }),
     admitted: new Counter({
@@ -340,6 +354,7 @@ export function createMetrics(
     for (const route of names) {
       metrics.route(route)
       metrics.queued.set({ route }, 0)
+      metrics.kept.set({ route }, 0)
       for (const reason of reasons) metrics.rejected.inc({ route, reason }, 0)
       metrics.failedOpen.inc({ route }, 0)
       metrics.leaseLost.inc({ route }, 0)

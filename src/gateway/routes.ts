@@ -79,22 +79,25 @@ function semaphoreFor(
         ? (req: RequestFacts) => normalizeKey(req.clientAddress)
         : undefined
   const hasOverrides = Object.keys(overrides).length > 0
-  return semaphoreAdmission<RequestFacts>({
-    store,
-    name,
-    permits: concurrency.permits,
-    key,
-    // Own keys only: a tenant id like 'constructor' must not find Object.prototype members.
-    permitsFor: hasOverrides
-      ? (bucket) => (Object.hasOwn(overrides, bucket) ? overrides[bucket] : undefined)
-      : undefined,
-    maxWaitMs: concurrency.maxWaitMs,
-    maxQueue: concurrency.maxQueue,
-    ttlMs: config.ttlMs,
-    statusCode: concurrency.statusCode,
-    failOpen: concurrency.failOpen,
-    logger,
-  })
+  return semaphoreAdmission<RequestFacts>(
+    {
+      store,
+      name,
+      permits: concurrency.permits,
+      key,
+      // Own keys only: a tenant id like 'constructor' must not find Object.prototype members.
+      permitsFor: hasOverrides
+        ? (bucket) => (Object.hasOwn(overrides, bucket) ? overrides[bucket] : undefined)
+        : undefined,
+      maxWaitMs: concurrency.maxWaitMs,
+      maxQueue: concurrency.maxQueue,
+      ttlMs: config.ttlMs,
+      statusCode: concurrency.statusCode,
+      failOpen: concurrency.failOpen,
+      logger,
+    },
+    concurrency.keepAliveMs,
+  )
 }
 
 /** GET/HEAD/OPTIONS share the read lock of the request's resource, other methods take its write lock.

@@ -113,6 +113,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
         ctx.routes
           .find((route) => route.config.name === name)
           ?.admissions.reduce((sum, admission) => sum + admission.counters.queued, 0) ?? 0,
+      keptOf: (name) => ctx.routes.find((route) => route.config.name === name)?.concurrency?.kept?.size ?? 0,
       // Known down, or no PONG within a short bound: also without traffic to notice an outage.
       storeUp: async () => !redis || (!health.down && (await within(redis.ping(), LIMIT_READ_TIMEOUT_MS)).ok),
       limits: effectiveLimits,
@@ -233,8 +234,13 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     }
     const nextRoutes = buildRoutes(applied, store, coreLogger)
     metrics.addRoutes(applied.routes.map((route) => route.name))
+    const retired = ctx.routes
     ctx.config = applied
     ctx.routes = nextRoutes
+    // The old admissions keep no lease for reuse: their kept ones go back now, and requests still on
+    // them give theirs straight back when they finish.
+    for (const route of retired)
+      for (const admission of route.admissions) ctx.releases.track(admission.close())
     logger.level = applied.logLevel
     return { kept }
   }
@@ -285,6 +291,11 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     await allClosed(CLOSE_SETTLE_MS)
     await within(stopped, 1000)
     await ctx.releases.settled()
+    // Leases kept for reuse (permit keep-alive) go back too, bounded: Redis may be down.
+    await within(
+      Promise.all(ctx.routes.flatMap((route) => route.admissions.map((a) => a.close()))),
+      config.commandTimeoutMs,
+    )
     await within(ctx.proxy.close(), 1000)
     if (admin?.listening) {
       admin.closeAllConnections()

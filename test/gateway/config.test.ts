@@ -53,6 +53,7 @@ describe('gateway flags', () => {
         tenantHeader: 'x-tenant-id',
         maxWaitMs: 1000,
         maxQueue: 100,
+        keepAliveMs: 0, // permit keep-alive is opt-in
       },
     })
     expect(config.routes[0]!.upstream.href).toBe('http://127.0.0.1:3000/')
@@ -84,6 +85,7 @@ describe('gateway flags', () => {
       '--escaped-slashes=keep',
       '--shutdown-grace-ms=0',
       '--fail-open',
+      '--permit-keepalive-ms=100',
       '--trust-proxy',
       '--log-level=warn',
     ])
@@ -111,6 +113,7 @@ describe('gateway flags', () => {
         maxWaitMs: 0,
         maxQueue: 7,
         failOpen: true,
+        keepAliveMs: 100,
       },
     })
   })
@@ -135,6 +138,11 @@ describe('gateway flags', () => {
     [['--upstream', 'http://user:pass@u:1'], '--upstream: credentials (user:password@) in the upstream URL'],
     [['--upstream', 'http://u:1/?a=1'], '--upstream: expected an upstream URL without a query or fragment'],
     [['--merge-slashes', 'yes'], '--merge-slashes: expected on or off'],
+    [
+      ['--permit-keepalive-ms', '10001'],
+      '--permit-keepalive-ms: expected an integer of milliseconds from 0 (off) to 10000',
+    ],
+    [['--permit-keepalive-ms=-1'], '--permit-keepalive-ms: expected an integer of milliseconds'],
     [['--watch-config'], '--watch-config: needs --config'],
     [['--nope'], '--nope: unknown flag'],
     [['--port'], '--port: expected a value'],
@@ -302,7 +310,7 @@ describe('gateway config file', () => {
           },
           {
             match: { pathPrefix: '/c', methods: [] },
-            concurrency: { overrides: { vip: 0 } },
+            concurrency: { overrides: { vip: 0 }, keepAliveMs: 1.5 },
             timeouts: { upstreamMs: 0 },
           },
         ],
@@ -321,6 +329,7 @@ describe('gateway config file', () => {
         'routes[0].rwlock.resourcePattern: expected a valid regular expression',
         'routes[2].match.methods: expected a non-empty list',
         'routes[2].concurrency.overrides.vip: expected a positive integer',
+        'routes[2].concurrency.keepAliveMs: expected an integer of milliseconds from 0 (off) to 10000',
         'routes[2].timeouts.upstreamMs: expected a positive integer',
         'surprise: unknown field',
       ].sort(),

@@ -213,6 +213,7 @@ function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
     maxWaitMs: flags.maxWaitMs,
     maxQueue: flags.maxQueue,
     failOpen: flags.failOpen,
+    keepAliveMs: flags.permitKeepAliveMs,
   }
   if (Object.values(concurrencyFlags).some((value) => value !== undefined))
     concurrency = { ...(concurrency || {}), ...defined(concurrencyFlags) }
@@ -315,6 +316,7 @@ function resolveConcurrency(input: ConcurrencyInput): ConcurrencyConfig {
     maxQueue: input.maxQueue ?? d.maxQueue,
     statusCode: input.statusCode,
     failOpen: input.failOpen ?? d.failOpen,
+    keepAliveMs: input.keepAliveMs ?? d.keepAliveMs,
     overrides: { ...input.overrides },
   }
 }

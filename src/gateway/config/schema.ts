@@ -29,6 +29,8 @@ const matchHost = z
   })
 const maxWait = intIn(0, 600_000, 'expected an integer of milliseconds from 0 to 600000')
 const statusCode = intIn(400, 599, 'expected an HTTP error status from 400 to 599')
+/** Permit keep-alive: past a few seconds it only holds capacity other replicas wait for. */
+export const keepAlive = intIn(0, 10_000, 'expected an integer of milliseconds from 0 (off) to 10000')
 export const headerName = z
   .string({ error: 'expected an HTTP header name' })
   .regex(/^[!#$%&'*+.^`|~\w-]+$/, { error: 'expected an HTTP header name' })
@@ -87,6 +89,7 @@ const concurrencySchema = z.strictObject({
   maxQueue: positiveInt(1_000_000).optional(),
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
+  keepAliveMs: keepAlive.optional(),
   overrides: z
     .record(z.string().min(1, { error: 'expected a non-empty bucket name' }), positiveInt(1_000_000), {
       error: 'expected a map of bucket -> permits',

@@ -20,6 +20,9 @@ export interface ConcurrencyConfig {
   failOpen: boolean
   /** Permits of particular buckets (tenant ids or addresses). */
   overrides: Readonly<Record<string, number>>
+  /** Permit keep-alive: a lease serves this replica's requests of its bucket for up to this long
+   * before it goes back to the store (docs/gateway.md, "Permit keep-alive"); 0 = off. */
+  keepAliveMs: number
 }
 
 export interface RwLockConfig {
@@ -129,6 +132,7 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   maxWaitMs: 1000,
   maxQueue: 100,
   failOpen: false,
+  keepAliveMs: 0,
   upstreamTimeoutMs: 30_000,
   sendTimeoutMs: 60_000,
   clientBodyTimeoutMs: 10_000,
