@@ -143,7 +143,7 @@ export class Admission<Req> {
   /** `started` undefined: admitted at once, without waiting. `fresh`: the store just granted the
    * lease (false: a kept one, see keep-alive.ts). */
   private admitted(bucket: Bucket, lease: Lease, started: number | undefined, fresh = true): AdmitResult {
-    if (fresh) this.kept?.granted(lease)
+    if (fresh) this.kept?.grant(bucket.key, lease)
     this.counters.admitted++
     this.counters.inFlight++
     const permits = bucket.gate.permits
