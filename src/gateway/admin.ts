@@ -129,6 +129,9 @@ export function createAdminServer(view: AdminView): http.Server {
     if (method === 'PUT') {
       const permits = await readPermits(req)
       await semaphore.setPermits(permits)
+      // This replica's kept permits (permit keep-alive) obey the new limit at once; other replicas'
+      // within their keepAliveMs.
+      admission.kept?.flush(key)
       if (bucketLabel !== null) rememberSet(live.config.name, bucketLabel)
       view.logger.info(
         { route: live.config.name, bucket: bucketLabel, permits, client: req.socket.remoteAddress },
@@ -138,6 +141,7 @@ export function createAdminServer(view: AdminView): http.Server {
     }
     if (method === 'DELETE') {
       await semaphore.resetPermits()
+      admission.kept?.flush(key)
       if (bucketLabel !== null) setHere.get(live.config.name)?.delete(bucketLabel)
       view.logger.info(
         { route: live.config.name, bucket: bucketLabel, client: req.socket.remoteAddress },

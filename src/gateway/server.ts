@@ -276,6 +276,9 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
 
   async function shutdown(): Promise<void> {
     ctx.draining = true
+    // Permits kept for reuse (permit keep-alive) go back now, and requests still in flight give
+    // theirs straight back: the other replicas get them without waiting for the drain.
+    const keptBack = Promise.all(ctx.routes.flatMap((route) => route.admissions.map((a) => a.close())))
     const stopped = server.listening
       ? new Promise<void>((resolve) => server.close(() => resolve()))
       : Promise.resolve()
@@ -291,11 +294,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     await allClosed(CLOSE_SETTLE_MS)
     await within(stopped, 1000)
     await ctx.releases.settled()
-    // Leases kept for reuse (permit keep-alive) go back too, bounded: Redis may be down.
-    await within(
-      Promise.all(ctx.routes.flatMap((route) => route.admissions.map((a) => a.close()))),
-      config.commandTimeoutMs,
-    )
+    await within(keptBack, config.commandTimeoutMs) // bounded: Redis may be down
     await within(ctx.proxy.close(), 1000)
     if (admin?.listening) {
       admin.closeAllConnections()

@@ -7,9 +7,17 @@ import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createRedisStore, createSemaphore } from '../../src/index.js'
-import { eventually } from '../helpers/contract.js'
+import { eventually, sleep } from '../helpers/contract.js'
 import { baseFlags, metric, redisUrl, spawnGateway } from '../helpers/gateway.js'
-import { connectCluster, connectStandalone, topology, uniquePrefix } from '../helpers/redis.js'
+import {
+  commandCount,
+  connectCluster,
+  connectStandalone,
+  connectTo,
+  topology,
+  uniquePrefix,
+} from '../helpers/redis.js'
+import { startRedisServer } from '../helpers/redis-server.js'
 import { startUpstream } from '../helpers/upstream.js'
 
 let dir: string
@@ -32,14 +40,18 @@ const KINDS = {
 } as const
 
 /** Holders of the gateway's global bucket, read from Redis by a client of the test's own. */
-function holdersIn(kind: keyof typeof KINDS, prefix: string): () => Promise<number> {
-  const store = createRedisStore(KINDS[kind].connect(), { prefix })
+function holdersIn(
+  kind: keyof typeof KINDS,
+  prefix: string,
+  client = KINDS[kind].connect(),
+): () => Promise<number> {
+  const store = createRedisStore(client, { prefix })
   const bucket = createSemaphore(store, 'global:*', { permits: 1 })
   return async () => (await bucket.stats()).holders
 }
 
 describe.each(['standalone', 'cluster'] as const)('permit keep-alive [%s]', (kind) => {
-  it('G1: 3 replicas, 300 concurrent requests, permits=5: the upstream never sees more than 5, and no fence', async () => {
+  it('G1: 3 replicas, 3 closed-loop clients each, permits=5: the upstream never sees more than 5, and no fence', async () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const flags = [
@@ -51,23 +63,30 @@ describe.each(['standalone', 'cluster'] as const)('permit keep-alive [%s]', (kin
       '50',
       '--max-wait-ms',
       '30000',
-      '--max-queue',
-      '1000',
       '--log-level',
       'warn',
     ]
     const gateways = await Promise.all([0, 1, 2].map(() => spawnGateway(flags)))
-    const statuses = await Promise.all(
-      Array.from({ length: 300 }, async (_, i) => {
-        const response = await fetch(`${gateways[i % 3]!.url}/work?ms=${i % 5}`)
-        await response.text()
-        return response.status
-      }),
+    // Each client sends its next request when the last is answered (fetch keeps its connection):
+    // 9 clients for 5 permits across the fleet, so some wait and finished permits are kept.
+    const until = Date.now() + 2000
+    const statuses: number[] = []
+    await Promise.all(
+      gateways.flatMap((gateway) =>
+        [0, 1, 2].map(async (c) => {
+          while (Date.now() < until) {
+            const response = await fetch(`${gateway.url}/work?ms=${c}`)
+            await response.text()
+            statuses.push(response.status)
+          }
+        }),
+      ),
     )
     expect(statuses.filter((status) => status !== 200)).toEqual([])
-    expect(upstream.probe.entered).toBe(300)
+    expect(upstream.probe.entered).toBe(statuses.length)
+    expect(statuses.length).toBeGreaterThan(100)
     expect(upstream.probe.max).toBe(5)
-    // A lease serves several requests, so its fence would not be any one request's: none is sent.
+    // A permit serves several requests, so its fence would not be any one request's: none is sent.
     expect(upstream.probe.fences).toEqual([])
     for (const gateway of gateways) gateway.kill('SIGTERM')
     for (const gateway of gateways) expect(await gateway.exited).toEqual({ code: 0, signal: null })
@@ -76,7 +95,40 @@ describe.each(['standalone', 'cluster'] as const)('permit keep-alive [%s]', (kin
 })
 
 describe('permit keep-alive in one replica', () => {
-  it("keeps a finished request's permit in Redis while idle, and gives it back at SIGTERM, not at expiry", async () => {
+  it('serves sequential requests on one permit: one Redis script call instead of two per request', async () => {
+    // A private server: its command counts are this test's alone.
+    const redis = await startRedisServer()
+    try {
+      const upstream = await startUpstream()
+      const client = connectTo(redis)
+      const scripts = async () =>
+        (await commandCount(client, 'evalsha')) + (await commandCount(client, 'eval'))
+      const run = async (extra: string[]) => {
+        const gateway = await spawnGateway([
+          ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+          '--redis',
+          redis.url,
+          '--permits',
+          '3',
+          ...extra,
+        ])
+        const before = await scripts()
+        for (let i = 0; i < 30; i++) expect((await fetch(`${gateway.url}/work?ms=1`)).status).toBe(200)
+        const calls = (await scripts()) - before
+        gateway.kill('SIGTERM')
+        await gateway.exited
+        return calls
+      }
+      const kept = await run(['--permit-keepalive-ms', '10000'])
+      const plain = await run([])
+      expect(plain).toBeGreaterThanOrEqual(60) // an acquire and a release per request
+      expect(kept).toBe(1) // one acquire; the release comes at SIGTERM, after the count
+    } finally {
+      await redis.stop()
+    }
+  }, 30_000)
+
+  it('keeps an idle permit in Redis, and gives it back at SIGTERM at once, also while a request is in flight', async () => {
     const upstream = await startUpstream()
     const prefix = uniquePrefix().slice(0, -1)
     const gateway = await spawnGateway([
@@ -88,17 +140,64 @@ describe('permit keep-alive in one replica', () => {
       '10000',
     ])
     const holders = holdersIn('standalone', prefix)
-    for (let i = 0; i < 10; i++) expect((await fetch(`${gateway.url}/work?ms=1`)).status).toBe(200)
-    // Sequential requests: one lease served them all, and stays with this replica while idle.
-    expect(await holders()).toBe(1)
-    const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+    // Two at once, then both finished: two permits kept while idle.
+    const pair = await Promise.all([0, 1].map(() => fetch(`${gateway.url}/work?ms=50`)))
+    expect(pair.map((response) => response.status)).toEqual([200, 200])
+    expect(await holders()).toBe(2)
+    let text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
     expect(metric(text, 'tollgate_requests_in_flight', { route: 'default' })).toBe(0)
+    expect(metric(text, 'tollgate_permits_kept', { route: 'default' })).toBe(2)
+    // A slow request takes one of them; the other stays kept.
+    const slow = fetch(`${gateway.url}/hold`)
+    await eventually(() => upstream.probe.holders.length === 1)
+    text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
     expect(metric(text, 'tollgate_permits_kept', { route: 'default' })).toBe(1)
+    expect(await holders()).toBe(2)
     const stoppedAt = Date.now()
     gateway.kill('SIGTERM')
+    // The idle one goes back at once, not when the drain ends (nor after 10 s or the 30 s TTL).
+    await eventually(async () => (await holders()) === 1, 3000)
+    expect(Date.now() - stoppedAt).toBeLessThan(3000)
+    upstream.probe.holders.shift()!()
+    expect((await slow).status).toBe(200)
     expect(await gateway.exited).toEqual({ code: 0, signal: null })
     expect(await holders()).toBe(0)
-    expect(Date.now() - stoppedAt).toBeLessThan(5000) // not the 10 s keep-alive, nor the 30 s TTL
+  }, 30_000)
+
+  it('a limit lowered through the admin API applies to its kept permits at once', async () => {
+    const upstream = await startUpstream()
+    const prefix = uniquePrefix().slice(0, -1)
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, prefix),
+      ...KINDS.standalone.flags(),
+      '--permits',
+      '3',
+      '--permit-keepalive-ms',
+      '10000',
+      '--max-wait-ms',
+      '10000',
+    ])
+    const holders = holdersIn('standalone', prefix)
+    const three = await Promise.all([0, 1, 2].map(() => fetch(`${gateway.url}/work?ms=50`)))
+    expect(three.map((response) => response.status)).toEqual([200, 200, 200])
+    expect(await holders()).toBe(3) // all kept
+    const put = await fetch(`${gateway.adminUrl}/limits/default`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ permits: 1 }),
+    })
+    expect(put.status).toBe(200)
+    expect(await holders()).toBe(0) // flushed with the change, before it answered
+    // Three now: one runs, two wait (the kept permits would have let all three in).
+    const held = [0, 1, 2].map(() => fetch(`${gateway.url}/hold`))
+    await eventually(() => upstream.probe.holders.length === 1)
+    await sleep(300)
+    expect(upstream.probe.holders.length).toBe(1)
+    for (let i = 0; i < 3; i++) {
+      await eventually(() => upstream.probe.holders.length === 1)
+      upstream.probe.holders.shift()!()
+    }
+    expect((await Promise.all(held)).map((response) => response.status)).toEqual([200, 200, 200])
   }, 30_000)
 
   it('a reload gives the kept permits of the old routes back at once', async () => {
