@@ -25,6 +25,9 @@ const ROUNDS = 6
 const ROUND_S = 3
 /** Far above CONNECTIONS: the limiter's cost is measured, not its queueing. */
 const PERMITS = 1000
+/** The permit keep-alive variant's --permit-keepalive-ms: long enough that a busy replica rarely calls Redis,
+ * short enough to bound what other replicas wait (docs/gateway.md, "Permit keep-alive"). */
+const KEEPALIVE_MS = 100
 const LEAK_REQUESTS = 20
 const LEAK_UPSTREAM_MS = 2000
 /** The bin as it ships (npm run build; prebench builds it): tsx would add its own per-call cost. */
@@ -84,7 +87,7 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 export const gatewayThroughput: Scenario = {
   name: 'gateway',
   title: `tollgate gateway vs http-proxy (keep-alive) and nginx, wrk ${CONNECTIONS} connections; client-abort leak check`,
-  seconds: 6 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
+  seconds: 7 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
   async run(ctx) {
     const processes: BenchProcess[] = []
     let nginx: Nginx | undefined
@@ -123,6 +126,15 @@ export const gatewayThroughput: Scenario = {
         '--prefix',
         'bench-gw',
       ])
+      const keepAlive = await start(GATEWAY_BIN, [
+        ...gatewayFlags,
+        '--redis',
+        redisUrl,
+        '--prefix',
+        'bench-gw-ka',
+        '--permit-keepalive-ms',
+        String(KEEPALIVE_MS),
+      ])
       const targets: Target[] = [
         { name: 'upstream direct', url: upstream, pid: upstreamProcess.pid, redis: false },
         ...(nginx
@@ -132,6 +144,12 @@ export const gatewayThroughput: Scenario = {
         { name: 'tollgate in-memory, no access log', url: quiet.ready, pid: quiet.pid, redis: false },
         { name: 'tollgate in-memory', url: memory.ready, pid: memory.pid, redis: false },
         { name: 'tollgate + Redis', url: withRedis.ready, pid: withRedis.pid, redis: true },
+        {
+          name: `tollgate + Redis, permit keep-alive ${KEEPALIVE_MS} ms`,
+          url: keepAlive.ready,
+          pid: keepAlive.pid,
+          redis: true,
+        },
       ]
       const generator = wrkAvailable() ? 'wrk -t1' : 'autocannon (wrk not installed)'
       ctx.log(
@@ -214,16 +232,17 @@ export const gatewayThroughput: Scenario = {
         }),
       }
 
+      const memoryIndex = targets.findIndex((t) => t.name === 'tollgate in-memory')
+      const redisIndex = targets.findIndex((t) => t.name === 'tollgate + Redis')
+      const keptIndex = targets.length - 1
       const leaks = []
-      for (const i of [baseIndex, targets.length - 2])
+      for (const i of [baseIndex, memoryIndex])
         leaks.push(await leakCheck(ctx, targets[i]!.name, targets[i]!.url, upstream))
       const leakTable: Table = {
         columns: ['proxy', 'upstream requests before the clients aborted', 'still running 500 ms after'],
         rows: leaks.map((leak) => [leak.name, String(leak.before), String(leak.after)]),
       }
 
-      const memoryIndex = targets.length - 2
-      const redisIndex = targets.length - 1
       const errors = targets.reduce(
         (total, target, i) => (target.name.startsWith('tollgate') ? total + sum(i, (r) => r.errors) : total),
         0,
@@ -239,6 +258,11 @@ export const gatewayThroughput: Scenario = {
           target: 'tollgate + Redis >= 1.3 x http-proxy req/s (median round)',
           pass: ratio(redisIndex, baseIndex) >= 1.3,
           detail: `${fmtFixed(ratio(redisIndex, baseIndex))} x; ${fmtFixed(ratio(redisIndex, nginxIndex))} x nginx`,
+        },
+        {
+          target: `tollgate + Redis with permit keep-alive (opt-in, ${KEEPALIVE_MS} ms) >= 1.3 x http-proxy req/s (median round)`,
+          pass: ratio(keptIndex, baseIndex) >= 1.3,
+          detail: `${fmtFixed(ratio(keptIndex, baseIndex))} x; ${fmtFixed(ratio(keptIndex, nginxIndex))} x nginx; proxy CPU ${fmtFixed(cpu(keptIndex), 1)} µs (${fmtFixed(cpuRatio(keptIndex))} x http-proxy)`,
         },
         {
           target: 'tollgate proxy CPU per request <= 0.7 x http-proxy (in-memory and Redis)',
@@ -263,6 +287,7 @@ export const gatewayThroughput: Scenario = {
           `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this 2-core machine, the load generator too (${generator}); ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. req/s, p50, p99 and CPU: medians over the rounds; 'x http-proxy' and 'x nginx': the median over the rounds of the ratio to that peer in the same round (robust against bursts of other load); the verdicts use them. 'autocannon req/s': one extra round each with autocannon (a Node process competing for the same 2 cores).`,
           `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the built bin (node ${GATEWAY_BIN}) with --permits ${PERMITS} (never waits), its pino access log at info to a discarded stderr (the 'no access log' variant: --log-level warn), metrics on.`,
           `CPU per request: utime + stime from /proc/<pid>/stat of the proxy process (nginx: master and worker) over each round, divided by the round's requests; 'upstream CPU' is the demo upstream's.`,
+          `Permit keep-alive (opt-in: --permit-keepalive-ms ${KEEPALIVE_MS}, docs/gateway.md "Permit keep-alive"): a finished request's lease serves the next request of its bucket on this replica for up to ${KEEPALIVE_MS} ms after Redis granted it, so Redis sees an acquire and a release per lease instead of per request; no fencing header is sent then, and a waiter of another replica can be passed over for up to about ${KEEPALIVE_MS} ms. The default 'tollgate + Redis' row takes and gives back a permit in Redis for every request.`,
           `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (an acquire and a release per request, batched per event-loop turn while calls of the name are in flight), cmds/req = every command the server ran, those inside the scripts included; redis CPU = used_cpu_user + used_cpu_sys of INFO cpu over the rounds, divided by their requests (redis-server shares the 2 cores with everything else): ${topCommands(
             sumDeltas(rounds[redisIndex]!.map((r) => r.server)),
             sum(redisIndex, (r) => r.requests),
