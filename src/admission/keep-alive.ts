@@ -8,7 +8,8 @@
 // - G2 (crash) holds: a kept lease is renewed and expires like any other.
 // - Fairness across processes is bounded, not strict: a lease serves requests of this process for at
 //   most keepAliveMs after the store granted it, then goes back, so a waiter queued by another
-//   replica can be passed over for at most about keepAliveMs. A request of this process waiting in
+//   replica can be passed over for at most about keepAliveMs (plus the duration of the request a
+//   lease taken just before its time serves). A request of this process waiting in
 //   the store's queue is not passed over: while one waits, finished leases go straight back. (One
 //   whose call is still on its way there can be, by requests arriving within that round trip.)
 // - A limit lowered at run time (setPermits) reaches kept leases within keepAliveMs; the admin API
@@ -24,18 +25,27 @@ const MIN_SWEEP_MS = 10
 
 /** A lease the store granted, in grant order (which is also the order of their `until`). */
 interface Granted {
-  lease: Lease
+  /** Dropped once the lease has gone back: a grant in the queue must not keep its lease alive. */
+  lease: PermitLease | undefined
   key: string
   /** performance.now() ms past which the lease serves no request: a wall-clock step cannot move it. */
   until: number
+  /** In its bucket's pool right now. */
+  kept: boolean
+}
+
+/** A bucket's kept leases: a stack (the last kept is taken first, so a quiet bucket's surplus ages
+ * out), from which the sweep removes lazily (it clears `kept`; take() skips such entries). */
+interface Pool {
+  stack: Granted[]
+  live: number
 }
 
 export class KeptPermits {
-  /** Idle leases by bucket key (a Set: taken in the order kept, removed by the sweep in O(1)). */
-  private readonly pools = new Map<string, Set<PermitLease>>()
-  private readonly until = new WeakMap<Lease, number>()
-  /** Every lease granted within the last keepAliveMs, oldest first: the sweep pops expired ones from
-   * the front, so it costs what expired, not what is kept. */
+  private readonly pools = new Map<string, Pool>()
+  private readonly grants = new WeakMap<Lease, Granted>()
+  /** Every grant of the last keepAliveMs, oldest first: the sweep pops expired ones from the front,
+   * so it costs what expired, not what is kept. */
   private granted: Granted[] = []
   private head = 0
   private count = 0
@@ -57,11 +67,12 @@ export class KeptPermits {
 
   /** A lease the store just granted for bucket `key`: it may serve requests for keepAliveMs. */
   grant(key: string, lease: Lease): void {
+    if (this.closed || !(lease instanceof PermitLease)) return
     const now = performance.now()
     this.expire(now) // also bounds `granted` when nothing is kept and no sweep runs
-    const until = now + this.keepAliveMs
-    this.until.set(lease, until)
-    this.granted.push({ lease, key, until })
+    const entry: Granted = { lease, key, until: now + this.keepAliveMs, kept: false }
+    this.grants.set(lease, entry)
+    this.granted.push(entry)
   }
 
   /** A kept lease of the bucket, live and within its time; undefined when there is none. */
@@ -70,33 +81,41 @@ export class KeptPermits {
     if (pool === undefined) return undefined
     const now = performance.now()
     let found: Lease | undefined
-    for (const lease of pool) {
-      pool.delete(lease)
+    while (found === undefined && pool.live > 0) {
+      const entry = pool.stack.pop() as Granted
+      if (!entry.kept) continue // swept meanwhile
+      entry.kept = false
+      pool.live--
       this.count--
+      const lease = entry.lease as PermitLease
       // Lost while kept (its store failed over, say): never handed out; given back, a no-op (G3).
-      if (lease.active && (this.until.get(lease) ?? 0) > now) {
-        found = lease
-        break
-      }
-      this.giveBack(lease)
+      if (lease.active && entry.until > now) found = lease
+      else this.giveBack(entry)
     }
-    if (pool.size === 0) this.pools.delete(key)
+    if (pool.live === 0) this.pools.delete(key)
     return found
   }
 
   /**
-   * Keep a finished request's lease for its bucket's next request. False when it must go back now:
-   * its time is up, it is lost, keep-alive is closed, or `waiting` (a request of this process waits
-   * in the store's queue for this bucket, and must get the permit first).
+   * Keep a finished request's lease for its bucket's next request. False when it must go back now
+   * (the caller gives it back): its time is up, it is lost, keep-alive is closed, or `waiting` (a
+   * request of this process waits in the store's queue for this bucket, and must get the permit
+   * first).
    */
   keep(key: string, lease: Lease, waiting: boolean): boolean {
-    if (this.closed || waiting || !(lease instanceof PermitLease) || !lease.active) return false
-    const until = this.until.get(lease)
-    if (until === undefined || until <= performance.now()) return false
-    lease.clearLossListeners()
+    const entry = this.grants.get(lease)
+    if (entry === undefined) return false
+    if (this.closed || waiting || !(lease as PermitLease).active || entry.until <= performance.now()) {
+      entry.lease = undefined
+      return false
+    }
+    ;(lease as PermitLease).clearLossListeners()
+    entry.kept = true
     const pool = this.pools.get(key)
-    if (pool) pool.add(lease)
-    else this.pools.set(key, new Set([lease]))
+    if (pool) {
+      pool.stack.push(entry)
+      pool.live++
+    } else this.pools.set(key, { stack: [entry], live: 1 })
     this.count++
     // Due at the oldest grant's time, which is no later than any kept lease's.
     if (this.timer === undefined) this.arm((this.granted[this.head] as Granted).until)
@@ -109,8 +128,12 @@ export class KeptPermits {
     const pool = this.pools.get(key)
     if (pool === undefined) return
     this.pools.delete(key)
-    this.count -= pool.size
-    for (const lease of pool) this.giveBack(lease)
+    for (const entry of pool.stack) {
+      if (!entry.kept) continue
+      entry.kept = false
+      this.count--
+      this.giveBack(entry)
+    }
   }
 
   /** Give back every kept lease, and keep none from now on (shutdown, or a reload retired the route).
@@ -125,7 +148,10 @@ export class KeptPermits {
     await Promise.all(this.returning)
   }
 
-  private giveBack(lease: Lease): void {
+  private giveBack(entry: Granted): void {
+    const lease = entry.lease
+    if (lease === undefined) return
+    entry.lease = undefined
     const pending = this.release(lease)
     if (pending === undefined) return
     this.returning.add(pending)
@@ -137,14 +163,17 @@ export class KeptPermits {
   private expire(now: number): void {
     const granted = this.granted
     while (this.head < granted.length && (granted[this.head] as Granted).until <= now) {
-      const { lease, key } = granted[this.head] as Granted
+      const entry = granted[this.head] as Granted
       this.head++
-      const pool = this.pools.get(key)
-      if (pool?.delete(lease as PermitLease)) {
-        this.count--
-        if (pool.size === 0) this.pools.delete(key)
-        this.giveBack(lease)
-      }
+      if (!entry.kept) continue
+      entry.kept = false
+      this.count--
+      const pool = this.pools.get(entry.key)
+      if (pool && --pool.live === 0) this.pools.delete(entry.key)
+      // The stack keeps swept entries until take() reaches them: drop them once they outnumber the
+      // live ones, so a pool that never empties cannot grow without bound.
+      else if (pool && pool.stack.length > 2 * pool.live + 16) pool.stack = pool.stack.filter((e) => e.kept)
+      this.giveBack(entry)
     }
     // Compact once the dropped front is the larger half: amortised O(1) per grant.
     if (this.head > 1024 && this.head * 2 > granted.length) {
