@@ -8,15 +8,16 @@ import { afterEach, expect, it, vi } from 'vitest'
 import { KeptPermits } from '../../src/admission/keep-alive.js'
 import { PermitLease } from '../../src/core/client/lease.js'
 
-/** A PermitLease without a store: `active` reads these two fields. */
-type ModelLease = PermitLease & { releasing: unknown; lostWith: unknown }
+/** A PermitLease without a store. */
+type ModelLease = PermitLease
+
+/** The private fields `active` reads, set by the model (released, lost). */
+const fields = (lease: ModelLease) => lease as unknown as { releasing: unknown; lostWith: unknown }
 
 function modelLease(): ModelLease {
-  return Object.assign(Object.create(PermitLease.prototype) as ModelLease, {
-    releasing: undefined,
-    lostWith: undefined,
-    lossListeners: undefined,
-  })
+  const lease = Object.create(PermitLease.prototype) as ModelLease
+  Object.assign(lease, { releasing: undefined, lostWith: undefined, lossListeners: undefined })
+  return lease
 }
 
 /** What the test reads of KeptPermits' private state. */
@@ -55,7 +56,7 @@ for (let seed = 1; seed <= 40; seed++) {
       assert(!returned.has(lease), 'given back twice')
       assert(!inUse.has(lease), 'given back while in use')
       returned.add(lease)
-      lease.releasing = true
+      fields(lease).releasing = true
     }
     const kept = new KeptPermits(keepAliveMs, (lease) => {
       giveBack(lease as ModelLease)
@@ -98,7 +99,7 @@ for (let seed = 1; seed <= 40; seed++) {
         const lease = kept.take(key) as ModelLease | undefined
         if (lease) {
           assert(!returned.has(lease), 'handed out after it went back')
-          assert(lease.lostWith === undefined, 'handed out while lost')
+          assert(fields(lease).lostWith === undefined, 'handed out while lost')
           assert(until.get(lease)! > performance.now(), 'handed out past its time')
         }
         inUse.set(lease ?? fresh(key), key)
@@ -118,7 +119,7 @@ for (let seed = 1; seed <= 40; seed++) {
         kept.flush(key)
       } else if (p < 0.66) {
         const lease = pooled(key)[0]
-        if (lease) lease.lostWith = new Error('lost while kept')
+        if (lease) fields(lease).lostWith = new Error('lost while kept')
       } else if (p < 0.6672 && seed % 5 === 0 && step > 4000) {
         void kept.close()
       } else {
