@@ -105,15 +105,14 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     error: (message, meta) => logger.error(withErr(meta), message),
   }
   // Read at scrape time, through `ctx` (routes change on reload) and the store's health.
+  const liveRoute = (name: string) => ctx.routes.find((route) => route.config.name === name)
   const metrics = createMetrics(
     config.routes.map((route) => route.name),
     {
       processMetrics: options.processMetrics ?? true,
       queuedOf: (name) =>
-        ctx.routes
-          .find((route) => route.config.name === name)
-          ?.admissions.reduce((sum, admission) => sum + admission.counters.queued, 0) ?? 0,
-      keptOf: (name) => ctx.routes.find((route) => route.config.name === name)?.concurrency?.kept?.size ?? 0,
+        liveRoute(name)?.admissions.reduce((sum, admission) => sum + admission.counters.queued, 0) ?? 0,
+      keptOf: (name) => liveRoute(name)?.concurrency?.kept?.size ?? 0,
       // Known down, or no PONG within a short bound: also without traffic to notice an outage.
       storeUp: async () => !redis || (!health.down && (await within(redis.ping(), LIMIT_READ_TIMEOUT_MS)).ok),
       limits: effectiveLimits,
