@@ -50,6 +50,23 @@ function holdersIn(
   return async () => (await bucket.stats()).holders
 }
 
+/** One replica on the standalone Redis with `--permits 3 --permit-keepalive-ms 10000` (and `extra`),
+ * its upstream, and the holders of its global bucket. */
+async function keepingGateway(extra: string[] = []) {
+  const upstream = await startUpstream()
+  const prefix = uniquePrefix().slice(0, -1)
+  const gateway = await spawnGateway([
+    ...baseFlags(upstream.url, prefix),
+    ...KINDS.standalone.flags(),
+    '--permits',
+    '3',
+    '--permit-keepalive-ms',
+    '10000',
+    ...extra,
+  ])
+  return { upstream, gateway, holders: holdersIn('standalone', prefix) }
+}
+
 describe.each(['standalone', 'cluster'] as const)('permit keep-alive [%s]', (kind) => {
   it('G1: 3 replicas, 3 closed-loop clients each, permits=5: the upstream never sees more than 5, and no fence', async () => {
     const upstream = await startUpstream()
@@ -129,17 +146,7 @@ describe('permit keep-alive in one replica', () => {
   }, 30_000)
 
   it('keeps an idle permit in Redis, and gives it back at SIGTERM at once, also while a request is in flight', async () => {
-    const upstream = await startUpstream()
-    const prefix = uniquePrefix().slice(0, -1)
-    const gateway = await spawnGateway([
-      ...baseFlags(upstream.url, prefix),
-      ...KINDS.standalone.flags(),
-      '--permits',
-      '3',
-      '--permit-keepalive-ms',
-      '10000',
-    ])
-    const holders = holdersIn('standalone', prefix)
+    const { upstream, gateway, holders } = await keepingGateway()
     // Two at once, then both finished: two permits kept while idle.
     const pair = await Promise.all([0, 1].map(() => fetch(`${gateway.url}/work?ms=50`)))
     expect(pair.map((response) => response.status)).toEqual([200, 200])
@@ -165,19 +172,7 @@ describe('permit keep-alive in one replica', () => {
   }, 30_000)
 
   it('a limit lowered through the admin API applies to its kept permits at once', async () => {
-    const upstream = await startUpstream()
-    const prefix = uniquePrefix().slice(0, -1)
-    const gateway = await spawnGateway([
-      ...baseFlags(upstream.url, prefix),
-      ...KINDS.standalone.flags(),
-      '--permits',
-      '3',
-      '--permit-keepalive-ms',
-      '10000',
-      '--max-wait-ms',
-      '10000',
-    ])
-    const holders = holdersIn('standalone', prefix)
+    const { upstream, gateway, holders } = await keepingGateway(['--max-wait-ms', '10000'])
     const three = await Promise.all([0, 1, 2].map(() => fetch(`${gateway.url}/work?ms=50`)))
     expect(three.map((response) => response.status)).toEqual([200, 200, 200])
     expect(await holders()).toBe(3) // all kept
