@@ -340,12 +340,14 @@ export interface SentinelOptions {
 }
 
 /**
- * A redis-sentinel with a sentinel.conf of its own (in its temp dir: Sentinel rewrites it) monitoring
- * 127.0.0.1:masterPort as `masterName`.
+ * A Sentinel with a sentinel.conf of its own (in its temp dir: Sentinel rewrites it) monitoring
+ * 127.0.0.1:masterPort as `masterName`. Started as `redis-server <conf> --sentinel` (what the
+ * redis-sentinel binary is), so it needs nothing beyond the redis-server the setup installs: Debian
+ * ships redis-sentinel as a package of its own.
  */
 export function startSentinel(options: SentinelOptions): Promise<RedisProcessHandle> {
   const name = options.masterName
-  return startProcess('sentinel', 'redis-sentinel', async (port, dir) => {
+  return startProcess('sentinel', 'redis-server', async (port, dir) => {
     const conf = path.join(dir, 'sentinel.conf')
     await writeFile(
       conf,
@@ -361,6 +363,6 @@ export function startSentinel(options: SentinelOptions): Promise<RedisProcessHan
         '',
       ].join('\n'),
     )
-    return { args: [conf], probe: { port } }
+    return { args: [conf, '--sentinel'], probe: { port } }
   })
 }
