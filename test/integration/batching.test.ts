@@ -4,7 +4,14 @@
 import { expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import type { AcquireRequest } from '../../src/core/protocol/store.js'
-import { createReentrantMutex, createRedisStore, createSemaphore, type Lease } from '../../src/index.js'
+import {
+  createMutex,
+  createReadWriteLock,
+  createReentrantMutex,
+  createRedisStore,
+  createSemaphore,
+  type Lease,
+} from '../../src/index.js'
 import { describeStores, eventually, sleep } from '../helpers/contract.js'
 import { connectStandalone } from '../helpers/redis.js'
 
@@ -131,6 +138,31 @@ describeStores('calls in one event-loop turn', (fx) => {
     expect(renewed.expiresAt).toEqual([0])
     await store.permits.release(one, 'a1', 2)
     await store.permits.release(one, 'a2', 2)
+  })
+
+  it('G11: an un-awaited lease.release() then tryAcquire() in the same turn finds the permit free, for every primitive', async () => {
+    const { store } = fx()
+    const lock = createReadWriteLock(store, 'order-rw')
+    const cases = [
+      { label: 'mutex', side: createMutex(store, 'order-mutex') },
+      { label: 'semaphore', side: createSemaphore(store, 'order-sem', { permits: 1 }) },
+      { label: 'reentrant mutex', side: createReentrantMutex(store, 'order-rmutex') },
+      { label: 'write lock', side: lock.write },
+      // A reader is kept out by a writer: the writer's release and the reader's try share the turn.
+      { label: 'read lock', side: lock.read, holder: lock.write },
+    ]
+    for (const { label, side, holder = side } of cases) {
+      for (let round = 0; round < 5; round++) {
+        const held = await holder.tryAcquire()
+        expect(held, `${label}: the holder, round ${round}`).toBeDefined()
+        const released = held!.release() // not awaited: the next call is made in the same turn
+        const next = side.tryAcquire()
+        await released
+        const lease = await next
+        expect(lease, `${label}: the try after the release, round ${round}`).toBeDefined()
+        await lease!.release()
+      }
+    }
   })
 
   it('G2: a burst finds the permits of many expired holders (more than one purge would drop)', async () => {

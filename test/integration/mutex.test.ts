@@ -6,7 +6,9 @@ import {
   AcquireTimeoutError,
   ConfigError,
   createMutex,
+  createReadWriteLock,
   createReentrantMutex,
+  createSemaphore,
   type LeaseEvent,
   LeaseLostError,
 } from '../../src/index.js'
@@ -115,6 +117,30 @@ describeStores('mutex', (fx, kind) => {
     const third = await mutex.tryAcquire()
     expect(third).toBeDefined()
     await third?.release()
+  })
+
+  it('G3 G4: renew() after release() rejects with LeaseLostError and changes nothing, for every primitive', async () => {
+    const { store } = fx()
+    const lock = createReadWriteLock(store, 'renew-released')
+    const sides = [
+      createMutex(store, 'renew-released'),
+      createReentrantMutex(store, 'renew-released-r'),
+      createSemaphore(store, 'renew-released-s', { permits: 2 }),
+      lock.read,
+      lock.write,
+    ]
+    for (const side of sides) {
+      const lease = (await side.tryAcquire())!
+      await lease.release()
+      const renewing = lease.renew()
+      await expect(renewing).rejects.toBeInstanceOf(LeaseLostError)
+      await expect(renewing).rejects.toThrow(/released/)
+      // Released, not lost: the signal stays quiet, and the permit is not taken back.
+      expect(lease.signal.aborted).toBe(false)
+      const next = await side.tryAcquire()
+      expect(next).toBeDefined()
+      await next!.release()
+    }
   })
 
   it('G4: keeps a lease alive past 3 x TTL by auto-renewal', async () => {

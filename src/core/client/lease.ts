@@ -68,7 +68,6 @@ export class PermitLease implements Lease {
   /** Called once when the lease is lost, without creating the signal (see whenLost). */
   private lossListeners: ((error: LeaseLostError) => void)[] | undefined
   private releasing: Promise<void> | undefined
-  private renewing: Promise<void> | undefined
   /** Without auto-renewal, the signal still aborts when the lease runs out. */
   private expiryTimer: NodeJS.Timeout | undefined
 
@@ -123,14 +122,13 @@ export class PermitLease implements Lease {
 
   renew(ttlMs = this.context.ttlMs): Promise<void> {
     if (this.lostWith) return Promise.reject(this.lostWith)
-    const run = async () => {
-      const reply = await this.context.renewTokens(ttlMs, [{ token: this.token, op: this.op }])
+    if (this.releasing) return Promise.reject(new LeaseLostError(this.name, 'it was released'))
+    // Sent now, not after a renewal in flight: calls of one name reach the store in the order they
+    // were made (a release() or tryAcquire() made after this call must find it done, G11).
+    return this.context.renewTokens(ttlMs, [{ token: this.token, op: this.op }]).then((reply) => {
       this.applyRenewal(reply.now, reply.expiresAt[0] ?? 0)
       if (this.lostWith) throw this.lostWith
-    }
-    const pending = (this.renewing ?? Promise.resolve()).then(run, run)
-    this.renewing = pending.catch(() => {})
-    return pending
+    })
   }
 
   /** Apply a renewal reply: a new expiry, or 0 when the store no longer knows this token. */
@@ -147,11 +145,12 @@ export class PermitLease implements Lease {
   }
 
   /**
-   * Give the permit back synchronously, when the store can (the memory store) and no renewal is in
-   * flight: true when done (release() then resolves at once), false when release() must do it.
+   * Give the permit back synchronously, when the store can (the memory store): true when done
+   * (release() then resolves at once), false when release() must do it. A renewal in flight on such
+   * a store took effect when it was called; its reply finds the lease released and changes nothing.
    */
   releaseNow(): boolean {
-    if (this.releasing || this.renewing) return false
+    if (this.releasing) return false
     // Nothing changes unless the store gave the permit back: false leaves the lease as it was.
     if (!this.context.releaseTokenNow?.(this.token, this.op)) return false
     renewals.delete(this)
@@ -167,21 +166,23 @@ export class PermitLease implements Lease {
     if (!this.releasing) {
       renewals.delete(this)
       clearTimeout(this.expiryTimer)
-      this.releasing = (async () => {
-        await this.renewing
-        // Also for a lease we consider lost: the script frees it only if this token still holds it
-        // (G3), which gives a permit back early when only our renewals, not the lease, had failed.
-        await this.context.releaseToken(this.token, this.op)
+      // Sent now, in call order with this name's other calls (a tryAcquire() made right after an
+      // un-awaited release() finds the permit free, as in memory: G11). A renewal still in flight
+      // was sent before and lands first; its reply finds the lease releasing and changes nothing.
+      // Also for a lease we consider lost: the script frees it only if this token still holds it
+      // (G3), which gives a permit back early when only our renewals, not the lease, had failed.
+      const releasing = this.context.releaseToken(this.token, this.op).then(() => {
         // Released, so never lost: drop the listeners now. They close over the caller's request, and
         // a lease that reached the old generation would otherwise drag every request it served there
         // too (measured: 4.3 KB promoted per gateway request with them kept, 0.9 KB without). Kept
         // after a failed release, which may still end in a loss.
         this.lossListeners = undefined
         emit('release', { name: this.name, kind: this.context.kind })
-      })()
+      })
+      this.releasing = releasing
       // A release that failed (store down) may be retried; the lease expires on its own meanwhile.
-      this.releasing.catch(() => {
-        this.releasing = undefined
+      releasing.catch(() => {
+        if (this.releasing === releasing) this.releasing = undefined
       })
     }
     return this.releasing
