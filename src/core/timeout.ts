@@ -3,6 +3,7 @@
 // timer is left running). Deadlines is the same bound for the hot path: many pending calls, one timer.
 
 import { type AbortSignalLike, abortReason } from './abort.js'
+import { monoNow } from './clock.js'
 export class TimeoutError extends Error {}
 
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown; timedOut: boolean }
@@ -58,7 +59,7 @@ export class Deadlines {
 
   constructor(private readonly timeoutMs: number) {}
 
-  /** `promise`, or a TimeoutError once the local clock passes `at`. */
+  /** `promise`, or a TimeoutError once the local monotonic clock (clock.ts) passes `at`. */
   watch<T>(promise: Promise<T>, at: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const entry = { at, fail: reject }
@@ -78,7 +79,7 @@ export class Deadlines {
   }
 
   private sweep(): void {
-    const now = Date.now()
+    const now = monoNow()
     for (const entry of this.pending) {
       if (entry.at > now) continue
       this.pending.delete(entry)

@@ -6,7 +6,11 @@
 //     (autoResendUnfulfilledCommands): the script runs twice;
 //   - cutAfterReplies(n): forward n more complete replies, then cut (mid-pipeline: the commands
 //     behind them ran on Redis, or not, but their replies are lost and ioredis resends them);
-//   - delay(ms, filter): hold replies on connections that sent something matching `filter` back by ms.
+//   - delay(ms, filter): hold replies on connections that sent something matching `filter` back by ms;
+//   - partition(): a network partition: bytes either way are discarded (replies held by delay() too),
+//     connections stay open, new ones are accepted into the same silence; heal() ends it;
+//   - dropReplies(): requests still reach Redis (its scripts run), every reply is discarded;
+//   - waitForRequest(match): resolves once a request containing `match` has been forwarded to Redis.
 // Replies are parsed as RESP2 so that "a reply" is exact, whatever the TCP chunking.
 // No vitest import: child processes use it too. Whoever starts a proxy stops it.
 import net from 'node:net'
@@ -72,6 +76,14 @@ export interface FaultProxy extends RedisEndpoint {
   /** Delay replies by `ms` on every connection whose requests so far contain `filter` (all when
    * undefined); 0 turns it off. Applies to connections open now and later. */
   delay(ms: number, filter?: string): void
+  /** Discard every byte either way, on open and new connections, until heal(). */
+  partition(): void
+  /** Forward requests, discard every reply, until heal(). */
+  dropReplies(): void
+  /** Forward both ways again (bytes discarded meanwhile stay lost). */
+  heal(): void
+  /** Resolves once a request containing `match` has been forwarded to Redis. */
+  waitForRequest(match: string): Promise<void>
   /** Forget a plan that has not fired yet. */
   disarm(): void
   /** Cut every open connection (as a network blip would). */
@@ -85,6 +97,8 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
   let plan: Plan | undefined
   let delaySetting: { ms: number; filter: string | undefined } = { ms: 0, filter: undefined }
   let accepted = 0
+  let silence: 'none' | 'partition' | 'replies' = 'none'
+  const watchers = new Set<{ match: string; done: () => void }>()
 
   const applyDelay = (pair: Pair) => {
     const { ms, filter } = delaySetting
@@ -106,7 +120,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     const at = Math.max(Date.now() + pair.delayMs, pair.lastAt)
     pair.lastAt = at
     setTimeout(() => {
-      if (!pair.client.destroyed) pair.client.write(bytes)
+      if (!pair.client.destroyed && silence === 'none') pair.client.write(bytes)
     }, at - Date.now())
   }
 
@@ -156,6 +170,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     pairs.add(pair)
     applyDelay(pair)
     client.on('data', (chunk: Buffer) => {
+      if (silence === 'partition') return
       const text = chunk.toString('latin1')
       pair.said += text
       if (pair.said.length > 65_536) pair.said = pair.said.slice(-65_536)
@@ -171,8 +186,14 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
       }
       if (plan?.kind === 'cut' && !('pair' in plan)) Object.assign(plan, { pair })
       upstream.write(chunk)
+      for (const watcher of watchers) {
+        if (!text.includes(watcher.match)) continue
+        watchers.delete(watcher)
+        watcher.done()
+      }
     })
     upstream.on('data', (chunk: Buffer) => {
+      if (silence !== 'none') return
       if (plan?.kind === 'drop' && plan.seen) return onReply(pair, chunk)
       if (plan?.kind === 'cut' && (plan as { pair?: Pair }).pair === pair) return onReply(pair, chunk)
       forward(pair, chunk)
@@ -205,6 +226,18 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     delay(ms, filter) {
       delaySetting = { ms, filter }
       for (const pair of pairs) applyDelay(pair)
+    },
+    partition() {
+      silence = 'partition'
+    },
+    dropReplies() {
+      silence = 'replies'
+    },
+    heal() {
+      silence = 'none'
+    },
+    waitForRequest(match) {
+      return new Promise((done) => watchers.add({ match, done }))
     },
     disarm() {
       plan = undefined

@@ -14,6 +14,13 @@ export interface ProxiedStore {
   dropReply(match: string): Promise<void>
   /** Delay replies on connections that sent `filter` (all when undefined), on every proxy. */
   delay(ms: number, filter?: string): void
+  /** Every proxy at once: see FaultProxy. */
+  partition(): void
+  dropReplies(): void
+  heal(): void
+  cutAll(): void
+  /** Resolves once any proxy forwarded a request containing `match`. */
+  waitForRequest(match: string): Promise<void>
   close(): Promise<void>
 }
 
@@ -36,6 +43,11 @@ export async function proxiedStore(
     delay: (ms, filter) => {
       for (const proxy of proxies) proxy.delay(ms, filter)
     },
+    partition: () => proxies.forEach((proxy) => proxy.partition()),
+    dropReplies: () => proxies.forEach((proxy) => proxy.dropReplies()),
+    heal: () => proxies.forEach((proxy) => proxy.heal()),
+    cutAll: () => proxies.forEach((proxy) => proxy.cutAll()),
+    waitForRequest: (match) => Promise.race(proxies.map((proxy) => proxy.waitForRequest(match))),
     async close() {
       await store.close()
       client.disconnect()

@@ -1,9 +1,10 @@
 import { debuglog } from 'node:util'
+import { localDeadline as deadlineFrom, monoNow } from '../clock.js'
 import { LeaseLostError } from '../errors.js'
 import { emit, observed } from '../events.js'
 import type { KeySpace } from '../keys.js'
 import { renewals } from './renewal.js'
-import type { Acquisition, RenewReply, Store } from '../protocol/store.js'
+import type { Acquisition, RenewReply } from '../protocol/store.js'
 
 const debug = debuglog('tollgate:lease')
 
@@ -33,14 +34,10 @@ export interface Lease extends AsyncDisposable {
 
 /** What a lease needs from the primitive that created it: how to renew and release its token. */
 export interface LeaseContext {
-  readonly store: Store
   readonly space: KeySpace
   readonly kind: string
   readonly ttlMs: number
   readonly autoRenew: boolean
-  /** Clock of `expiresAt` minus the local clock, ms (default: `store.clockOffsetMs`). A lease whose
-   * expiry is a client-side estimate, like a RedLock's, says 0. */
-  readonly clockOffsetMs?: number
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
   /** Renew leases of this primitive in one store call (the scheduler batches per context and ttl). */
   renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
@@ -58,7 +55,8 @@ export class PermitLease implements Lease {
   readonly name: string
   readonly key: string
   expiresAt: number
-  /** Local-clock ms when the lease expires (for scheduling only). */
+  /** Local monotonic ms (clock.ts) by which the lease has surely not run out on the store, less the
+   * drift margin (G4): the signal aborts then unless a renewal confirmed more. */
   localDeadline: number
   /** Created on first use of `signal`: most leases are released without anyone asking for it, and an
    * AbortController per lease showed up in profiles of the gateway's hot path. */
@@ -76,6 +74,8 @@ export class PermitLease implements Lease {
     readonly token: string,
     readonly fencingToken: number,
     expiresAt: number,
+    /** See localDeadline: computed by whoever learnt of the grant (clock.ts localDeadline()). */
+    localDeadline: number,
     readonly holders?: number,
     /** The acquisition id of a reentrant owner's lease (released alone); undefined for a fresh token. */
     readonly op?: string,
@@ -83,7 +83,7 @@ export class PermitLease implements Lease {
     this.name = context.space.name
     this.key = context.space.base
     this.expiresAt = expiresAt
-    this.localDeadline = expiresAt - (context.clockOffsetMs ?? context.store.clockOffsetMs)
+    this.localDeadline = localDeadline
     if (context.autoRenew) renewals.add(this)
     else this.armExpiry()
   }
@@ -92,7 +92,7 @@ export class PermitLease implements Lease {
     clearTimeout(this.expiryTimer)
     this.expiryTimer = setTimeout(
       () => this.lose('it expired without renewal'),
-      Math.max(0, this.localDeadline - Date.now()),
+      Math.max(0, Math.ceil(this.localDeadline - monoNow())),
     ).unref()
   }
 
@@ -125,21 +125,26 @@ export class PermitLease implements Lease {
     if (this.releasing) return Promise.reject(new LeaseLostError(this.name, 'it was released'))
     // Sent now, not after a renewal in flight: calls of one name reach the store in the order they
     // were made (a release() or tryAcquire() made after this call must find it done, G11).
+    const askedAt = monoNow()
     return this.context.renewTokens(ttlMs, [{ token: this.token, op: this.op }]).then((reply) => {
-      this.applyRenewal(reply.now, reply.expiresAt[0] ?? 0)
+      this.applyRenewal(askedAt, reply.now, reply.expiresAt[0] ?? 0)
       if (this.lostWith) throw this.lostWith
+      if (this.context.autoRenew) renewals.moved(this)
     })
   }
 
-  /** Apply a renewal reply: a new expiry, or 0 when the store no longer knows this token. */
-  applyRenewal(now: number, expiresAt: number): void {
-    if (this.releasing) return // released meanwhile: nothing to extend or to lose
+  /** Apply a renewal reply to a call asked at `askedAt` (local): the store's clock when it ran, and the
+   * new expiry, or 0 when the store no longer knows this token. */
+  applyRenewal(askedAt: number, now: number, expiresAt: number): void {
+    // Released meanwhile: nothing to extend or to lose. Lost meanwhile (its deadline passed while the
+    // call was out): lost it stays, whatever the late reply says.
+    if (this.releasing || this.lostWith) return
     if (expiresAt === 0) {
-      if (!this.releasing) this.lose('the store no longer holds it for this owner (expired or taken over)')
+      this.lose('the store no longer holds it for this owner (expired or taken over)')
       return
     }
     this.expiresAt = expiresAt
-    this.localDeadline = Date.now() + (expiresAt - now)
+    this.localDeadline = deadlineFrom(askedAt, now, expiresAt)
     if (!this.context.autoRenew) this.armExpiry()
     emit('renew', { name: this.name, kind: this.context.kind })
   }

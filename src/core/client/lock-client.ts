@@ -1,6 +1,7 @@
 import { type AbortSignalLike, abortReason } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
+import { localDeadline, monoNow } from '../clock.js'
 import { AcquireTimeoutError } from '../errors.js'
 import { emit, observed, traceName } from '../events.js'
 import type { KeySpace } from '../keys.js'
@@ -23,6 +24,9 @@ export interface AcquireOptions {
    * only on their way to the store. */
   onQueued?: () => boolean | void
 }
+
+/** Whole ms since `started` (monotonic), as waits are reported. */
+const waitedSince = (started: number): number => Math.round(monoNow() - started)
 
 /** 96 random bits per process: tokens of different processes never collide. */
 const TOKEN_PREFIX = randomBytes(12).toString('base64url')
@@ -86,9 +90,9 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     return owner === undefined ? { token: newToken(), op: undefined } : { token: owner, op: newToken() }
   }
 
-  /** Whether a lease ending at `expiresAt` (store clock) still runs now. */
-  private live(expiresAt: number): boolean {
-    return expiresAt - this.store.clockOffsetMs > Date.now()
+  /** The local deadline (clock.ts) of a grant a call asked at `askedAt` got in its reply. */
+  private deadlineOf(askedAt: number, reply: { now: number; expiresAt: number }): number {
+    return localDeadline(askedAt, reply.now, reply.expiresAt)
   }
 
   /** Give back a grant that expired before it reached us; failures are harmless (it expired). */
@@ -97,17 +101,25 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     await this.releaseToken(acquisition.token, acquisition.op).catch(() => {})
   }
 
-  private lease(acquisition: Acquisition, fence: number, expiresAt: number, holders?: number): PermitLease {
-    return new PermitLease(this, acquisition.token, fence, expiresAt, holders, acquisition.op)
+  private lease(
+    acquisition: Acquisition,
+    fence: number,
+    expiresAt: number,
+    deadline: number,
+    holders?: number,
+  ): PermitLease {
+    return new PermitLease(this, acquisition.token, fence, expiresAt, deadline, holders, acquisition.op)
   }
 
   async tryAcquire(owner: string | undefined): Promise<Lease | undefined> {
     const acquisition = this.acquisition(owner)
+    const askedAt = monoNow()
     const reply = await this.attempt(acquisition, false)
-    if (reply.granted && !this.live(reply.expiresAt)) await this.giveBack(acquisition)
+    const deadline = reply.granted ? this.deadlineOf(askedAt, reply) : 0
+    if (reply.granted && deadline <= monoNow()) await this.giveBack(acquisition)
     else if (reply.granted) {
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
-      return this.lease(acquisition, reply.fence, reply.expiresAt, reply.holders)
+      return this.lease(acquisition, reply.fence, reply.expiresAt, deadline, reply.holders)
     }
     emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'busy' })
     return undefined
@@ -121,20 +133,21 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    */
   acquireNow(owner: string | undefined): Lease | undefined {
     const acquisition = this.acquisition(owner)
+    const askedAt = monoNow()
     const reply = this.attemptNow(acquisition)
     if (!reply?.granted) return undefined
     // Live by construction: granted now, on a store no time passed on (acquire() checks a reply that
     // may have reached a frozen process late).
     if (observed('acquire'))
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
-    return this.lease(acquisition, reply.fence, reply.expiresAt, reply.holders)
+    return this.lease(acquisition, reply.fence, reply.expiresAt, this.deadlineOf(askedAt, reply), reply.holders)
   }
 
   async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
     if (signal?.aborted) throw abortReason(signal)
-    const started = Date.now()
+    const started = monoNow()
     // The wait group (subscription, timers) is joined only once a call leaves us queued: an
     // uncontended acquire is one script call and touches nothing else.
     let group: WaitGroup | undefined
@@ -148,17 +161,19 @@ export abstract class LockClient implements LeaseContext, WaitClient {
         if (attempts > 0) {
           // Queueing again (evicted, or a grant that expired on its way): within the same bounds.
           if (signal?.aborted) throw abortReason(signal)
-          if (Date.now() - started >= timeoutMs)
-            throw new AcquireTimeoutError(this.space.name, Date.now() - started)
+          if (monoNow() - started >= timeoutMs)
+            throw new AcquireTimeoutError(this.space.name, waitedSince(started))
         }
         const acquisition = this.acquisition(owner)
+        const askedAt = monoNow()
         const reply = await this.attempt(acquisition, true)
         if (reply.granted) {
-          if (!this.live(reply.expiresAt)) {
+          const deadline = this.deadlineOf(askedAt, reply)
+          if (deadline <= monoNow()) {
             await this.giveBack(acquisition)
             continue
           }
-          const lease = this.lease(acquisition, reply.fence, reply.expiresAt, reply.holders)
+          const lease = this.lease(acquisition, reply.fence, reply.expiresAt, deadline, reply.holders)
           // Aborted while the call was in flight: the caller is gone, so the permit goes straight back.
           if (signal?.aborted) {
             lease.release().catch(() => {})
@@ -173,7 +188,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
             debug('wait %s %s: queued', this.kind, JSON.stringify(traceName(this.space.name)))
           announced = true
           if (options.onQueued?.() === false)
-            throw new AcquireTimeoutError(this.space.name, Date.now() - started)
+            throw new AcquireTimeoutError(this.space.name, waitedSince(started))
         }
         let wake: () => void = () => {}
         const waiter: Waiter = {
@@ -181,6 +196,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           op: acquisition.op ?? acquisition.token,
           client: this,
           grant: undefined,
+          deadline: 0,
           gone: false,
           wake: () => wake(),
         }
@@ -206,13 +222,13 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           queued = undefined
           continue
         }
-        if (!this.live(grant.expiresAt)) {
+        if (waiter.deadline <= monoNow()) {
           // Handed to us while we were frozen, and run out since: give it back and queue again.
           queued = undefined
           await this.giveBack(acquisition)
           continue
         }
-        const lease = this.lease(acquisition, grant.fence, grant.expiresAt)
+        const lease = this.lease(acquisition, grant.fence, grant.expiresAt, waiter.deadline)
         // A handed-over permit starts with at most waiterTtlMs; auto-renewal stretches it on its own
         // schedule, otherwise stretch it to the full ttlMs now (not needed when ttlMs fits).
         if (!this.autoRenew && this.ttlMs > this.waiterTtlMs) await lease.renew()
@@ -224,7 +240,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
       throw error
     } finally {
       if (outcome !== 'acquired' && queued) this.leaveQueue(queued)
-      emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: Date.now() - started, outcome })
+      emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: waitedSince(started), outcome })
     }
   }
 
@@ -261,11 +277,11 @@ export abstract class LockClient implements LeaseContext, WaitClient {
       if (signal?.aborted) return onAbort()
       signal?.addEventListener('abort', onAbort, { once: true })
       if (Number.isFinite(timeoutMs)) {
-        const left = started + timeoutMs - Date.now()
+        const left = started + timeoutMs - monoNow()
         timer = setTimeout(
           () => {
             done()
-            reject(new AcquireTimeoutError(this.space.name, Date.now() - started))
+            reject(new AcquireTimeoutError(this.space.name, waitedSince(started)))
           },
           Math.max(0, left),
         )

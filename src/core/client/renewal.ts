@@ -1,4 +1,5 @@
 import { debuglog } from 'node:util'
+import { monoNow } from '../clock.js'
 import type { Acquisition, RenewReply } from '../protocol/store.js'
 
 const debug = debuglog('tollgate:renewal')
@@ -9,11 +10,6 @@ const RENEW_FRACTION = 1 / 3
 const BATCH_WINDOW_MS = 25
 const RETRY_MIN_MS = 50
 const RETRY_MAX_MS = 1000
-
-interface Entry {
-  dueAt: number
-  failures: number
-}
 
 /** Who renews a lease: one store call renews many leases of one group (a primitive) and ttl. */
 export interface RenewGroup {
@@ -28,32 +24,70 @@ export interface Renewable {
   /** A reentrant owner's acquisition id: renewed only while it holds (G4). */
   readonly op?: string | undefined
   readonly context: RenewGroup
-  /** Local-clock ms when the lease runs out. */
+  /** Local monotonic ms (clock.ts) by which the lease has surely not run out on the store, less the
+   * drift margin: the moment it is given up unless a renewal confirmed more. */
   readonly localDeadline: number
   /** Neither released nor lost. */
   readonly active: boolean
-  applyRenewal(now: number, expiresAt: number): void
+  /** A renewal asked at `askedAt` (local) came back: the store's clock then, and the new expiry (0:
+   * the lease is gone). */
+  applyRenewal(askedAt: number, now: number, expiresAt: number): void
   lose(reason: string, cause?: unknown): void
 }
 
+interface Entry {
+  readonly lease: Renewable
+  /** When the next renewal goes out (local ms); ignored while one is in flight. */
+  dueAt: number
+  inFlight: boolean
+  failures: number
+  /** The last renewal error, reported as the loss's cause. */
+  error: unknown
+  /** When this entry next needs the timer: its renewal, or its deadline while one is in flight. */
+  key: number
+  /** Position in the heap (-1 once out). */
+  at: number
+}
+
 /**
- * One process-wide scheduler for every auto-renewed lease: one unref'd timer, batched calls (one
- * store call renews all due leases of one name and ttl). A failing renewal is retried until the lease
- * deadline, then the lease is declared lost. No timer callback ever throws.
+ * One process-wide scheduler for every auto-renewed lease: one unref'd timer, batched calls (one store
+ * call renews all due leases of one name and ttl), a failed renewal retried with backoff.
+ *
+ * G4: the deadline is watched whatever the network does. Each lease's next event is its renewal,
+ * or, while a renewal is in flight, its deadline; the timer fires at the earliest of all, so a lease
+ * whose renewal hangs (a partition: the call waits out commandTimeoutMs) or whose replies never come
+ * is declared lost at its deadline, not when the call gives up. Deadlines count from when the call
+ * that confirmed them was asked (clock.ts localDeadline), so a reply held back in the network never
+ * stretches one. The entries sit in a binary heap by next event: adding, removing and firing cost
+ * O(log n) each, whatever the number of leases held. No timer callback ever throws.
  */
 export class RenewalScheduler {
   private readonly entries = new Map<Renewable, Entry>()
+  private readonly heap: Entry[] = []
   private timer: NodeJS.Timeout | undefined
   private timerAt = Number.POSITIVE_INFINITY
 
   add(lease: Renewable): void {
-    const entry = { dueAt: dueAt(lease), failures: 0 }
+    const entry: Entry = {
+      lease,
+      dueAt: dueAt(lease, monoNow()),
+      inFlight: false,
+      failures: 0,
+      error: undefined,
+      key: 0,
+      at: -1,
+    }
+    entry.key = keyOf(entry)
     this.entries.set(lease, entry)
-    if (entry.dueAt < this.timerAt) this.armAt(entry.dueAt) // O(1): no scan on the hot path
+    this.push(entry)
+    this.arm()
   }
 
   delete(lease: Renewable): void {
+    const entry = this.entries.get(lease)
+    if (!entry) return
     this.entries.delete(lease)
+    this.remove(entry)
     if (this.entries.size === 0 && this.timer) {
       clearTimeout(this.timer)
       this.timer = undefined
@@ -61,45 +95,67 @@ export class RenewalScheduler {
     }
   }
 
+  /** The lease's deadline moved (a renewal outside the scheduler confirmed it): re-place it. */
+  moved(lease: Renewable): void {
+    const entry = this.entries.get(lease)
+    if (!entry) return
+    this.rekey(entry)
+    this.arm()
+  }
+
   get size(): number {
     return this.entries.size
   }
 
   private arm(): void {
-    let next = Number.POSITIVE_INFINITY
-    for (const entry of this.entries.values()) next = Math.min(next, entry.dueAt)
-    if (next === Number.POSITIVE_INFINITY || next >= this.timerAt) return
-    this.armAt(next)
-  }
-
-  private armAt(next: number): void {
+    const next = this.heap[0]?.key ?? Number.POSITIVE_INFINITY
+    if (next === this.timerAt) return
     if (this.timer) clearTimeout(this.timer)
+    this.timer = undefined
     this.timerAt = next
-    this.timer = setTimeout(() => this.fire(), Math.max(0, next - Date.now()))
+    if (next === Number.POSITIVE_INFINITY) return
+    this.timer = setTimeout(() => this.fire(), Math.max(0, Math.ceil(next - monoNow())))
     this.timer.unref()
   }
 
   private fire(): void {
     this.timer = undefined
     this.timerAt = Number.POSITIVE_INFINITY
-    const now = Date.now()
+    const now = monoNow()
     const batches = new Map<RenewGroup, Map<number, Renewable[]>>()
-    for (const [lease, entry] of this.entries) {
-      if (entry.dueAt > now + BATCH_WINDOW_MS) continue
+    // Everything whose next event is due (renewals: within the batch window) leaves the heap; what
+    // is not done with goes back in with its new key.
+    const taken: Entry[] = []
+    while (this.heap.length > 0 && (this.heap[0] as Entry).key <= now + BATCH_WINDOW_MS) {
+      taken.push(this.pop())
+    }
+    for (const entry of taken) {
+      const { lease } = entry
       if (lease.localDeadline <= now) {
         this.entries.delete(lease)
-        lease.lose('it expired before it could be renewed')
+        lease.lose(
+          entry.inFlight
+            ? 'no renewal was confirmed before its deadline (the store did not answer in time)'
+            : entry.failures > 0
+              ? 'renewal kept failing until its deadline'
+              : 'it expired before it could be renewed',
+          entry.error,
+        )
         continue
       }
-      entry.dueAt = Number.POSITIVE_INFINITY // in flight
-      let byTtl = batches.get(lease.context)
-      if (!byTtl) {
-        byTtl = new Map()
-        batches.set(lease.context, byTtl)
+      if (!entry.inFlight && entry.dueAt <= now + BATCH_WINDOW_MS) {
+        entry.inFlight = true
+        let byTtl = batches.get(lease.context)
+        if (!byTtl) {
+          byTtl = new Map()
+          batches.set(lease.context, byTtl)
+        }
+        const batch = byTtl.get(lease.context.ttlMs)
+        if (batch) batch.push(lease)
+        else byTtl.set(lease.context.ttlMs, [lease])
       }
-      const batch = byTtl.get(lease.context.ttlMs)
-      if (batch) batch.push(lease)
-      else byTtl.set(lease.context.ttlMs, [lease])
+      entry.key = keyOf(entry)
+      this.push(entry)
     }
     for (const byTtl of batches.values()) for (const batch of byTtl.values()) void this.renewBatch(batch)
     this.arm()
@@ -107,6 +163,7 @@ export class RenewalScheduler {
 
   private async renewBatch(batch: Renewable[]): Promise<void> {
     const first = batch[0] as Renewable
+    const askedAt = monoNow()
     try {
       const reply = await first.context.renewTokens(
         first.context.ttlMs,
@@ -114,38 +171,109 @@ export class RenewalScheduler {
       )
       batch.forEach((lease, i) => {
         const entry = this.entries.get(lease)
-        if (!entry) return // released meanwhile
-        lease.applyRenewal(reply.now, reply.expiresAt[i] ?? 0)
+        if (!entry) return // released or lost meanwhile
+        entry.inFlight = false
         entry.failures = 0
-        if (lease.active) entry.dueAt = dueAt(lease)
+        entry.error = undefined
+        lease.applyRenewal(askedAt, reply.now, reply.expiresAt[i] ?? 0)
+        if (!this.entries.has(lease)) return // the reply said it is gone
+        entry.dueAt = dueAt(lease, monoNow())
+        this.rekey(entry)
       })
     } catch (error) {
       debug('renewal of %s failed: %o', first.name, error)
-      const now = Date.now()
+      const now = monoNow()
       for (const lease of batch) {
         const entry = this.entries.get(lease)
         if (!entry) continue
+        entry.inFlight = false
         entry.failures++
-        const retryIn = Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** entry.failures)
-        if (now + retryIn >= lease.localDeadline) {
-          // One last try right before the deadline; after it, the lease is lost.
-          entry.dueAt = Math.max(now, lease.localDeadline - 2 * RETRY_MIN_MS)
-          if (entry.dueAt <= now) {
-            this.entries.delete(lease)
-            lease.lose('renewal kept failing until the lease expired', error)
-          }
-        } else {
-          entry.dueAt = now + retryIn
-        }
+        entry.error = error
+        // Retry with backoff, and once more shortly before the deadline (which is watched anyway).
+        const retryAt = now + Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** entry.failures)
+        entry.dueAt = Math.max(now, Math.min(retryAt, lease.localDeadline - 2 * RETRY_MIN_MS))
+        this.rekey(entry)
       }
     }
     this.arm()
   }
+
+  private rekey(entry: Entry): void {
+    if (entry.at < 0) return
+    entry.key = keyOf(entry)
+    this.up(entry.at)
+    this.down(entry.at)
+  }
+
+  // A binary min-heap of entries by key, each entry knowing its position.
+  private push(entry: Entry): void {
+    entry.at = this.heap.length
+    this.heap.push(entry)
+    this.up(entry.at)
+  }
+
+  private pop(): Entry {
+    const top = this.heap[0] as Entry
+    this.remove(top)
+    return top
+  }
+
+  private remove(entry: Entry): void {
+    const i = entry.at
+    if (i < 0) return
+    const last = this.heap.pop() as Entry
+    entry.at = -1
+    if (last === entry) return
+    this.heap[i] = last
+    last.at = i
+    this.up(i)
+    this.down(i)
+  }
+
+  private up(i: number): void {
+    const heap = this.heap
+    const entry = heap[i] as Entry
+    while (i > 0) {
+      const parent = (i - 1) >> 1
+      const above = heap[parent] as Entry
+      if (above.key <= entry.key) break
+      heap[i] = above
+      above.at = i
+      i = parent
+    }
+    heap[i] = entry
+    entry.at = i
+  }
+
+  private down(i: number): void {
+    const heap = this.heap
+    const n = heap.length
+    const entry = heap[i] as Entry
+    for (;;) {
+      let child = 2 * i + 1
+      if (child >= n) break
+      if (child + 1 < n && (heap[child + 1] as Entry).key < (heap[child] as Entry).key) child++
+      const below = heap[child] as Entry
+      if (below.key >= entry.key) break
+      heap[i] = below
+      below.at = i
+      i = child
+    }
+    heap[i] = entry
+    entry.at = i
+  }
 }
 
-function dueAt(lease: Renewable): number {
-  const now = Date.now()
+/** The next renewal: at a third of the time left until the deadline. */
+function dueAt(lease: Renewable, now: number): number {
   return now + Math.max(10, (lease.localDeadline - now) * RENEW_FRACTION)
+}
+
+/** When an entry next needs the timer: its deadline, or its renewal if that comes first and none is
+ * in flight. */
+function keyOf(entry: Entry): number {
+  const deadline = entry.lease.localDeadline
+  return entry.inFlight ? deadline : Math.min(entry.dueAt, deadline)
 }
 
 export const renewals = new RenewalScheduler()

@@ -1,4 +1,5 @@
 import { debuglog } from 'node:util'
+import { localDeadline, monoNow } from '../clock.js'
 import type { KeySpace } from '../keys.js'
 import type { Grant, RecheckReply, Store, Unsubscribe, Acquisition } from '../protocol/store.js'
 
@@ -33,6 +34,8 @@ export interface Waiter {
   readonly op: string
   readonly client: WaitClient
   grant: Grant | undefined
+  /** With a grant: the local deadline (clock.ts) of its lease. */
+  deadline: number
   gone: boolean
   /** Called whenever grant or gone changes. */
   wake: () => void
@@ -89,7 +92,7 @@ export class WaitGroup {
     const early = this.unclaimed.get(waiter.op)
     if (early) {
       this.unclaimed.delete(waiter.op)
-      if (early.token === waiter.token && !waiter.grant) waiter.grant = early
+      if (early.token === waiter.token && !waiter.grant) this.settle(waiter, early)
     }
   }
 
@@ -113,13 +116,13 @@ export class WaitGroup {
 
   /** The store said when the current holders' leases end (store clock, 0 = none). */
   hint(nextExpiry: number, storeNow: number): void {
-    this.nextExpiryLocal = nextExpiry > 0 ? Date.now() + (nextExpiry - storeNow) + EXPIRY_SLACK_MS : 0
+    this.nextExpiryLocal = nextExpiry > 0 ? monoNow() + (nextExpiry - storeNow) + EXPIRY_SLACK_MS : 0
     this.schedule()
   }
 
   /** Re-check as soon as possible (e.g. right after the subscription became active). */
   recheckSoon(): void {
-    this.arm(Date.now())
+    this.arm(monoNow())
   }
 
   private onGrant(grant: Grant): void {
@@ -134,8 +137,17 @@ export class WaitGroup {
       return
     }
     if (waiter.grant || waiter.gone) return
-    waiter.grant = grant
+    this.settle(waiter, grant)
     waiter.wake()
+  }
+
+  /** Hand a grant from a message to a waiter. A message says when the lease ends on the store's clock
+   * but not when it was sent: its local deadline comes from the store's clock offset, an upper bound
+   * (Store.clockOffsetMs), so it is never late. */
+  private settle(waiter: Waiter, grant: Grant): void {
+    const now = monoNow()
+    waiter.grant = grant
+    waiter.deadline = localDeadline(now, now + this.store.clockOffsetMs, grant.expiresAt)
   }
 
   /** The shortest heartbeat ttl among the clients with waiters here. */
@@ -147,7 +159,7 @@ export class WaitGroup {
 
   private schedule(): void {
     if (this.waiters.size === 0) return
-    const now = Date.now()
+    const now = monoNow()
     let at = now + this.heartbeatTtl() / 3
     if (this.nextExpiryLocal > 0) at = Math.min(at, this.nextExpiryLocal)
     if (!this.store.notificationsHealthy || !this.isSubscribed) {
@@ -163,7 +175,7 @@ export class WaitGroup {
     if (this.timer && at >= this.timerAt) return
     if (this.timer) clearTimeout(this.timer)
     this.timerAt = at
-    this.timer = setTimeout(() => void this.recheck(), Math.max(0, at - Date.now()))
+    this.timer = setTimeout(() => void this.recheck(), Math.max(0, at - monoNow()))
   }
 
   private async recheck(): Promise<void> {
@@ -186,6 +198,7 @@ export class WaitGroup {
     try {
       let nextExpiryLocal = 0
       for (const [client, waiters] of byClient) {
+        const askedAt = monoNow()
         const reply = await client.recheckWaits(
           waiters.map(({ token, op }) => ({ token, op: op === token ? undefined : op })),
         )
@@ -199,6 +212,7 @@ export class WaitGroup {
               fence: state.fence,
               expiresAt: state.expiresAt,
             }
+            waiter.deadline = localDeadline(askedAt, reply.now, state.expiresAt)
             waiter.wake()
           } else if (state.state === 'gone') {
             waiter.gone = true
@@ -206,7 +220,7 @@ export class WaitGroup {
           }
         })
         if (reply.nextExpiry > 0) {
-          const at = Date.now() + (reply.nextExpiry - reply.now) + EXPIRY_SLACK_MS
+          const at = monoNow() + (reply.nextExpiry - reply.now) + EXPIRY_SLACK_MS
           nextExpiryLocal = nextExpiryLocal === 0 ? at : Math.min(nextExpiryLocal, at)
         }
       }
@@ -224,13 +238,13 @@ export class WaitGroup {
       debug('re-check of %s failed: %o', this.space.name, error)
       this.nextExpiryLocal = 0
       this.backoffMs = Math.min(BACKOFF_MAX_MS, this.backoffMs * 2)
-      this.arm(Date.now() + this.backoffMs)
+      this.arm(monoNow() + this.backoffMs)
     } finally {
       this.checking = false
     }
     if (this.rerun) {
       this.rerun = false
-      this.arm(Date.now())
+      this.arm(monoNow())
     }
     this.schedule()
   }

@@ -1,6 +1,7 @@
-// The memory store's clock: epoch milliseconds (and microseconds, for fencing tokens) from a monotonic
-// source, so wall-clock jumps do not move leases (Redis TIME plays this part for the Redis store).
-const origin = performance.timeOrigin
+// The memory store's clock: epoch milliseconds (and microseconds, for fencing tokens) from the core's
+// monotonic clock, so wall-clock jumps do not move leases (Redis TIME plays this part for the Redis
+// store). It is the local clock itself: the store's clock offset is 0.
+import { monoNow } from '../clock.js'
 
-export const nowMs = (): number => Math.floor(origin + performance.now())
-export const nowUs = (): number => Math.floor((origin + performance.now()) * 1000)
+export const nowMs = (): number => Math.floor(monoNow())
+export const nowUs = (): number => Math.floor(monoNow() * 1000)

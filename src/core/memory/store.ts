@@ -34,10 +34,8 @@ class MemoryStore implements Store {
 
   constructor(readonly prefix: string) {}
 
-  /** Our clock is monotonic (performance.now); Date.now() may have been stepped since start. */
-  get clockOffsetMs(): number {
-    return nowMs() - Date.now()
-  }
+  /** Our clock is the local monotonic clock (clock.ts) itself. */
+  readonly clockOffsetMs = 0
 
   /** Number of names with state (permit sets and read/write locks): the memory twin of "keys left in
    * Redis". */

@@ -11,7 +11,9 @@ export interface Store {
   readonly kind: 'redis' | 'memory'
   /** Key prefix (default `tollgate`). */
   readonly prefix: string
-  /** Store clock minus local clock, ms, as last observed; used only to schedule timers locally. */
+  /** Store clock minus the local monotonic clock (core/clock.ts), ms: an upper bound, from the latest
+   * reply (the store's `now` minus when its call was sent), so a store time turned into a local one
+   * with it is never late (G4). Used only locally: deadlines of grants that came by message, timers. */
   readonly clockOffsetMs: number
   /** True while wake-up notifications are being delivered; waiters poll with backoff otherwise. */
   readonly notificationsHealthy: boolean

@@ -3,6 +3,7 @@
 // releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on one connection.
 import { debuglog } from 'node:util'
 import { Cluster, Redis } from 'ioredis'
+import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
 import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt } from '../options.js'
@@ -213,7 +214,7 @@ class RedisStore implements Store {
     onLateReply: ((reply: unknown) => void) | undefined,
   ): Promise<unknown> {
     if (this.closed) throw new StoreUnavailableError('The store is closed.')
-    const sent = Date.now()
+    const sent = monoNow()
     const pending = this.scripts[script](
       ...scriptKeys(space, script.startsWith('tgRw')),
       space.channel,
@@ -235,12 +236,14 @@ class RedisStore implements Store {
     }
   }
 
-  /** Array replies carry the server's `now`: first for renew/recheck, last for the others. */
-  private observeClock(script: ScriptName, reply: unknown, started: number): void {
+  /** Array replies carry the server's `now`: first for renew/recheck, last for the others. The script
+   * ran at or after `sent` (local), so `now - sent` is at least the true offset: an upper bound, which
+   * turns a store time into a local time that is never late (Store.clockOffsetMs, G4). */
+  private observeClock(script: ScriptName, reply: unknown, sent: number): void {
     const at = nowIndex(script)
     if (!at || !Array.isArray(reply)) return
     const now = at === 'first' ? reply[0] : reply[reply.length - 1]
-    if (typeof now === 'number') this.clockOffsetMs = now - (started + Date.now()) / 2
+    if (typeof now === 'number') this.clockOffsetMs = now - sent
   }
 }
 
@@ -255,7 +258,7 @@ class QueuedCall implements ScriptCall {
   readonly space: KeySpace
   readonly head: readonly (string | number)[]
   readonly withToken: boolean
-  readonly started = Date.now()
+  readonly started = monoNow()
   readonly pick: ScriptCall['pick']
   readonly request: unknown
   readonly late: ScriptCall['late']

@@ -5,6 +5,7 @@ import { debuglog } from 'node:util'
 import { type QuorumTally, RedlockQuorumError, StoreUnavailableError } from '../../core/errors.js'
 import { emit } from '../../core/events.js'
 import { type KeySpace, keySpace } from '../../core/keys.js'
+import { monoNow } from '../../core/clock.js'
 import { type Lease, type LeaseContext, PermitLease } from '../../core/client/lease.js'
 import { type AcquireOptions, newToken } from '../../core/client/lock-client.js'
 import type {
@@ -41,6 +42,8 @@ interface AttemptResult {
   validityMs: number
   /** Local epoch ms when the validity runs out: the lease's expiresAt. */
   expiresAt: number
+  /** The same moment on the local monotonic clock (core/clock.ts): the lease's deadline. */
+  deadline: number
   /** Largest fencing token among the nodes that granted in time. */
   fence: number
   errors: unknown[]
@@ -54,7 +57,6 @@ export class RedlockClient implements LeaseContext {
   readonly spaces: KeySpace[]
   readonly quorum: number
   readonly kind = 'redlock'
-  readonly clockOffsetMs = 0
   readonly ttlMs: number
   readonly autoRenew: boolean
   readonly onLost: RedlockSettings['onLost']
@@ -66,12 +68,6 @@ export class RedlockClient implements LeaseContext {
     this.ttlMs = settings.ttlMs
     this.autoRenew = settings.autoRenew
     this.onLost = settings.onLost
-  }
-
-  /** LeaseContext: the first node; a lease only reads its clock offset, which `clockOffsetMs`
-   * overrides (RedLock expiries are estimated on the local clock). */
-  get store(): Store {
-    return this.stores[0] as Store
   }
 
   get space(): KeySpace {
@@ -157,6 +153,7 @@ export class RedlockClient implements LeaseContext {
       tally: { granted: 0, busy: 0, failed: 0, nodes: n, quorum: this.quorum, validityExpired: false },
       validityMs: 0,
       expiresAt: 0,
+      deadline: 0,
       fence: 0,
       errors: [],
       ok: false,
@@ -173,6 +170,7 @@ export class RedlockClient implements LeaseContext {
           // Validity left at the moment of the decision, measured from the start of this attempt.
           result.validityMs = validityMs(this.ttlMs, this.drift(this.ttlMs), performance.now() - started)
           result.expiresAt = Date.now() + result.validityMs
+          result.deadline = monoNow() + result.validityMs
           result.ok = tally.granted >= this.quorum && result.validityMs > 0
           decide()
         }
@@ -221,7 +219,7 @@ export class RedlockClient implements LeaseContext {
     })
     tally.validityExpired = tally.granted >= this.quorum && !result.ok
     if (result.ok) {
-      result.lease = new PermitLease(this, token, result.fence, result.expiresAt)
+      result.lease = new PermitLease(this, token, result.fence, result.expiresAt, result.deadline)
       return result
     }
     debug('attempt on %s failed: %o (%d ms of validity left)', this.name, tally, result.validityMs)
