@@ -16,6 +16,10 @@
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
+-- Cost: O(t log n) for t tokens (n = holders + waiters), plus O(k) for a reentrant owner's list of
+-- k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
+-- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
+-- then `now` (look again at once).
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders = live
 --         holders of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
@@ -70,7 +74,7 @@ local permits = limit(ARGV[3])
 -- Expired holders go first (as in the memory store), so the queue is served and `holders` is reported
 -- from live holders only; with none expired this costs one ZRANGE of the cached first expiry. One call
 -- per token would purge up to 100; a batch may need n.
-if count > 0 then count = count - purge_holders(math.max(100, n)) end
+count = live_holders(count, math.max(100, n))
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a token of this call may be among them).
   purge_waiters()
@@ -121,7 +125,7 @@ for i, tok in ipairs(tokens) do
         end
       end
     end
-    out[i + 1] = { 0, position, next_expiry() }
+    out[i + 1] = { 0, position, next_check() }
   else
     fresh[#fresh + 1] = i
   end
@@ -138,7 +142,7 @@ end
 
 -- fresh[first..] found no free permit.
 if mode ~= '1' then
-  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, next_expiry() } end
+  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, next_check() } end
   return out
 end
 local joining = #fresh - first + 1
@@ -157,7 +161,7 @@ for k = first, #fresh do
   beats[#beats + 1] = tok
   specs[#specs + 1] = 't:' .. tok
   specs[#specs + 1] = spec
-  out[i + 1] = { 0, ahead + k - first, next_expiry() }
+  out[i + 1] = { 0, ahead + k - first, next_check() }
 end
 redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))

@@ -8,11 +8,13 @@
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
+-- Cost: O(w log n) for w waits, plus O(k) per reentrant wait's list, plus the queue work of
+-- lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted or expired: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
-local count = redis.call('ZCARD', H)
-count = count - purge_holders()
+local count = live_holders(redis.call('ZCARD', H))
 purge_waiters()
 admit(permits, count)
 local beat = NOW + waiter_ttl
@@ -44,6 +46,6 @@ if queued then
   redis.call('PEXPIREAT', W, int(beat), 'GT')
   redis.call('PEXPIREAT', M, int(beat), 'GT')
 end
-out[2] = next_expiry()
+out[2] = next_check()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out

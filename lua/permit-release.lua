@@ -10,6 +10,10 @@
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
+-- Cost: O(t log n) for t tokens, plus O(k) for a reentrant owner's list of k acquisitions, plus the
+-- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000
+-- grants made: the rest is left to the next call, and a reply's nextExpiry is then `now` (look
+-- again at once).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:
@@ -93,7 +97,7 @@ if has_q then
   if #freed > 0 then drop_holder_fields(freed) end
   purge_waiters()
   local permits = limit(ARGV[2])
-  local count = redis.call('ZCARD', H) - purge_holders()
+  local count = live_holders(redis.call('ZCARD', H))
   out[1] = admit(permits, count)
   -- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
   if redis.call('EXISTS', Q) == 1 then return out end

@@ -4,6 +4,7 @@
 -- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
+-- Cost: O(t log n) for t leases, plus O(k) per reentrant lease's list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }

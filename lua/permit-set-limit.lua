@@ -1,20 +1,25 @@
 -- lua/permit-set-limit.lua: change the permits of a name at run time, for every process.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
--- Raising the limit admits queued waiters at once; lowering it never evicts a holder, it only stops
+-- ARGV[3] the caller's own permits: the limit in force once the override is dropped
+-- Admits at once the queued waiters the limit now in force has room for (raising the override, or
+-- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
--- Returns {holders, now}
+-- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
+-- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
+-- then `now` (look again at once).
+-- Returns {live holders, now}
 local permits = tonumber(ARGV[2])
 if permits > 0 then
   redis.call('SET', P, permits)
 else
   redis.call('DEL', P)
 end
-local count = redis.call('ZCARD', H)
-if permits > 0 then
-  count = count - purge_holders()
+local count = live_holders(redis.call('ZCARD', H))
+if redis.call('EXISTS', Q) == 1 then
   purge_waiters()
-  admit(permits, count)
+  local _, _, admitted = admit(limit(ARGV[3]), count)
+  count = count + admitted
 end
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
-return { redis.call('ZCARD', H), NOW }
+return { count, NOW }

@@ -5,6 +5,9 @@
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
+-- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
 -- Returns {1, fence, expiresAt, now} when the caller holds the lock in `mode` (re-entry adds the
 --           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),
@@ -49,7 +52,7 @@ local m, _, ops, raw = waiting_spec(token)
 if raw then
   if m ~= mode then return { -2, 0, 0, NOW } end
   if not has_op(ops, op) then
-    if not enqueue then return { 0, -1, next_expiry(), NOW } end
+    if not enqueue then return { 0, -1, next_check(), NOW } end
     -- The same owner asks again in the same mode while its token waits: this acquisition waits with
     -- it and is handed the lock with it.
     redis.call('HSET', M, 'q:' .. token, raw .. ' ' .. op)
@@ -59,7 +62,7 @@ if raw then
     expire_at_least(W, beat)
     expire_at_least(M, beat)
   end
-  return { 0, redis.call('ZRANK', Q, token), next_expiry(), NOW }
+  return { 0, redis.call('ZRANK', Q, token), next_check(), NOW }
 end
 -- Skip the queue only when nobody waits: once a writer waits, new readers queue behind it (G6).
 if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_count(R) == 0) then
@@ -69,7 +72,7 @@ if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_c
   return { 1, fence, exp, NOW }
 end
 if not enqueue then
-  return { 0, -1, next_expiry(), NOW }
+  return { 0, -1, next_check(), NOW }
 end
 local ticket = redis.call('HINCRBY', M, 'n', 1)
 redis.call('ZADD', Q, ticket, token)
@@ -82,4 +85,4 @@ redis.call('ZADD', W, beat, token)
 expire_at_least(Q, beat)
 expire_at_least(W, beat)
 expire_at_least(M, beat)
-return { 0, rank, next_expiry(), NOW }
+return { 0, rank, next_check(), NOW }

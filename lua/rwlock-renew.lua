@@ -3,6 +3,7 @@
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
+-- Cost: O(t log n) for t leases, plus O(k) per lease's list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]

@@ -118,27 +118,61 @@ local function parse_spec(spec)
   return tonumber(string.sub(spec, 1, space - 1)), string.sub(spec, space + 1)
 end
 
--- Drop holders whose lease ran out (G2), at most `most` (default 100) of them; returns how many.
+-- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond `most`. The
+-- reply then says "look again now" (next_check()), so the waiters' processes call again at once
+-- instead of at their next heartbeat: each call stays bounded, and the crowd is gone within a few
+-- round trips, however large (G2, G5).
+local backlog = false
+
+-- Drop holders whose lease ran out (G2), at most `most` (default 100) of them. Returns how many, and
+-- whether more may be left.
 local function purge_holders(most)
+  most = most or 100
   local first = next_expiry()
-  if first == 0 or first > NOW then return 0 end
-  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most or 100)
+  if first == 0 or first > NOW then return 0, false end
+  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most)
   first_expiry = nil
-  if #expired == 0 then return 0 end
+  if #expired == 0 then return 0, false end
   redis.call('ZREM', H, unpack(expired))
   drop_holder_fields(expired)
-  return #expired
+  return #expired, #expired == most
+end
+
+-- Live holders, given `count` = ZCARD H: drops expired ones first (at most `most`); when more are
+-- left, counts the live ones directly (ZCOUNT, O(log n)), so a crowd of expired holders never
+-- blocks admission, whatever its size.
+local function live_holders(count, most)
+  if count == 0 then return 0 end
+  local purged, more = purge_holders(most)
+  if not more then return count - purged end
+  backlog = true
+  return redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
+end
+
+-- Dead waiters one call drops at most, in purge_waiters() and admit() together: ~1 ms of Redis time.
+local DEAD_PER_CALL = 1000
+local dead_left = DEAD_PER_CALL
+
+-- Take waiters out of the queue: Q, W and their specs in M.
+local function drop_waiters(toks)
+  redis.call('ZREM', Q, unpack(toks))
+  redis.call('ZREM', W, unpack(toks))
+  local fields = {}
+  for i, tok in ipairs(toks) do fields[i] = 't:' .. tok end
+  redis.call('HDEL', M, unpack(fields))
 end
 
 -- Drop waiters whose heartbeat stopped (G5): they never block the queue.
 local function purge_waiters()
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  if dead_left <= 0 then
+    backlog = true
+    return
+  end
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
   if #dead == 0 then return end
-  redis.call('ZREM', Q, unpack(dead))
-  redis.call('ZREM', W, unpack(dead))
-  local fields = {}
-  for _, tok in ipairs(dead) do fields[#fields + 1] = 't:' .. tok end
-  redis.call('HDEL', M, unpack(fields))
+  if #dead == dead_left then backlog = true end
+  dead_left = dead_left - #dead
+  drop_waiters(dead)
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. `count` is
@@ -148,7 +182,32 @@ local function admit(permits, count)
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
   local free = math.min(permits - count, 1000)
   if free <= 0 then return '', {}, 0 end
-  local head = redis.call('ZRANGE', Q, 0, free - 1)
+  -- The first `free` live waiters in ticket order. A waiter whose heartbeat has lapsed is not waiting
+  -- any more (G5): one that the purge did not reach is dropped here, never handed a permit (it would
+  -- keep it min(ttl, waiter ttl) and then pass it on to the next dead one).
+  local head, dead = {}, {}
+  local from = 0
+  while #head < free do
+    if #dead >= dead_left then
+      backlog = true
+      break
+    end
+    local batch = redis.call('ZRANGE', Q, from, from + free - #head - 1)
+    if #batch == 0 then break end
+    from = from + #batch
+    local beats = redis.call('ZMSCORE', W, unpack(batch))
+    for i, tok in ipairs(batch) do
+      if beats[i] and tonumber(beats[i]) > NOW then
+        head[#head + 1] = tok
+      else
+        dead[#dead + 1] = tok
+      end
+    end
+  end
+  if #dead > 0 then
+    dead_left = dead_left - #dead
+    drop_waiters(dead)
+  end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
@@ -190,6 +249,13 @@ local function admit(permits, count)
   local message = table.concat(lines, '\n')
   redis.call('PUBLISH', CHANNEL, message)
   return message, granted, #head
+end
+
+-- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
+-- left work undone (see `backlog`).
+local function next_check()
+  if backlog then return NOW end
+  return next_expiry()
 end
 
 -- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.

@@ -87,70 +87,97 @@ local function waiting_spec(tok)
   return spec(tok)
 end
 
--- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per call.
+-- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
+-- grants one call makes. The reply then says "look again now" (next_check()), so the waiters'
+-- processes call again at once instead of at their next heartbeat: each call stays bounded, and the
+-- rest follows within a few round trips, however much there is (G2, G5).
+local backlog = false
+-- Dead waiters one call drops at most (purge() and admit() together), and grants it makes at most.
+local DEAD_PER_CALL = 1000
+local dead_left = DEAD_PER_CALL
+local GRANTS_PER_CALL = 1000
+
+-- Take waiters out of the queue: Q, W and their specs in M.
+local function drop_waiters(toks)
+  redis.call('ZREM', Q, unpack(toks))
+  redis.call('ZREM', W, unpack(toks))
+  local fields = {}
+  for i, tok in ipairs(toks) do fields[i] = 'q:' .. tok end
+  redis.call('HDEL', M, unpack(fields))
+end
+
+-- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per
+-- call. (Holders are counted live with ZCOUNT, so the expired ones left over block nothing.)
 local function purge()
   for mode, key in pairs(HOLDS) do
     local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
     if #expired > 0 then
+      if #expired == 100 then backlog = true end
       redis.call('ZREM', key, unpack(expired))
+      local fields = {}
       for _, tok in ipairs(expired) do
-        redis.call('HDEL', M, 'g' .. mode .. ':' .. tok, 'a' .. mode .. ':' .. tok)
+        fields[#fields + 1] = 'g' .. mode .. ':' .. tok
+        fields[#fields + 1] = 'a' .. mode .. ':' .. tok
       end
+      redis.call('HDEL', M, unpack(fields))
     end
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
   if #dead > 0 then
-    redis.call('ZREM', Q, unpack(dead))
-    redis.call('ZREM', W, unpack(dead))
-    for _, tok in ipairs(dead) do
-      redis.call('HDEL', M, 'q:' .. tok)
-    end
+    if #dead == dead_left then backlog = true end
+    dead_left = dead_left - #dead
+    drop_waiters(dead)
   end
 end
 
 -- Admit the head of the queue if it may enter now (see the header), and tell the waiters' processes.
--- Returns a table token -> { fence, expiresAt } of what it granted.
+-- A waiter whose heartbeat has lapsed is not waiting any more (G5): one the purge did not reach is
+-- dropped here, never handed the lock. Returns a table token -> { fence, expiresAt } of what it granted.
 local function admit()
   local granted = {}
   if live_count(X) > 0 then return granted end
-  local head = redis.call('ZRANGE', Q, 0, 0)
-  if #head == 0 then return granted end
-  local lines = {}
+  local lines, taken, dead = {}, {}, {}
   local function give(tok, mode, ttl, ops)
     local exp = NOW + ttl
     local fence = next_fence()
     hold(mode, tok, exp, fence, ops)
     redis.call('HDEL', M, 'q:' .. tok)
     granted[tok] = { fence, exp }
+    taken[#taken + 1] = tok
     lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp) .. (ops ~= '' and (' ' .. ops) or '')
   end
-  local mode, ttl, ops = spec(head[1])
-  if mode == 'w' then
-    if live_count(R) > 0 then return granted end
-    give(head[1], 'w', ttl, ops)
-    redis.call('ZREM', Q, head[1])
-    redis.call('ZREM', W, head[1])
-  else
-    -- The whole run of readers at the head, up to the first queued writer, in batches of 100.
-    local stop = false
-    repeat
-      local batch = redis.call('ZRANGE', Q, 0, 99)
-      local taken = {}
-      for _, tok in ipairs(batch) do
-        local m, t, o = spec(tok)
-        if m ~= 'r' then
+  -- A writer first in line enters alone, when no reader holds; otherwise the run of readers first in
+  -- line enters together, up to the first live writer; in batches of 100 queue entries.
+  local from, stop = 0, false
+  repeat
+    if #dead >= dead_left or #taken >= GRANTS_PER_CALL then
+      backlog = true
+      break
+    end
+    local batch = redis.call('ZRANGE', Q, from, from + 99)
+    from = from + #batch
+    local beats = #batch > 0 and redis.call('ZMSCORE', W, unpack(batch)) or {}
+    for i, tok in ipairs(batch) do
+      if not (beats[i] and tonumber(beats[i]) > NOW) then
+        dead[#dead + 1] = tok
+      else
+        local mode, ttl, ops = spec(tok)
+        if mode ~= 'r' then
+          if #taken == 0 and live_count(R) == 0 then give(tok, 'w', ttl, ops) end
           stop = true
           break
         end
-        give(tok, 'r', t, o)
-        taken[#taken + 1] = tok
+        give(tok, 'r', ttl, ops)
       end
-      if #taken > 0 then
-        redis.call('ZREM', Q, unpack(taken))
-        redis.call('ZREM', W, unpack(taken))
-      end
-    until stop or #batch < 100
+    end
+  until stop or #batch < 100
+  if #dead > 0 then
+    dead_left = dead_left - #dead
+    drop_waiters(dead)
   end
+  if #taken == 0 then return granted end
+  redis.call('ZREM', Q, unpack(taken))
+  redis.call('ZREM', W, unpack(taken))
   redis.call('PUBLISH', CHANNEL, table.concat(lines, '\n'))
   return granted
 end
@@ -163,6 +190,13 @@ local function next_expiry()
     if first and (at == 0 or tonumber(first) < at) then at = tonumber(first) end
   end
   return at
+end
+
+-- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
+-- left work undone (see `backlog`).
+local function next_check()
+  if backlog then return NOW end
+  return next_expiry()
 end
 
 -- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W

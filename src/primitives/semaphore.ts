@@ -71,9 +71,9 @@ export function createSemaphore(store: Store, name: string, options: SemaphoreOp
       positiveInt('permits', next, MAX_PERMITS)
       // Only the store's override changes: this instance keeps asking for its own permits, like
       // every other instance, so dropping the override (from anywhere) brings all of them back alike.
-      await store.permits.setLimit(client.space, next)
+      await store.permits.setLimit(client.space, next, client.permits())
     },
-    resetPermits: () => store.permits.setLimit(client.space, undefined),
+    resetPermits: () => store.permits.setLimit(client.space, undefined, client.permits()),
     stats: async () => {
       const { holders, queued, limit } = await store.permits.inspect(client.space)
       return { holders, queued, limit: limit ?? permits, override: limit }

@@ -150,6 +150,25 @@ describeStores('semaphore', (fx, kind) => {
     expect(maxAfterRaise).toBeGreaterThan(5) // the raise admitted more than the old cap
   }, 20_000)
 
+  it('G5: resetPermits() admits at once the waiters the restored limit has room for', async () => {
+    const { store } = fx()
+    // The default waiterTtlMs (10 s): the waiters' next heartbeat is 3.3 s away.
+    const sem = createSemaphore(store, 'reset', { permits: 3 })
+    await sem.setPermits(1)
+    const held = await sem.acquire()
+    const waiting = [sem.acquire({ timeoutMs: 10_000 }), sem.acquire({ timeoutMs: 10_000 })]
+    await eventually(async () => (await sem.stats()).queued === 2)
+    // Past the waiters' first re-check (made right after they subscribe): from here on only the reset
+    // itself can admit them before their next heartbeat.
+    await sleep(300)
+    const resetAt = performance.now()
+    await sem.resetPermits()
+    const leases = await Promise.all(waiting)
+    expect(performance.now() - resetAt).toBeLessThan(500)
+    expect(await sem.stats()).toMatchObject({ holders: 3, queued: 0, limit: 3, override: undefined })
+    await Promise.all([held, ...leases].map((lease) => lease.release()))
+  })
+
   it('validates its options', () => {
     expect(() => createSemaphore(fx().store, 's', { permits: 0 })).toThrow(ConfigError)
     expect(() => createSemaphore(fx().store, 's', { permits: 1.5 })).toThrow('"permits"')

@@ -1,5 +1,6 @@
 // Contract of lua/permit-set-limit.lua, called directly: the reply, the keys it leaves and their expiry.
-// KEYS H Q W M P F; ARGV channel, new permits (0 = drop the override). Returns {holders, now}.
+// KEYS H Q W M P F; ARGV channel, new permits (0 = drop the override), the caller's own permits.
+// Returns {live holders, now}.
 // P is the one key that persists while idle: it is configuration, not state.
 import { describe, expect, it } from 'vitest'
 import { grantLine, PermitName, serverClock, sleep } from './support.js'
@@ -77,6 +78,23 @@ describe('permit-set-limit.lua', () => {
       expect.any(Number),
       2,
     ])
+  })
+
+  it('G5: dropping an override below the caller’s permits admits the waiters they have room for', async () => {
+    const n = new PermitName()
+    await n.setLimit(1)
+    await n.acquire(['a', 'b', 'c', 'd'], { permits: 3, waiterTtl: 2_000 })
+    expect(await n.members('q')).toEqual(['b', 'c', 'd'])
+    const listener = await n.listen()
+    try {
+      expect((await n.setLimit(0, 3))[0]).toBe(3)
+      const lines = (await listener.next(1))[0]!.split('\n').map(grantLine)
+      expect(lines.map((line) => line.token)).toEqual(['b', 'c'])
+      expect(await n.members('q')).toEqual(['d'])
+      expect(await n.redis.exists(n.key.p)).toBe(0)
+    } finally {
+      await listener.close()
+    }
   })
 
   it('G2: expired holders are purged before admitting', async () => {

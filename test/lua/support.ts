@@ -231,9 +231,9 @@ export class PermitName extends NameFixture<PermitPart> {
     return (await this.run('tgPermitInspect')) as [number, number, number, number]
   }
 
-  /** permit-set-limit: ARGV permits (0 = drop the override) -> [holders, now]. */
-  async setLimit(permits: number): Promise<[number, number]> {
-    return (await this.run('tgPermitSetLimit', permits)) as [number, number]
+  /** permit-set-limit: ARGV permits (0 = drop the override), the caller's own permits -> [holders, now]. */
+  async setLimit(permits: number, own = 1): Promise<[number, number]> {
+    return (await this.run('tgPermitSetLimit', permits, own)) as [number, number]
   }
 }
 

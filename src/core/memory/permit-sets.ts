@@ -201,15 +201,14 @@ export class MemoryPermitSets implements PermitFamily {
     return { holders, queued, limit }
   }
 
-  async setLimit(space: KeySpace, permits: number | undefined): Promise<void> {
-    if (permits === undefined) {
-      this.limits.delete(space.base)
-      return
-    }
-    this.limits.set(space.base, permits)
+  async setLimit(space: KeySpace, permits: number | undefined, own: number): Promise<void> {
+    if (permits === undefined) this.limits.delete(space.base)
+    else this.limits.set(space.base, permits)
+    const set = this.sets.get(space.base)
+    if (!set || set.queue.size === 0) return
     const now = nowMs()
-    const set = this.open(space, now)
-    this.admit(space, set, permits, now)
+    purge(set, now)
+    this.admit(space, set, this.limit(space, own), now)
     this.settle(space, set)
   }
 

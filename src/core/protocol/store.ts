@@ -53,9 +53,10 @@ export interface PermitFamily {
     waits: readonly Acquisition[],
   ): Promise<RecheckReply>
   inspect(space: KeySpace): Promise<PermitStats>
-  /** Set (or with undefined, drop) the run-time permits of a name for every process. Raising admits
-   * waiters at once; lowering never evicts a holder. */
-  setLimit(space: KeySpace, permits: number | undefined): Promise<void>
+  /** Set (or with undefined, drop) the run-time permits of a name for every process. Admits at once the
+   * waiters the limit now in force has room for (`own`: the caller's permits, in force once the
+   * override is dropped); lowering never evicts a holder. */
+  setLimit(space: KeySpace, permits: number | undefined, own: number): Promise<void>
 }
 
 /** lua/rwlock-*.lua: a writer-preferring read/write lock per name. */

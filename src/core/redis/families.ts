@@ -128,11 +128,11 @@ export function permitFamily(
           return { holders, queued, limit: limit || undefined }
         },
       }),
-    setLimit: async (space, permits) => {
+    setLimit: async (space, permits, own) => {
       await call({
         script: 'tgPermitSetLimit',
         space,
-        head: [permits ?? 0],
+        head: [permits ?? 0, own],
         withToken: false,
         pick: same,
       })

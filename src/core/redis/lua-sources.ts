@@ -185,27 +185,61 @@ local function parse_spec(spec)
   return tonumber(string.sub(spec, 1, space - 1)), string.sub(spec, space + 1)
 end
 
--- Drop holders whose lease ran out (G2), at most \`most\` (default 100) of them; returns how many.
+-- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond \`most\`. The
+-- reply then says "look again now" (next_check()), so the waiters' processes call again at once
+-- instead of at their next heartbeat: each call stays bounded, and the crowd is gone within a few
+-- round trips, however large (G2, G5).
+local backlog = false
+
+-- Drop holders whose lease ran out (G2), at most \`most\` (default 100) of them. Returns how many, and
+-- whether more may be left.
 local function purge_holders(most)
+  most = most or 100
   local first = next_expiry()
-  if first == 0 or first > NOW then return 0 end
-  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most or 100)
+  if first == 0 or first > NOW then return 0, false end
+  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most)
   first_expiry = nil
-  if #expired == 0 then return 0 end
+  if #expired == 0 then return 0, false end
   redis.call('ZREM', H, unpack(expired))
   drop_holder_fields(expired)
-  return #expired
+  return #expired, #expired == most
+end
+
+-- Live holders, given \`count\` = ZCARD H: drops expired ones first (at most \`most\`); when more are
+-- left, counts the live ones directly (ZCOUNT, O(log n)), so a crowd of expired holders never
+-- blocks admission, whatever its size.
+local function live_holders(count, most)
+  if count == 0 then return 0 end
+  local purged, more = purge_holders(most)
+  if not more then return count - purged end
+  backlog = true
+  return redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
+end
+
+-- Dead waiters one call drops at most, in purge_waiters() and admit() together: ~1 ms of Redis time.
+local DEAD_PER_CALL = 1000
+local dead_left = DEAD_PER_CALL
+
+-- Take waiters out of the queue: Q, W and their specs in M.
+local function drop_waiters(toks)
+  redis.call('ZREM', Q, unpack(toks))
+  redis.call('ZREM', W, unpack(toks))
+  local fields = {}
+  for i, tok in ipairs(toks) do fields[i] = 't:' .. tok end
+  redis.call('HDEL', M, unpack(fields))
 end
 
 -- Drop waiters whose heartbeat stopped (G5): they never block the queue.
 local function purge_waiters()
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  if dead_left <= 0 then
+    backlog = true
+    return
+  end
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
   if #dead == 0 then return end
-  redis.call('ZREM', Q, unpack(dead))
-  redis.call('ZREM', W, unpack(dead))
-  local fields = {}
-  for _, tok in ipairs(dead) do fields[#fields + 1] = 't:' .. tok end
-  redis.call('HDEL', M, unpack(fields))
+  if #dead == dead_left then backlog = true end
+  dead_left = dead_left - #dead
+  drop_waiters(dead)
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. \`count\` is
@@ -215,7 +249,32 @@ local function admit(permits, count)
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
   local free = math.min(permits - count, 1000)
   if free <= 0 then return '', {}, 0 end
-  local head = redis.call('ZRANGE', Q, 0, free - 1)
+  -- The first \`free\` live waiters in ticket order. A waiter whose heartbeat has lapsed is not waiting
+  -- any more (G5): one that the purge did not reach is dropped here, never handed a permit (it would
+  -- keep it min(ttl, waiter ttl) and then pass it on to the next dead one).
+  local head, dead = {}, {}
+  local from = 0
+  while #head < free do
+    if #dead >= dead_left then
+      backlog = true
+      break
+    end
+    local batch = redis.call('ZRANGE', Q, from, from + free - #head - 1)
+    if #batch == 0 then break end
+    from = from + #batch
+    local beats = redis.call('ZMSCORE', W, unpack(batch))
+    for i, tok in ipairs(batch) do
+      if beats[i] and tonumber(beats[i]) > NOW then
+        head[#head + 1] = tok
+      else
+        dead[#dead + 1] = tok
+      end
+    end
+  end
+  if #dead > 0 then
+    dead_left = dead_left - #dead
+    drop_waiters(dead)
+  end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
@@ -257,6 +316,13 @@ local function admit(permits, count)
   local message = table.concat(lines, '\\n')
   redis.call('PUBLISH', CHANNEL, message)
   return message, granted, #head
+end
+
+-- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
+-- left work undone (see \`backlog\`).
+local function next_check()
+  if backlog then return NOW end
+  return next_expiry()
 end
 
 -- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.
@@ -378,70 +444,97 @@ local function waiting_spec(tok)
   return spec(tok)
 end
 
--- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per call.
+-- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
+-- grants one call makes. The reply then says "look again now" (next_check()), so the waiters'
+-- processes call again at once instead of at their next heartbeat: each call stays bounded, and the
+-- rest follows within a few round trips, however much there is (G2, G5).
+local backlog = false
+-- Dead waiters one call drops at most (purge() and admit() together), and grants it makes at most.
+local DEAD_PER_CALL = 1000
+local dead_left = DEAD_PER_CALL
+local GRANTS_PER_CALL = 1000
+
+-- Take waiters out of the queue: Q, W and their specs in M.
+local function drop_waiters(toks)
+  redis.call('ZREM', Q, unpack(toks))
+  redis.call('ZREM', W, unpack(toks))
+  local fields = {}
+  for i, tok in ipairs(toks) do fields[i] = 'q:' .. tok end
+  redis.call('HDEL', M, unpack(fields))
+end
+
+-- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per
+-- call. (Holders are counted live with ZCOUNT, so the expired ones left over block nothing.)
 local function purge()
   for mode, key in pairs(HOLDS) do
     local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
     if #expired > 0 then
+      if #expired == 100 then backlog = true end
       redis.call('ZREM', key, unpack(expired))
+      local fields = {}
       for _, tok in ipairs(expired) do
-        redis.call('HDEL', M, 'g' .. mode .. ':' .. tok, 'a' .. mode .. ':' .. tok)
+        fields[#fields + 1] = 'g' .. mode .. ':' .. tok
+        fields[#fields + 1] = 'a' .. mode .. ':' .. tok
       end
+      redis.call('HDEL', M, unpack(fields))
     end
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, 100)
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
   if #dead > 0 then
-    redis.call('ZREM', Q, unpack(dead))
-    redis.call('ZREM', W, unpack(dead))
-    for _, tok in ipairs(dead) do
-      redis.call('HDEL', M, 'q:' .. tok)
-    end
+    if #dead == dead_left then backlog = true end
+    dead_left = dead_left - #dead
+    drop_waiters(dead)
   end
 end
 
 -- Admit the head of the queue if it may enter now (see the header), and tell the waiters' processes.
--- Returns a table token -> { fence, expiresAt } of what it granted.
+-- A waiter whose heartbeat has lapsed is not waiting any more (G5): one the purge did not reach is
+-- dropped here, never handed the lock. Returns a table token -> { fence, expiresAt } of what it granted.
 local function admit()
   local granted = {}
   if live_count(X) > 0 then return granted end
-  local head = redis.call('ZRANGE', Q, 0, 0)
-  if #head == 0 then return granted end
-  local lines = {}
+  local lines, taken, dead = {}, {}, {}
   local function give(tok, mode, ttl, ops)
     local exp = NOW + ttl
     local fence = next_fence()
     hold(mode, tok, exp, fence, ops)
     redis.call('HDEL', M, 'q:' .. tok)
     granted[tok] = { fence, exp }
+    taken[#taken + 1] = tok
     lines[#lines + 1] = tok .. ' ' .. int(fence) .. ' ' .. int(exp) .. (ops ~= '' and (' ' .. ops) or '')
   end
-  local mode, ttl, ops = spec(head[1])
-  if mode == 'w' then
-    if live_count(R) > 0 then return granted end
-    give(head[1], 'w', ttl, ops)
-    redis.call('ZREM', Q, head[1])
-    redis.call('ZREM', W, head[1])
-  else
-    -- The whole run of readers at the head, up to the first queued writer, in batches of 100.
-    local stop = false
-    repeat
-      local batch = redis.call('ZRANGE', Q, 0, 99)
-      local taken = {}
-      for _, tok in ipairs(batch) do
-        local m, t, o = spec(tok)
-        if m ~= 'r' then
+  -- A writer first in line enters alone, when no reader holds; otherwise the run of readers first in
+  -- line enters together, up to the first live writer; in batches of 100 queue entries.
+  local from, stop = 0, false
+  repeat
+    if #dead >= dead_left or #taken >= GRANTS_PER_CALL then
+      backlog = true
+      break
+    end
+    local batch = redis.call('ZRANGE', Q, from, from + 99)
+    from = from + #batch
+    local beats = #batch > 0 and redis.call('ZMSCORE', W, unpack(batch)) or {}
+    for i, tok in ipairs(batch) do
+      if not (beats[i] and tonumber(beats[i]) > NOW) then
+        dead[#dead + 1] = tok
+      else
+        local mode, ttl, ops = spec(tok)
+        if mode ~= 'r' then
+          if #taken == 0 and live_count(R) == 0 then give(tok, 'w', ttl, ops) end
           stop = true
           break
         end
-        give(tok, 'r', t, o)
-        taken[#taken + 1] = tok
+        give(tok, 'r', ttl, ops)
       end
-      if #taken > 0 then
-        redis.call('ZREM', Q, unpack(taken))
-        redis.call('ZREM', W, unpack(taken))
-      end
-    until stop or #batch < 100
+    end
+  until stop or #batch < 100
+  if #dead > 0 then
+    dead_left = dead_left - #dead
+    drop_waiters(dead)
   end
+  if #taken == 0 then return granted end
+  redis.call('ZREM', Q, unpack(taken))
+  redis.call('ZREM', W, unpack(taken))
   redis.call('PUBLISH', CHANNEL, table.concat(lines, '\\n'))
   return granted
 end
@@ -454,6 +547,13 @@ local function next_expiry()
     if first and (at == 0 or tonumber(first) < at) then at = tonumber(first) end
   end
   return at
+end
+
+-- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
+-- left work undone (see \`backlog\`).
+local function next_check()
+  if backlog then return NOW end
+  return next_expiry()
 end
 
 -- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W
@@ -505,6 +605,10 @@ end
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
+-- Cost: O(t log n) for t tokens (n = holders + waiters), plus O(k) for a reentrant owner's list of
+-- k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
+-- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
+-- then \`now\` (look again at once).
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders = live
 --         holders of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
@@ -559,7 +663,7 @@ local permits = limit(ARGV[3])
 -- Expired holders go first (as in the memory store), so the queue is served and \`holders\` is reported
 -- from live holders only; with none expired this costs one ZRANGE of the cached first expiry. One call
 -- per token would purge up to 100; a batch may need n.
-if count > 0 then count = count - purge_holders(math.max(100, n)) end
+count = live_holders(count, math.max(100, n))
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a token of this call may be among them).
   purge_waiters()
@@ -610,7 +714,7 @@ for i, tok in ipairs(tokens) do
         end
       end
     end
-    out[i + 1] = { 0, position, next_expiry() }
+    out[i + 1] = { 0, position, next_check() }
   else
     fresh[#fresh + 1] = i
   end
@@ -627,7 +731,7 @@ end
 
 -- fresh[first..] found no free permit.
 if mode ~= '1' then
-  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, next_expiry() } end
+  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, next_check() } end
   return out
 end
 local joining = #fresh - first + 1
@@ -646,7 +750,7 @@ for k = first, #fresh do
   beats[#beats + 1] = tok
   specs[#specs + 1] = 't:' .. tok
   specs[#specs + 1] = spec
-  out[i + 1] = { 0, ahead + k - first, next_expiry() }
+  out[i + 1] = { 0, ahead + k - first, next_check() }
 end
 redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))
@@ -665,6 +769,7 @@ return out
   'permit-inspect.lua': `-- lua/permit-inspect.lua: live holders and queue length of one name, without a scan.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel
+-- Cost: O(log n).
 -- Returns {holders, queued, permits override (0 = none), now}
 return {
   redis.call('ZCOUNT', H, '(' .. NOW, '+inf'),
@@ -683,11 +788,13 @@ return {
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
+-- Cost: O(w log n) for w waits, plus O(k) per reentrant wait's list, plus the queue work of
+-- lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted or expired: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
-local count = redis.call('ZCARD', H)
-count = count - purge_holders()
+local count = live_holders(redis.call('ZCARD', H))
 purge_waiters()
 admit(permits, count)
 local beat = NOW + waiter_ttl
@@ -719,7 +826,7 @@ if queued then
   redis.call('PEXPIREAT', W, int(beat), 'GT')
   redis.call('PEXPIREAT', M, int(beat), 'GT')
 end
-out[2] = next_expiry()
+out[2] = next_check()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out
 `,
@@ -735,6 +842,10 @@ return out
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
+-- Cost: O(t log n) for t tokens, plus O(k) for a reentrant owner's list of k acquisitions, plus the
+-- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000
+-- grants made: the rest is left to the next call, and a reply's nextExpiry is then \`now\` (look
+-- again at once).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:
@@ -818,7 +929,7 @@ if has_q then
   if #freed > 0 then drop_holder_fields(freed) end
   purge_waiters()
   local permits = limit(ARGV[2])
-  local count = redis.call('ZCARD', H) - purge_holders()
+  local count = live_holders(redis.call('ZCARD', H))
   out[1] = admit(permits, count)
   -- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
   if redis.call('EXISTS', Q) == 1 then return out end
@@ -834,6 +945,7 @@ return out
 -- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
+-- Cost: O(t log n) for t leases, plus O(k) per reentrant lease's list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -862,23 +974,28 @@ return out
   'permit-set-limit.lua': `-- lua/permit-set-limit.lua: change the permits of a name at run time, for every process.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
--- Raising the limit admits queued waiters at once; lowering it never evicts a holder, it only stops
+-- ARGV[3] the caller's own permits: the limit in force once the override is dropped
+-- Admits at once the queued waiters the limit now in force has room for (raising the override, or
+-- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
--- Returns {holders, now}
+-- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
+-- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
+-- then \`now\` (look again at once).
+-- Returns {live holders, now}
 local permits = tonumber(ARGV[2])
 if permits > 0 then
   redis.call('SET', P, permits)
 else
   redis.call('DEL', P)
 end
-local count = redis.call('ZCARD', H)
-if permits > 0 then
-  count = count - purge_holders()
+local count = live_holders(redis.call('ZCARD', H))
+if redis.call('EXISTS', Q) == 1 then
   purge_waiters()
-  admit(permits, count)
+  local _, _, admitted = admit(limit(ARGV[3]), count)
+  count = count + admitted
 end
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
-return { redis.call('ZCARD', H), NOW }
+return { count, NOW }
 `,
   'rwlock-acquire.lua': `-- lua/rwlock-acquire.lua: take the read or write lock now, re-enter it, or join the FIFO queue.
 -- Idempotent (G12): every call has its own acquisition id; a resent call finds its id already holding
@@ -887,6 +1004,9 @@ return { redis.call('ZCARD', H), NOW }
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
+-- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {1, fence, expiresAt, now} when the caller holds the lock in \`mode\` (re-entry adds the
 --           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),
@@ -931,7 +1051,7 @@ local m, _, ops, raw = waiting_spec(token)
 if raw then
   if m ~= mode then return { -2, 0, 0, NOW } end
   if not has_op(ops, op) then
-    if not enqueue then return { 0, -1, next_expiry(), NOW } end
+    if not enqueue then return { 0, -1, next_check(), NOW } end
     -- The same owner asks again in the same mode while its token waits: this acquisition waits with
     -- it and is handed the lock with it.
     redis.call('HSET', M, 'q:' .. token, raw .. ' ' .. op)
@@ -941,7 +1061,7 @@ if raw then
     expire_at_least(W, beat)
     expire_at_least(M, beat)
   end
-  return { 0, redis.call('ZRANK', Q, token), next_expiry(), NOW }
+  return { 0, redis.call('ZRANK', Q, token), next_check(), NOW }
 end
 -- Skip the queue only when nobody waits: once a writer waits, new readers queue behind it (G6).
 if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_count(R) == 0) then
@@ -951,7 +1071,7 @@ if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_c
   return { 1, fence, exp, NOW }
 end
 if not enqueue then
-  return { 0, -1, next_expiry(), NOW }
+  return { 0, -1, next_check(), NOW }
 end
 local ticket = redis.call('HINCRBY', M, 'n', 1)
 redis.call('ZADD', Q, ticket, token)
@@ -964,11 +1084,12 @@ redis.call('ZADD', W, beat, token)
 expire_at_least(Q, beat)
 expire_at_least(W, beat)
 expire_at_least(M, beat)
-return { 0, rank, next_expiry(), NOW }
+return { 0, rank, next_check(), NOW }
 `,
   'rwlock-inspect.lua': `-- lua/rwlock-inspect.lua: live readers, writer and queue length of one lock, without a scan.
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel
+-- Cost: O(log n).
 -- Returns {readers, writers (0 or 1), queued, now}
 return { live_count(R), live_count(X), live_count(W), NOW }
 `,
@@ -979,6 +1100,9 @@ return { live_count(R), live_count(X), live_count(W), NOW }
 -- wait's (G12).
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] pairs: token, acquisition id
+-- Cost: O(w log n) for w waits, plus O(k) per wait's list, plus the queue work of lib/rwlock.lua:
+-- at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the rest is left to
+-- the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted: the caller must queue again)}
 local waiter_ttl = tonumber(ARGV[2])
@@ -1014,7 +1138,7 @@ if queued then
   expire_at_least(W, beat)
   expire_at_least(M, beat)
 end
-out[2] = next_expiry()
+out[2] = next_check()
 settle()
 return out
 `,
@@ -1023,6 +1147,9 @@ return out
 -- so a resent release does nothing more.
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
+-- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns 1 when the token's hold of that mode was freed, 2 when only this acquisition was dropped
 --         (others of the owner still hold), 3 when the acquisition was waiting and left the queue (the
 --         token too, if it was its last), 0 when there was nothing to give back (already released or
@@ -1076,6 +1203,7 @@ return result
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
+-- Cost: O(t log n) for t leases, plus O(k) per lease's list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]

@@ -1,0 +1,130 @@
+// G2 G5 with a crowd of dead waiters ahead: waiters whose process died (they stop heart-beating) must
+// never receive a permit once their heartbeat has lapsed, and must not hold the queue past the
+// documented bound (waiterTtlMs x 4/3 from their last beat), however many there are; and no single
+// store call may grow with their number. The dead are queued through the store protocol directly and
+// never re-checked again: to the store, exactly a process that died right after queueing.
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import { keySpace } from '../../src/core/keys.js'
+import type { Store } from '../../src/core/protocol/store.js'
+import { createReadWriteLock, createRedisStore, createSemaphore, type Lease } from '../../src/index.js'
+import { describeStores, eventually, sleep } from '../helpers/contract.js'
+import { connectTo, uniquePrefix } from '../helpers/redis.js'
+import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
+
+const WAITER_TTL_MS = 900
+const DEAD = 2000
+
+/** Queue `n` waiters that will never beat again (in one turn: the Redis store batches them). */
+async function queueDead(store: Store, family: 'sem' | 'rw', name: string, n: number): Promise<void> {
+  const space = keySpace(store.prefix, family, name)
+  const replies = await Promise.all(
+    Array.from({ length: n }, (_, i) =>
+      family === 'sem'
+        ? store.permits.acquire(space, {
+            token: `dead-${i}`,
+            ttlMs: 30_000,
+            permits: 1,
+            enqueue: true,
+            waiterTtlMs: WAITER_TTL_MS,
+          })
+        : store.rwlock.acquire(space, {
+            token: `dead-${i}`,
+            op: `dead-${i}`,
+            mode: 'write',
+            ttlMs: 30_000,
+            enqueue: true,
+            waiterTtlMs: WAITER_TTL_MS,
+          }),
+    ),
+  )
+  expect(replies.every((reply) => !reply.granted)).toBe(true)
+}
+
+describeStores('a crowd of dead waiters', (fx) => {
+  const cases = {
+    semaphore: async (store: Store) => {
+      const sem = createSemaphore(store, 'crowd', { permits: 1, waiterTtlMs: WAITER_TTL_MS })
+      return {
+        family: 'sem' as const,
+        holder: () => sem.acquire(),
+        live: () => sem.acquire({ timeoutMs: 20_000 }),
+      }
+    },
+    'read/write lock': async (store: Store) => {
+      const lock = createReadWriteLock(store, 'crowd', { waiterTtlMs: WAITER_TTL_MS })
+      return {
+        family: 'rw' as const,
+        holder: () => lock.write.acquire(),
+        live: () => lock.read.acquire({ timeoutMs: 20_000 }),
+      }
+    },
+  }
+  for (const [label, make] of Object.entries(cases)) {
+    it(`G2 G5: ${DEAD} dead waiters ahead never get the lock and hold a live waiter no longer than waiterTtlMs x 4/3 (${label})`, async () => {
+      const { store } = fx()
+      const { family, holder, live } = await make(store)
+      const held = await holder()
+      await queueDead(store, family, 'crowd', DEAD)
+      const lastBeat = performance.now()
+      let admitted = Number.NaN
+      const waiting = live().then((lease: Lease) => {
+        admitted = performance.now()
+        return lease
+      })
+      // Let the crowd's heartbeats lapse, then free the lock: it must go to the live waiter, not to a
+      // dead one (which would keep it min(ttlMs, waiterTtlMs) and pass it on to the next dead one).
+      await sleep(WAITER_TTL_MS + 50)
+      await held.release()
+      const lease = await waiting
+      expect(admitted - lastBeat).toBeLessThan((WAITER_TTL_MS * 4) / 3 + 400)
+      await lease.release()
+    }, 60_000)
+  }
+})
+
+// The cost of a call, whatever the crowd: on a private server (its slow log is ours alone), 20,000
+// dead waiters are dropped in calls that each stay short.
+let server: RedisServerHandle
+beforeAll(async () => {
+  server = await startRedisServer()
+})
+afterAll(async () => {
+  await server?.stop()
+})
+
+it('G5: 20,000 dead waiters are dropped by calls that each take under 15 ms; the live waiter gets in within the bound', async () => {
+  const client = connectTo(server)
+  const store = createRedisStore(client, { prefix: uniquePrefix().slice(0, -1) })
+  try {
+    const sem = createSemaphore(store, 'many', { permits: 1, waiterTtlMs: WAITER_TTL_MS })
+    const held = await sem.acquire()
+    for (let i = 0; i < 10; i++) {
+      const space = keySpace(store.prefix, 'sem', 'many')
+      await Promise.all(
+        Array.from({ length: 2000 }, (_, j) =>
+          store.permits.acquire(space, {
+            token: `dead-${i}-${j}`,
+            ttlMs: 30_000,
+            permits: 1,
+            enqueue: true,
+            waiterTtlMs: WAITER_TTL_MS,
+          }),
+        ),
+      )
+    }
+    const lastBeat = performance.now()
+    const waiting = sem.acquire({ timeoutMs: 20_000 })
+    await eventually(async () => (await sem.stats()).queued === 20_001, 5000)
+    await client.config('SET', 'slowlog-log-slower-than', '15000')
+    await client.slowlog('RESET')
+    await sleep(WAITER_TTL_MS + 50)
+    await held.release()
+    const lease = await waiting
+    expect(performance.now() - lastBeat).toBeLessThan((WAITER_TTL_MS * 4) / 3 + 1000)
+    expect(await client.slowlog('GET', 10)).toEqual([])
+    await lease.release()
+    await eventually(async () => (await sem.stats()).queued === 0, 5000)
+  } finally {
+    await store.close()
+  }
+}, 60_000)
