@@ -8,11 +8,12 @@ export const monoNow = (): number => origin + performance.now()
 
 /**
  * G4's safety margin: a lease is given up locally this long before it runs out on the store's
- * clock, for clock-rate drift between this machine and the store (the RedLock convention: 1 % of the
- * time left, plus 2 ms for rounding of the store's clock and timer granularity).
+ * clock: 1 % of the time left for clock-rate drift between this machine and the store (RedLock's
+ * drift factor), plus 5 ms for the store clock's rounding to whole ms (up to 1 ms) and timer
+ * granularity (a timer fires up to a few ms late).
  */
 export function driftMarginMs(remainingMs: number): number {
-  return Math.ceil(Math.max(0, remainingMs) / 100) + 2
+  return Math.ceil(Math.max(0, remainingMs) / 100) + 5
 }
 
 /**

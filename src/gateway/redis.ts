@@ -215,9 +215,6 @@ export function timedStore(store: Store, histogram: PlainHistogram): Store {
   const timed: Store & { readonly closed?: boolean } = {
     kind: store.kind,
     prefix: store.prefix,
-    get clockOffsetMs() {
-      return store.clockOffsetMs
-    },
     get notificationsHealthy() {
       return store.notificationsHealthy
     },

@@ -10,11 +10,13 @@
 //   - partition(): a network partition: bytes either way are discarded (replies held by delay() too),
 //     connections stay open, new ones are accepted into the same silence; heal() ends it;
 //   - dropReplies(): requests still reach Redis (its scripts run), every reply is discarded;
+//   - refuse(): Redis is down: open connections are cut, and the proxy stops listening (connections
+//     are refused) until heal();
 //   - waitForRequest(match): resolves once a request containing `match` has been forwarded to Redis.
 // Replies are parsed as RESP2 so that "a reply" is exact, whatever the TCP chunking.
 // No vitest import: child processes use it too. Whoever starts a proxy stops it.
 import net from 'node:net'
-import { Cluster, Redis } from 'ioredis'
+import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { RedisEndpoint } from './redis-server.js'
 
 /** Length of the first complete RESP2 value in `buf` from `at`, or -1 if it is not complete yet. */
@@ -80,8 +82,10 @@ export interface FaultProxy extends RedisEndpoint {
   partition(): void
   /** Forward requests, discard every reply, until heal(). */
   dropReplies(): void
-  /** Forward both ways again (bytes discarded meanwhile stay lost). */
-  heal(): void
+  /** Cut every connection and stop listening (a server that is down), until heal(). */
+  refuse(): void
+  /** Forward both ways again (bytes discarded meanwhile stay lost), and listen again if refusing. */
+  heal(): Promise<void>
   /** Resolves once a request containing `match` has been forwarded to Redis. */
   waitForRequest(match: string): Promise<void>
   /** Forget a plan that has not fired yet. */
@@ -98,6 +102,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
   let delaySetting: { ms: number; filter: string | undefined } = { ms: 0, filter: undefined }
   let accepted = 0
   let silence: 'none' | 'partition' | 'replies' = 'none'
+  let refusing = false
   const watchers = new Set<{ match: string; done: () => void }>()
 
   const applyDelay = (pair: Pair) => {
@@ -233,8 +238,16 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     dropReplies() {
       silence = 'replies'
     },
-    heal() {
+    refuse() {
+      refusing = true
+      server.close()
+      for (const pair of [...pairs]) cut(pair)
+    },
+    async heal() {
       silence = 'none'
+      if (!refusing) return
+      refusing = false
+      await new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve))
     },
     waitForRequest(match) {
       return new Promise((done) => watchers.add({ match, done }))
@@ -247,6 +260,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     },
     async stop() {
       for (const pair of [...pairs]) cut(pair)
+      if (refusing) return
       await new Promise<void>((resolve) => server.close(() => resolve()))
     },
   }
@@ -258,12 +272,14 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
 export async function proxiedClient(
   targets: RedisEndpoint[],
   cluster: boolean,
+  /** ioredis options for every connection (e.g. autoResendUnfulfilledCommands: false). */
+  options: RedisOptions = {},
 ): Promise<{ client: Redis | Cluster; proxies: FaultProxy[] }> {
   const proxies = await Promise.all(targets.map((target) => startFaultProxy(target)))
   let client: Redis | Cluster
   if (!cluster) {
     const proxy = proxies[0] as FaultProxy
-    client = new Redis({ host: proxy.host, port: proxy.port, retryStrategy: () => 20 })
+    client = new Redis({ host: proxy.host, port: proxy.port, retryStrategy: () => 20, ...options })
   } else {
     const natMap = Object.fromEntries(
       targets.map((target, i) => [
@@ -273,7 +289,7 @@ export async function proxiedClient(
     )
     client = new Cluster(
       proxies.map((proxy) => ({ host: proxy.host, port: proxy.port })),
-      { natMap, retryDelayOnFailover: 20 },
+      { natMap, retryDelayOnFailover: 20, redisOptions: options },
     )
   }
   client.on('error', () => {})

@@ -1,6 +1,6 @@
 // Stores whose every connection (commands and pub/sub) goes through fault proxies, so a test can
 // drop replies and make ioredis resend (G12). Closed by the test (close()).
-import type { Cluster, Redis } from 'ioredis'
+import type { Cluster, Redis, RedisOptions } from 'ioredis'
 import { createRedisStore, type Store } from '../../src/index.js'
 import { type FaultProxy, proxiedClient } from './fault-proxy.js'
 import { topology } from './redis.js'
@@ -17,7 +17,8 @@ export interface ProxiedStore {
   /** Every proxy at once: see FaultProxy. */
   partition(): void
   dropReplies(): void
-  heal(): void
+  refuse(): void
+  heal(): Promise<void>
   cutAll(): void
   /** Resolves once any proxy forwarded a request containing `match`. */
   waitForRequest(match: string): Promise<void>
@@ -27,11 +28,12 @@ export interface ProxiedStore {
 export async function proxiedStore(
   kind: 'standalone' | 'cluster',
   prefix: string,
-  options: { commandTimeoutMs?: number } = {},
+  options: { commandTimeoutMs?: number; client?: RedisOptions } = {},
 ): Promise<ProxiedStore> {
   const targets = kind === 'standalone' ? [topology().standalone] : topology().cluster
-  const { client, proxies } = await proxiedClient(targets, kind === 'cluster')
-  const store = createRedisStore(client, { prefix, ...options })
+  const { client: clientOptions, ...storeOptions } = options
+  const { client, proxies } = await proxiedClient(targets, kind === 'cluster', clientOptions)
+  const store = createRedisStore(client, { prefix, ...storeOptions })
   return {
     store,
     client,
@@ -45,7 +47,10 @@ export async function proxiedStore(
     },
     partition: () => proxies.forEach((proxy) => proxy.partition()),
     dropReplies: () => proxies.forEach((proxy) => proxy.dropReplies()),
-    heal: () => proxies.forEach((proxy) => proxy.heal()),
+    refuse: () => proxies.forEach((proxy) => proxy.refuse()),
+    heal: async () => {
+      await Promise.all(proxies.map((proxy) => proxy.heal()))
+    },
     cutAll: () => proxies.forEach((proxy) => proxy.cutAll()),
     waitForRequest: (match) => Promise.race(proxies.map((proxy) => proxy.waitForRequest(match))),
     async close() {

@@ -31,7 +31,7 @@ afterEach(async () => {
 for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {
   describe(`exactly-once effects under resends [${kind}]`, () => {
     /** A proxied store (the one whose replies get dropped) and a direct store on the same prefix. */
-    async function setup(options: { commandTimeoutMs?: number } = {}) {
+    async function setup(options: Parameters<typeof proxiedStore>[2] = {}) {
       const prefix = uniquePrefix().slice(0, -1)
       const proxied: ProxiedStore = await proxiedStore(kind, prefix, options)
       opened.push(proxied)
@@ -250,6 +250,71 @@ for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {
       proxied.delay(0)
       await eventually(async () => (await createMutex(direct, name).tryAcquire()) !== undefined, 3000)
     })
+
+    // An acquire whose reply is lost and never resent fails, though Redis ran it: what it took is given
+    // back once Redis answers (releases are idempotent). Here the resend fails too: the connection is
+    // cut after the script ran, and Redis refuses connections until ioredis gives the call up
+    // (maxRetriesPerRequest: 1).
+    const resendFails = { client: { maxRetriesPerRequest: 1 } }
+    it('G3 G12: an acquire whose reply is lost and whose resend fails is given back once Redis answers', async () => {
+      const { prefix, proxied, store, direct } = await setup(resendFails)
+      const name = 'unanswered'
+      const dropped = proxied.dropReply(keyOf(prefix, 'mutex', name))
+      const acquiring = createMutex(store, name).acquire({ timeoutMs: 5000 })
+      await dropped
+      proxied.refuse()
+      await expect(acquiring).rejects.toBeInstanceOf(StoreUnavailableError)
+      expect(await createMutex(direct, name).tryAcquire()).toBeUndefined() // Redis ran it: held
+      await proxied.heal()
+      // Not the default 30 s TTL: free as soon as the give-back reaches Redis.
+      await eventually(async () => {
+        const lease = await createMutex(direct, name).tryAcquire()
+        await lease?.release()
+        return lease !== undefined
+      }, 5000)
+    })
+
+    it('G3 G12: a write acquire whose reply is lost and whose resend fails is given back once Redis answers', async () => {
+      const { prefix, proxied, store, direct } = await setup(resendFails)
+      const name = 'unanswered-rw'
+      const dropped = proxied.dropReply(keyOf(prefix, 'rw', name))
+      const acquiring = createReadWriteLock(store, name).write.acquire({ timeoutMs: 5000 })
+      await dropped
+      proxied.refuse()
+      await expect(acquiring).rejects.toBeInstanceOf(StoreUnavailableError)
+      await proxied.heal()
+      await eventually(async () => {
+        const lease = await createReadWriteLock(direct, name).write.tryAcquire()
+        await lease?.release()
+        return lease !== undefined
+      }, 5000)
+    })
+
+    if (kind === 'standalone') {
+      // Without resends (autoResendUnfulfilledCommands: false: ioredis Cluster resends a command cut
+      // by a closed connection whatever that option says, so this runs on standalone only).
+      it('G3 G12: a queued acquire whose reply is lost and not resent leaves the queue', async () => {
+        const { prefix, proxied, store, direct } = await setup({
+          client: { autoResendUnfulfilledCommands: false },
+        })
+        const name = 'unanswered-queued'
+        const holder = await createMutex(direct, name).acquire()
+        const dropped = proxied.dropReply(keyOf(prefix, 'mutex', name))
+        await expect(createMutex(store, name).acquire({ timeoutMs: 5000 })).rejects.toBeInstanceOf(
+          StoreUnavailableError,
+        )
+        await dropped
+        await eventually(
+          async () => (await direct.permits.inspect(keySpace(prefix, 'mutex', name))).queued === 0,
+          3000,
+        )
+        // The freed permit is not handed to a waiter nobody will ever use.
+        await holder.release()
+        const next = await createMutex(direct, name).tryAcquire()
+        expect(next).toBeDefined()
+        await next?.release()
+      })
+    }
 
     it('G4: a lease whose release failed still tells its loss listeners when it turns out lost', async () => {
       const { prefix, proxied, store } = await setup({ commandTimeoutMs: 200 })

@@ -13,12 +13,15 @@ import { connectCluster, connectStandalone, uniquePrefix } from '../helpers/redi
 
 const TTL_MS = 1500
 /** The documented drift margin: a lease's signal aborts this much before the store-side expiry. */
-const marginOf = (ttlMs: number) => Math.ceil(ttlMs / 100) + 2
+const marginOf = (ttlMs: number) => Math.ceil(ttlMs / 100) + 5
 
 /** Leases (each on its own mutex, each with its own observer) held through one faulty connection. */
 const LEASES = 5
 
 type Fault = (holder: ProxiedStore, leases: Lease[]) => Promise<void>
+
+/** The holder's commandTimeoutMs: short, so that a release in a partition fails within the lease. */
+const COMMAND_TIMEOUT_MS = 300
 
 const FAULTS: Record<string, Fault> = {
   // Partitioned at once: the first renewal waits out commandTimeoutMs (2 s, longer than the lease).
@@ -36,6 +39,12 @@ const FAULTS: Record<string, Fault> = {
     holder.partition()
     holder.cutAll()
   },
+  // The holder gives up and releases, in a partition: the release fails, the lease runs on.
+  'a release that fails in a partition': async (holder, leases) => {
+    holder.partition()
+    const released = await Promise.allSettled(leases.map((lease) => lease.release()))
+    expect(released.every((result) => result.status === 'rejected')).toBe(true)
+  },
 }
 
 for (const kind of REDIS_KINDS) {
@@ -48,7 +57,9 @@ for (const kind of REDIS_KINDS) {
     for (const [label, fault] of Object.entries(FAULTS)) {
       it(`G4: aborts before another client can acquire: ${label}`, async () => {
         const prefix = uniquePrefix().slice(0, -1)
-        const holder = await proxiedStore(kind as 'standalone' | 'cluster', prefix)
+        const holder = await proxiedStore(kind as 'standalone' | 'cluster', prefix, {
+          commandTimeoutMs: COMMAND_TIMEOUT_MS,
+        })
         open.push(() => holder.close())
         const direct: Store = createRedisStore(
           kind === 'standalone' ? connectStandalone() : connectCluster(),
@@ -89,5 +100,32 @@ for (const kind of REDIS_KINDS) {
         })
       }, 30_000)
     }
+
+    it('G4: a renewal whose reply comes after its lease was given up releases it at once, not a TTL later', async () => {
+      const prefix = uniquePrefix().slice(0, -1)
+      const holder = await proxiedStore(kind as 'standalone' | 'cluster', prefix)
+      open.push(() => holder.close())
+      const direct: Store = createRedisStore(kind === 'standalone' ? connectStandalone() : connectCluster(), {
+        prefix,
+      })
+      open.push(() => direct.close())
+      const lease = await createMutex(holder.store, 'late', { ttlMs: TTL_MS }).acquire()
+      let abortedAt = Number.NaN
+      lease.signal.addEventListener('abort', () => (abortedAt = performance.now()))
+      const observer = createMutex(direct, 'late', { ttlMs: 5000 })
+        .acquire({ timeoutMs: 15_000 })
+        .then((taken) => ({ lease: taken, at: performance.now() }))
+      // Replies come 1,200 ms late: the first renewal runs on Redis (the lease now ends TTL after it),
+      // but its reply arrives after the local deadline.
+      holder.delay(1200)
+      await holder.waitForRequest(lease.token)
+      const renewedAt = performance.now()
+      const taken = await observer
+      open.push(() => taken.lease.release())
+      expect(abortedAt).toBeLessThan(taken.at)
+      // Given back when the late reply came (about 1,200 ms after the renewal), not when the renewed
+      // lease ran out (1,500 ms after it).
+      expect(taken.at - renewedAt).toBeLessThan(TTL_MS - 150)
+    }, 30_000)
   })
 }

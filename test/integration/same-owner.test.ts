@@ -12,19 +12,20 @@ import {
 } from '../../src/index.js'
 import { describeStores, sleep } from '../helpers/contract.js'
 import { type ProxiedStore, proxiedStore } from '../helpers/proxied.js'
+import { monoNow } from '../../src/core/clock.js'
 import { keySpace } from '../../src/core/keys.js'
 
-/** Freeze this process's event loop until the local clock reaches `at` (a stand-in for a GC pause or
- * SIGSTOP): timers and I/O callbacks wait, while calls started right after it go out first. */
+/** Freeze this process's event loop until the local monotonic clock reaches `at` (a stand-in for a GC
+ * pause or SIGSTOP): timers and I/O callbacks wait, while calls started right after it go out first. */
 function blockUntil(at: number): void {
-  while (Date.now() < at) {
+  while (monoNow() < at) {
     // busy: nothing else runs
   }
 }
 
-/** Local-clock ms at which a lease runs out (its expiresAt is on the store's clock). */
-function localExpiry(lease: Lease, store: Store): number {
-  return lease.expiresAt - store.clockOffsetMs
+/** Local monotonic ms at which the lease counts as run out (its deadline, G4). */
+function localExpiry(lease: Lease): number {
+  return (lease as unknown as { localDeadline: number }).localDeadline
 }
 
 const proxied: ProxiedStore[] = []
@@ -106,7 +107,7 @@ describeStores('one owner, several calls', (fx, kind) => {
       await sleep(50) // queued
       // The holder's lease runs out without a release. O's second acquire runs its script before
       // O's own wait group can re-check (its timer is due at the expiry, but the loop is frozen).
-      blockUntil(localExpiry(holder, store) + 20)
+      blockUntil(localExpiry(holder) + 20)
       const secondCall = make(second, 'O').acquire({ timeoutMs: 5000 })
       const [a, b] = await Promise.all([first, secondCall])
       await a.release()
@@ -147,9 +148,9 @@ describeStores('one owner, several calls', (fx, kind) => {
     const waiting = waiter.acquire({ timeoutMs: 5000 })
     await sleep(50)
     await held.release() // hands the permit over with the waiter's short lease (waiterTtlMs)...
-    blockUntil(Date.now() + 600) // ...and the process freezes before the grant is delivered
+    blockUntil(monoNow() + 600) // ...and the process freezes before the grant is delivered
     const lease = await waiting
-    expect(localExpiry(lease, store)).toBeGreaterThan(Date.now())
+    expect(localExpiry(lease)).toBeGreaterThan(monoNow())
     expect(lease.signal.aborted).toBe(false)
     expect((await waiter.stats()).holders).toBe(1)
     await lease.release()
@@ -204,7 +205,7 @@ describeStores('one owner, several calls', (fx, kind) => {
     const first = semaphore.acquire({ timeoutMs: 5000 })
     const second = semaphore.acquire({ timeoutMs: 5000 })
     await sleep(50)
-    blockUntil(localExpiry(short, store) + 100) // nobody re-checks while the short lease runs out
+    blockUntil(localExpiry(short) + 100) // nobody re-checks while the short lease runs out
     await other.release()
     expect(await semaphore.stats()).toMatchObject({ holders: 2, queued: 0 })
     await (await first).release()

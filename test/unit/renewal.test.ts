@@ -33,6 +33,9 @@ class FakeLease implements Renewable {
     this.renewed++
     this.localDeadline = localDeadline(askedAt, now, expiresAt)
   }
+  pastDeadline(now: number): boolean {
+    return now >= this.localDeadline
+  }
   lose(reason: string): void {
     if (!this.active) return
     this.lost = reason
@@ -157,8 +160,8 @@ describe('G4: renewal scheduler', () => {
     scheduler.add(lease)
     await vi.advanceTimersByTimeAsync(500 + 900 + 10)
     expect(lease.renewed).toBe(1)
-    // The store extended it to asked + 1500 on its clock; the margin is 1 % + 2 ms.
-    expect(lease.localDeadline).toBe(asked + 1500 - 17)
+    // The store extended it to asked + 1500 on its clock; the margin is 1 % + 5 ms.
+    expect(lease.localDeadline).toBe(asked + 1500 - 20)
     scheduler.delete(lease)
   })
 
@@ -181,5 +184,37 @@ describe('G4: renewal scheduler', () => {
     for (const lease of leases.reverse()) scheduler.delete(lease)
     expect(scheduler.size).toBe(0)
     expect(vi.getTimerCount()).toBe(timers)
+  })
+
+  it('G4: a loss reported by one fire may release other due leases: they are never renewed after that', async () => {
+    const scheduler = new RenewalScheduler()
+    const hanging: RenewGroup = { ttlMs: 900, renewTokens: () => new Promise<RenewReply>(() => {}) }
+    const { g, calls } = group(900, ok(900))
+    const events: string[] = []
+    const recording: RenewGroup = {
+      ttlMs: 900,
+      renewTokens: (ttl, holds) => {
+        for (const hold of holds) events.push(`renew ${hold.token}`)
+        return g.renewTokens(ttl, holds)
+      },
+    }
+    // The doomed lease's renewal hangs, so it is lost at its deadline (300 ms); the sibling's renewal
+    // is due in that same fire. On loss, the user releases every lease it holds (a common pattern).
+    const doomed = new FakeLease(scheduler, 'n', 'doomed', hanging, 300)
+    const sibling = new FakeLease(scheduler, 'n', 'sibling', recording, 900)
+    const lose = doomed.lose.bind(doomed)
+    doomed.lose = (reason) => {
+      lose(reason)
+      events.push('release sibling')
+      scheduler.delete(sibling)
+      sibling.active = false
+    }
+    scheduler.add(doomed)
+    scheduler.add(sibling)
+    await vi.advanceTimersByTimeAsync(5000)
+    expect(doomed.lost).toMatch(/no renewal was confirmed/)
+    expect(events.slice(events.indexOf('release sibling'))).toEqual(['release sibling'])
+    expect(calls.length).toBeLessThanOrEqual(1)
+    expect(scheduler.size).toBe(0)
   })
 })

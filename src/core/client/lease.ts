@@ -38,6 +38,9 @@ export interface LeaseContext {
   readonly kind: string
   readonly ttlMs: number
   readonly autoRenew: boolean
+  /** The expiries it reports already leave room for clock drift (RedLock: ttl less its drift): no
+   * further margin is taken off them. */
+  readonly driftIncluded?: boolean
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
   /** Renew leases of this primitive in one store call (the scheduler batches per context and ttl). */
   renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply>
@@ -57,7 +60,11 @@ export class PermitLease implements Lease {
   expiresAt: number
   /** Local monotonic ms (clock.ts) by which the lease has surely not run out on the store, less the
    * drift margin (G4): the signal aborts then unless a renewal confirmed more. */
-  localDeadline: number
+  localDeadline = 0
+  /** The same moment on the wall clock: the monotonic clock stops while the machine is suspended, the
+   * store's does not, so the lease counts as run out when either clock has passed its deadline (a
+   * wall clock stepped forward can then only end a lease early, never late). */
+  wallDeadline = 0
   /** Created on first use of `signal`: most leases are released without anyone asking for it, and an
    * AbortController per lease showed up in profiles of the gateway's hot path. */
   private controller: AbortController | undefined
@@ -83,11 +90,32 @@ export class PermitLease implements Lease {
     this.name = context.space.name
     this.key = context.space.base
     this.expiresAt = expiresAt
-    this.localDeadline = localDeadline
+    this.setDeadline(localDeadline)
     if (context.autoRenew) renewals.add(this)
     else this.armExpiry()
   }
 
+  private setDeadline(deadline: number): void {
+    this.localDeadline = deadline
+    this.wallDeadline = Date.now() + (deadline - monoNow())
+  }
+
+  /** Whether the deadline has passed on either clock (see wallDeadline). */
+  pastDeadline(now = monoNow()): boolean {
+    return now >= this.localDeadline || Date.now() >= this.wallDeadline
+  }
+
+  /** The deadline is watched by a timer (the scheduler's, or this one), which a busy or suspended
+   * event loop runs late: whoever looks at the lease meanwhile finds it lost already. */
+  private checkDeadline(): void {
+    if (!this.lostWith && !this.releasing && this.pastDeadline())
+      this.lose(
+        'its deadline passed before a renewal confirmed it (the process was busy, suspended or cut off)',
+      )
+  }
+
+  /** Watch the deadline with a timer of its own: a lease without auto-renewal, or one whose release
+   * failed (it is renewed no more, but may still be lost). */
   private armExpiry(): void {
     clearTimeout(this.expiryTimer)
     this.expiryTimer = setTimeout(
@@ -97,6 +125,7 @@ export class PermitLease implements Lease {
   }
 
   get signal(): AbortSignal {
+    this.checkDeadline()
     if (!this.controller) {
       this.controller = new AbortController()
       if (this.lostWith) this.controller.abort(this.lostWith)
@@ -105,6 +134,7 @@ export class PermitLease implements Lease {
   }
 
   get active(): boolean {
+    this.checkDeadline()
     return !this.releasing && !this.lostWith
   }
 
@@ -136,15 +166,26 @@ export class PermitLease implements Lease {
   /** Apply a renewal reply to a call asked at `askedAt` (local): the store's clock when it ran, and the
    * new expiry, or 0 when the store no longer knows this token. */
   applyRenewal(askedAt: number, now: number, expiresAt: number): void {
-    // Released meanwhile: nothing to extend or to lose. Lost meanwhile (its deadline passed while the
-    // call was out): lost it stays, whatever the late reply says.
-    if (this.releasing || this.lostWith) return
+    // Released meanwhile: nothing to extend or to lose.
+    if (this.releasing) return
+    if (this.lostWith) {
+      // Lost meanwhile (its deadline passed while the call was out): lost it stays. If the late reply
+      // says the renewal did extend it, nobody will use it: give it back rather than leave it held for
+      // a whole TTL (the script frees it only if this token still holds it, G3).
+      if (expiresAt > 0)
+        this.context.releaseToken(this.token, this.op).catch((error: unknown) => {
+          debug('giving back %s after its loss failed: %o', this.name, error)
+        })
+      return
+    }
     if (expiresAt === 0) {
       this.lose('the store no longer holds it for this owner (expired or taken over)')
       return
     }
     this.expiresAt = expiresAt
-    this.localDeadline = deadlineFrom(askedAt, now, expiresAt)
+    this.setDeadline(
+      this.context.driftIncluded ? askedAt + (expiresAt - now) : deadlineFrom(askedAt, now, expiresAt),
+    )
     if (!this.context.autoRenew) this.armExpiry()
     emit('renew', { name: this.name, kind: this.context.kind })
   }
@@ -185,9 +226,12 @@ export class PermitLease implements Lease {
         emit('release', { name: this.name, kind: this.context.kind })
       })
       this.releasing = releasing
-      // A release that failed (store down) may be retried; the lease expires on its own meanwhile.
+      // A release that failed (store down) may be retried; the lease expires on its own meanwhile,
+      // and may still be lost before that: its deadline stays watched (renewed it is no more).
       releasing.catch(() => {
-        if (this.releasing === releasing) this.releasing = undefined
+        if (this.releasing !== releasing) return
+        this.releasing = undefined
+        if (!this.lostWith) this.armExpiry()
       })
     }
     return this.releasing

@@ -140,7 +140,13 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     // may have reached a frozen process late).
     if (observed('acquire'))
       emit('acquire', { name: this.space.name, kind: this.kind, waitedMs: 0, outcome: 'acquired' })
-    return this.lease(acquisition, reply.fence, reply.expiresAt, this.deadlineOf(askedAt, reply), reply.holders)
+    return this.lease(
+      acquisition,
+      reply.fence,
+      reply.expiresAt,
+      this.deadlineOf(askedAt, reply),
+      reply.holders,
+    )
   }
 
   async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {
@@ -206,7 +212,9 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           // A grant published before the subscription was active is found by the re-check right after it.
           if (!joined.isSubscribed) void joined.subscribed.then(() => joined.recheckSoon())
         }
-        // A grant that reached the group before this registration is kept for us there.
+        // A grant that reached the group before this registration is kept for us there; its deadline
+        // comes from the name's clock offset, which this reply tells first.
+        group.sample(askedAt, reply.now)
         group.add(waiter)
         let grant: Grant | undefined
         try {

@@ -27,8 +27,9 @@ export interface Renewable {
   /** Local monotonic ms (clock.ts) by which the lease has surely not run out on the store, less the
    * drift margin: the moment it is given up unless a renewal confirmed more. */
   readonly localDeadline: number
-  /** Neither released nor lost. */
-  readonly active: boolean
+  /** Whether the deadline has passed (on the monotonic clock at `now`, or on the wall clock: the
+   * monotonic one stops while the machine is suspended). */
+  pastDeadline(now: number): boolean
   /** A renewal asked at `askedAt` (local) came back: the store's clock then, and the new expiry (0:
    * the lease is gone). */
   applyRenewal(askedAt: number, now: number, expiresAt: number): void
@@ -124,23 +125,18 @@ export class RenewalScheduler {
     const now = monoNow()
     const batches = new Map<RenewGroup, Map<number, Renewable[]>>()
     // Everything whose next event is due (renewals: within the batch window) leaves the heap; what
-    // is not done with goes back in with its new key.
+    // is not done with goes back in with its new key. Losses are reported last, once the heap is
+    // whole again: a loss runs the user's callbacks, which may release other leases.
     const taken: Entry[] = []
     while (this.heap.length > 0 && (this.heap[0] as Entry).key <= now + BATCH_WINDOW_MS) {
       taken.push(this.pop())
     }
+    const lost: Entry[] = []
     for (const entry of taken) {
       const { lease } = entry
-      if (lease.localDeadline <= now) {
+      if (lease.pastDeadline(now)) {
         this.entries.delete(lease)
-        lease.lose(
-          entry.inFlight
-            ? 'no renewal was confirmed before its deadline (the store did not answer in time)'
-            : entry.failures > 0
-              ? 'renewal kept failing until its deadline'
-              : 'it expired before it could be renewed',
-          entry.error,
-        )
+        lost.push(entry)
         continue
       }
       if (!entry.inFlight && entry.dueAt <= now + BATCH_WINDOW_MS) {
@@ -157,8 +153,18 @@ export class RenewalScheduler {
       entry.key = keyOf(entry)
       this.push(entry)
     }
-    for (const byTtl of batches.values()) for (const batch of byTtl.values()) void this.renewBatch(batch)
     this.arm()
+    for (const byTtl of batches.values()) for (const batch of byTtl.values()) void this.renewBatch(batch)
+    for (const { lease, inFlight, failures, error } of lost) {
+      lease.lose(
+        inFlight
+          ? 'no renewal was confirmed before its deadline (the store did not answer in time)'
+          : failures > 0
+            ? 'renewal kept failing until its deadline'
+            : 'it expired before it could be renewed',
+        error,
+      )
+    }
   }
 
   private async renewBatch(batch: Renewable[]): Promise<void> {
@@ -170,13 +176,13 @@ export class RenewalScheduler {
         batch.map((lease) => ({ token: lease.token, op: lease.op })),
       )
       batch.forEach((lease, i) => {
+        // Also for a lease released or lost meanwhile: it knows what a late reply means for it.
+        lease.applyRenewal(askedAt, reply.now, reply.expiresAt[i] ?? 0)
         const entry = this.entries.get(lease)
-        if (!entry) return // released or lost meanwhile
+        if (!entry) return // released or lost, before or by this reply
         entry.inFlight = false
         entry.failures = 0
         entry.error = undefined
-        lease.applyRenewal(askedAt, reply.now, reply.expiresAt[i] ?? 0)
-        if (!this.entries.has(lease)) return // the reply said it is gone
         entry.dueAt = dueAt(lease, monoNow())
         this.rekey(entry)
       })

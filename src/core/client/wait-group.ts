@@ -14,6 +14,8 @@ const LINGER_MS = 5000
 const MAX_UNCLAIMED = 1024
 /** A lease that just expired on the server is re-checked this long after its expiry. */
 const EXPIRY_SLACK_MS = 2
+/** The smallest clock-offset sample is kept this long (a later, larger one replaces it after that). */
+const OFFSET_WINDOW_MS = 5000
 
 /** Who heart-beats a waiter, and how often: the primitive that queued it, with its own options. */
 export interface WaitClient {
@@ -67,6 +69,12 @@ export class WaitGroup {
   /** A re-check was asked for while one was running: run again right after it. */
   private rerun = false
   private linger: NodeJS.Timeout | undefined
+  /** The store's clock minus the local monotonic one, for this name: an upper bound, the smallest
+   * `now - askedAt` of recent replies to calls for this name (acquires that queued, re-checks). Per
+   * name, not per store: the masters of a Cluster each have their own clock, and a name lives on one.
+   * Infinity until a first sample (a grant then counts as run out, and is given back). */
+  private offset = Number.POSITIVE_INFINITY
+  private offsetAt = Number.NEGATIVE_INFINITY
 
   constructor(
     private readonly store: Store,
@@ -81,6 +89,16 @@ export class WaitGroup {
         if (this.waiters.size === 0) this.idle()
       })
       .catch((error: unknown) => debug('subscription of %s failed: %o', space.name, error))
+  }
+
+  /** A call for this name asked at `askedAt` (local) ran when the store's clock read `storeNow`. */
+  sample(askedAt: number, storeNow: number): void {
+    const offset = storeNow - askedAt
+    const now = monoNow()
+    if (offset <= this.offset || now - this.offsetAt > OFFSET_WINDOW_MS) {
+      this.offset = offset
+      this.offsetAt = now
+    }
   }
 
   /** Register a waiter (a grant for it that arrived first is taken now). */
@@ -142,12 +160,12 @@ export class WaitGroup {
   }
 
   /** Hand a grant from a message to a waiter. A message says when the lease ends on the store's clock
-   * but not when it was sent: its local deadline comes from the store's clock offset, an upper bound
-   * (Store.clockOffsetMs), so it is never late. */
+   * but not when it was sent: its local deadline comes from this name's clock offset, an upper bound
+   * (see `offset`), so it is never late (G4). */
   private settle(waiter: Waiter, grant: Grant): void {
     const now = monoNow()
     waiter.grant = grant
-    waiter.deadline = localDeadline(now, now + this.store.clockOffsetMs, grant.expiresAt)
+    waiter.deadline = localDeadline(now, now + this.offset, grant.expiresAt)
   }
 
   /** The shortest heartbeat ttl among the clients with waiters here. */
@@ -202,6 +220,7 @@ export class WaitGroup {
         const reply = await client.recheckWaits(
           waiters.map(({ token, op }) => ({ token, op: op === token ? undefined : op })),
         )
+        this.sample(askedAt, reply.now)
         reply.states.forEach((state, i) => {
           const waiter = waiters[i] as Waiter
           if (waiter.grant || waiter.gone) return

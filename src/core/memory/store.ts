@@ -34,9 +34,6 @@ class MemoryStore implements Store {
 
   constructor(readonly prefix: string) {}
 
-  /** Our clock is the local monotonic clock (clock.ts) itself. */
-  readonly clockOffsetMs = 0
-
   /** Number of names with state (permit sets and read/write locks): the memory twin of "keys left in
    * Redis". */
   get size(): number {

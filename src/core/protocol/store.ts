@@ -11,10 +11,6 @@ export interface Store {
   readonly kind: 'redis' | 'memory'
   /** Key prefix (default `tollgate`). */
   readonly prefix: string
-  /** Store clock minus the local monotonic clock (core/clock.ts), ms: an upper bound, from the latest
-   * reply (the store's `now` minus when its call was sent), so a store time turned into a local one
-   * with it is never late (G4). Used only locally: deadlines of grants that came by message, timers. */
-  readonly clockOffsetMs: number
   /** True while wake-up notifications are being delivered; waiters poll with backoff otherwise. */
   readonly notificationsHealthy: boolean
   /** The fair permit set behind the mutex, the reentrant mutex, the semaphore and RedLock. */

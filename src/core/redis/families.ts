@@ -34,6 +34,9 @@ export interface ScriptCall extends Call {
   pick(reply: unknown, i: number): unknown
   /** The reply came after commandTimeoutMs: give back what this call (the i-th) took. */
   late?(call: ScriptCall, reply: unknown, i: number): void
+  /** The call failed, but Redis may have run it (its reply was lost and not resent): how to give back
+   * whatever it may have taken, and for how long that could still be held. */
+  undo?(call: ScriptCall): GiveBack
   /** Once per reply, before the calls resolve. */
   onReply?(call: ScriptCall, reply: unknown): void
   resolve(value: unknown): void
@@ -48,6 +51,13 @@ export type CallSpec = Omit<
   /** Calls with the same merge key are merged by the coalescer; undefined: never merged. */
   merge?: string
   token?: string
+}
+
+/** What an acquire whose outcome nobody learnt may hold, and how to give it back (idempotent). */
+export interface GiveBack {
+  release(): Promise<unknown>
+  /** After this long it has run out on its own (a lease, or a place in the queue). */
+  withinMs: number
 }
 
 /** Queue a script call (store.ts). */
@@ -73,6 +83,13 @@ export function permitFamily(
     const grants = (reply as unknown[])[0]
     if (grants) deliver(call.space.channel, grants as string)
   }
+  const undoAcquire = (call: ScriptCall): GiveBack => {
+    const r = call.request as AcquireRequest
+    return {
+      release: () => family.release(call.space, r.token, r.permits, r.op),
+      withinMs: Math.max(r.ttlMs, r.waiterTtlMs),
+    }
+  }
   const family: PermitFamily = {
     acquire: (space, r) =>
       call({
@@ -86,6 +103,7 @@ export function permitFamily(
         request: r,
         pick: acquireRow,
         late: lateAcquire,
+        undo: undoAcquire,
       }),
     release: (space, token, permits, op) =>
       call({
@@ -151,6 +169,13 @@ export function rwLockFamily(call: Caller): RwLockFamily {
       .release(call.space, r.token, r.mode, r.op)
       .catch((error: unknown) => debug('late release failed: %o', error))
   }
+  const undoAcquire = (call: ScriptCall): GiveBack => {
+    const r = call.request as RwAcquireRequest
+    return {
+      release: () => family.release(call.space, r.token, r.mode, r.op),
+      withinMs: Math.max(r.ttlMs, r.waiterTtlMs),
+    }
+  }
   const family: RwLockFamily = {
     acquire: (space, r) =>
       call({
@@ -161,6 +186,7 @@ export function rwLockFamily(call: Caller): RwLockFamily {
         pick: rwAcquireReply,
         request: r,
         late: lateAcquire,
+        undo: undoAcquire,
       }),
     release: (space, token, mode, op) =>
       call({

@@ -7,24 +7,20 @@ const PRELUDES = {
   rwlock: ['lib/common.lua', 'lib/rwlock.lua'],
 } as const satisfies Record<string, readonly LuaFile[]>
 
-/** Every script we register: command name -> file, prelude family, and where its reply carries the
- * server's `now` (first or last element; undefined = a plain number reply). */
+/** Every script we register: command name -> file and prelude family. */
 export const SCRIPTS = {
-  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
-  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 6, lib: 'permits', now: undefined },
-  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
-  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 6, lib: 'permits', now: 'first' },
-  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 6, lib: 'permits', now: 'last' },
-  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 6, lib: 'permits', now: 'last' },
-  tgRwAcquire: { file: 'rwlock-acquire.lua', numberOfKeys: 5, lib: 'rwlock', now: 'last' },
-  tgRwRelease: { file: 'rwlock-release.lua', numberOfKeys: 5, lib: 'rwlock', now: undefined },
-  tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 5, lib: 'rwlock', now: 'first' },
-  tgRwRecheck: { file: 'rwlock-recheck.lua', numberOfKeys: 5, lib: 'rwlock', now: 'first' },
-  tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 5, lib: 'rwlock', now: 'last' },
-} as const satisfies Record<
-  string,
-  { file: LuaFile; numberOfKeys: number; lib: keyof typeof PRELUDES; now: 'first' | 'last' | undefined }
->
+  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 6, lib: 'permits' },
+  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 6, lib: 'permits' },
+  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 6, lib: 'permits' },
+  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 6, lib: 'permits' },
+  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 6, lib: 'permits' },
+  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 6, lib: 'permits' },
+  tgRwAcquire: { file: 'rwlock-acquire.lua', numberOfKeys: 5, lib: 'rwlock' },
+  tgRwRelease: { file: 'rwlock-release.lua', numberOfKeys: 5, lib: 'rwlock' },
+  tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 5, lib: 'rwlock' },
+  tgRwRecheck: { file: 'rwlock-recheck.lua', numberOfKeys: 5, lib: 'rwlock' },
+  tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 5, lib: 'rwlock' },
+} as const satisfies Record<string, { file: LuaFile; numberOfKeys: number; lib: keyof typeof PRELUDES }>
 
 export type ScriptName = keyof typeof SCRIPTS
 
@@ -44,11 +40,6 @@ export function scriptSource(name: ScriptName): string {
     }
   }
   return sources.get(name) as string
-}
-
-/** Where a script's reply carries the server clock (see SCRIPTS). */
-export function nowIndex(name: ScriptName): 'first' | 'last' | undefined {
-  return SCRIPTS[name].now
 }
 
 /** Register our scripts on a client once; a shared client keeps the first registration. ioredis then

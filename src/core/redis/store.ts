@@ -11,8 +11,8 @@ import type { Grant, PermitFamily, RwLockFamily, Store, Unsubscribe } from '../p
 import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
 import { Coalescer } from './coalescer.js'
-import { type CallSpec, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
-import { nowIndex, registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
+import { type CallSpec, type GiveBack, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
+import { registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
 
 const debug = debuglog('tollgate:store')
 
@@ -27,6 +27,11 @@ export interface RedisStoreOptions {
 }
 
 const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
+
+/** Give-backs of unanswered acquires under way at most, and their retry backoff. */
+const MAX_GIVE_BACKS = 10_000
+const GIVE_BACK_RETRY_MS = 100
+const GIVE_BACK_RETRY_MAX_MS = 2000
 
 /** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
 const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
@@ -59,7 +64,6 @@ export function createRedisStore(client: Redis | Cluster | string, options?: Red
 
 class RedisStore implements Store {
   readonly kind = 'redis'
-  clockOffsetMs = 0
   /** True after close(): every call then fails with StoreUnavailableError. */
   closed = false
   private readonly scripts: ScriptClient
@@ -72,6 +76,8 @@ class RedisStore implements Store {
   private subscriber: Redis | Cluster | undefined
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
   private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
+  /** Give-backs under way (giveBack()). */
+  private givingBack = 0
 
   readonly permits: PermitFamily = permitFamily((spec) => this.call(spec), this.deliver.bind(this))
   readonly rwlock: RwLockFamily = rwLockFamily((spec) => this.call(spec))
@@ -176,14 +182,45 @@ class RedisStore implements Store {
     }
   }
 
+  /**
+   * Give back what an acquire whose outcome nobody learnt may hold (G3): a release of its acquisition,
+   * which is a no-op if it took nothing. Retried with backoff until Redis answers one, or until what it
+   * took would have run out anyway; at most MAX_GIVE_BACKS at a time (during a long outage the rest
+   * simply run out).
+   */
+  private giveBack(undo: GiveBack): void {
+    if (this.closed || this.givingBack >= MAX_GIVE_BACKS) return
+    this.givingBack++
+    const until = monoNow() + undo.withinMs
+    let delay = GIVE_BACK_RETRY_MS
+    const attempt = (): void => {
+      if (this.closed || monoNow() >= until) {
+        this.givingBack--
+        return
+      }
+      undo.release().then(
+        () => {
+          this.givingBack--
+        },
+        (error: unknown) => {
+          debug('giving back an unanswered acquire failed, retrying in %d ms: %o', delay, error)
+          setTimeout(attempt, delay).unref()
+          delay = Math.min(delay * 2, GIVE_BACK_RETRY_MAX_MS)
+        },
+      )
+    }
+    attempt()
+  }
+
   /** Send calls of one name and kind as one script call; each caller gets its own part of the reply. */
   private async send(calls: readonly ScriptCall[]): Promise<void> {
     const first = calls[0] as ScriptCall
     const args = first.withToken ? [...first.head, ...calls.map((call) => call.token)] : [...first.head]
     const late = first.late && ((reply: unknown) => calls.forEach((call, i) => call.late?.(call, reply, i)))
+    const unknown = first.undo && (() => calls.forEach((call) => call.undo && this.giveBack(call.undo(call))))
     let reply: unknown
     try {
-      reply = await this.invoke(first.script, first.space, args, first.started, late)
+      reply = await this.invoke(first.script, first.space, args, first.started, late, unknown)
     } catch (error) {
       this.coalescer.landed(first.name)
       for (const call of calls) call.reject(error)
@@ -212,20 +249,25 @@ class RedisStore implements Store {
     args: (string | number)[],
     started: number,
     onLateReply: ((reply: unknown) => void) | undefined,
+    /** The call failed and Redis may have run it: give back what it may have taken. */
+    onUnknown: (() => void) | undefined,
   ): Promise<unknown> {
     if (this.closed) throw new StoreUnavailableError('The store is closed.')
-    const sent = monoNow()
     const pending = this.scripts[script](
       ...scriptKeys(space, script.startsWith('tgRw')),
       space.channel,
       ...args,
     )
     try {
-      const reply = await this.deadlines.watch(pending, started + this.commandTimeoutMs)
-      this.observeClock(script, reply, sent)
-      return reply
+      return await this.deadlines.watch(pending, started + this.commandTimeoutMs)
     } catch (error) {
-      if (error instanceof TimeoutError && onLateReply) pending.then(onLateReply, () => {})
+      // Redis may have run it, and nobody may ever learn: a reply lost with its connection and not
+      // resent leaves the call pending for ever (ioredis with autoResendUnfulfilledCommands off), or
+      // failed. Give back what it may have taken now; a give-back is a release, a no-op if it took
+      // nothing. Timed out, the reply may still come after the give-back (a resend that ran later):
+      // then it says what to give back, and a late failure may have run too.
+      onUnknown?.()
+      if (error instanceof TimeoutError) pending.then(onLateReply, onUnknown ?? (() => {}))
       else pending.catch(() => {})
       throw new StoreUnavailableError(
         error instanceof TimeoutError
@@ -234,16 +276,6 @@ class RedisStore implements Store {
         { cause: error },
       )
     }
-  }
-
-  /** Array replies carry the server's `now`: first for renew/recheck, last for the others. The script
-   * ran at or after `sent` (local), so `now - sent` is at least the true offset: an upper bound, which
-   * turns a store time into a local time that is never late (Store.clockOffsetMs, G4). */
-  private observeClock(script: ScriptName, reply: unknown, sent: number): void {
-    const at = nowIndex(script)
-    if (!at || !Array.isArray(reply)) return
-    const now = at === 'first' ? reply[0] : reply[reply.length - 1]
-    if (typeof now === 'number') this.clockOffsetMs = now - sent
   }
 }
 
@@ -262,6 +294,7 @@ class QueuedCall implements ScriptCall {
   readonly pick: ScriptCall['pick']
   readonly request: unknown
   readonly late: ScriptCall['late']
+  readonly undo: ScriptCall['undo']
   readonly onReply: ScriptCall['onReply']
 
   constructor(
@@ -279,6 +312,7 @@ class QueuedCall implements ScriptCall {
     this.pick = spec.pick
     this.request = spec.request
     this.late = spec.late
+    this.undo = spec.undo
     this.onReply = spec.onReply
   }
 }

@@ -57,6 +57,8 @@ export class RedlockClient implements LeaseContext {
   readonly spaces: KeySpace[]
   readonly quorum: number
   readonly kind = 'redlock'
+  /** Its expiries are the validity left (ttl less RedLock's own drift): no second margin. */
+  readonly driftIncluded = true
   readonly ttlMs: number
   readonly autoRenew: boolean
   readonly onLost: RedlockSettings['onLost']
@@ -233,6 +235,7 @@ export class RedlockClient implements LeaseContext {
    * the majority of the last successful extension still guarantees. */
   async renewTokens(ttlMs: number, holds: readonly Acquisition[]): Promise<RenewReply> {
     const tokens = holds.map((hold) => hold.token)
+    const startedAt = Date.now()
     const started = performance.now()
     const replies = await Promise.all(
       this.stores.map((store, i) =>
@@ -243,7 +246,6 @@ export class RedlockClient implements LeaseContext {
       ),
     )
     const validity = validityMs(ttlMs, this.drift(ttlMs), performance.now() - started)
-    const now = Date.now()
     const n = this.stores.length
     const expiresAt: number[] = []
     let unsure: { held: number; answered: number } | undefined
@@ -256,7 +258,9 @@ export class RedlockClient implements LeaseContext {
         else gone++
       }
       const verdict = renewalVerdict(held, gone, n, this.quorum, validity)
-      if (verdict === 'held') expiresAt.push(now + validity)
+      // Held until ttl less drift after the calls started: reported from then (now = startedAt), so
+      // the lease counts it from when it asked, as for any renewal.
+      if (verdict === 'held') expiresAt.push(startedAt + ttlMs - this.drift(ttlMs))
       else expiresAt.push(0) // 'lost': a majority no longer holds it
       if (verdict === 'unsure') unsure = { held, answered: held + gone }
     }
@@ -269,7 +273,7 @@ export class RedlockClient implements LeaseContext {
         { cause: new AggregateError(errors, 'node failures') },
       )
     }
-    return { now, expiresAt }
+    return { now: startedAt, expiresAt }
   }
 
   /** LeaseContext: release on every node at once. Never rejects: a node that is down or slow keeps
