@@ -2,7 +2,7 @@
 // over frozen defaults into the fully-required config an admission runs on.
 import { ConfigError } from '../core/errors.js'
 import { createMemoryStore } from '../core/memory/store.js'
-import { defined, nonEmptyString, positiveInt, storeOption } from '../core/options.js'
+import { defined, nonEmptyString, positiveInt, rejectUnknown, storeOption } from '../core/options.js'
 import type { Store } from '../core/protocol/store.js'
 import type { Lease } from '../core/client/lease.js'
 
@@ -214,15 +214,7 @@ const HINTS: Record<string, string> = {
 
 /** Reject an option no middleware knows, naming it (ConfigError), with a hint for familiar names. */
 export function rejectUnknownOptions(options: object, own: readonly string[]): void {
-  for (const key of Object.keys(options)) {
-    if (COMMON_KEYS.includes(key) || own.includes(key)) continue
-    const hint = HINTS[key]
-    throw new ConfigError(
-      key,
-      hint ? `no such option (${hint})` : 'no such option',
-      (options as Record<string, unknown>)[key],
-    )
-  }
+  rejectUnknown(options, [...COMMON_KEYS, ...own], HINTS)
 }
 
 /** Names a request object already has (Node's IncomingMessage, Express, Koa's ctx.req, Fastify):

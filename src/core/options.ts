@@ -45,6 +45,53 @@ export function optionalFunction<F>(option: string, value: unknown): F | undefin
   return value as F
 }
 
+/**
+ * Refuse an option nobody knows (ConfigError naming it), with a hint for names users bring from
+ * elsewhere (`hints`, then the lock options' own). Unknown options are errors everywhere: a typo never
+ * leaves a default silently in force.
+ */
+export function rejectUnknown(
+  options: object | undefined,
+  known: readonly string[],
+  hints: Readonly<Record<string, string>> = {},
+): void {
+  if (options === undefined) return
+  for (const key of Object.keys(options)) {
+    if (known.includes(key)) continue
+    const hint = Object.hasOwn(hints, key)
+      ? hints[key]
+      : Object.hasOwn(LOCK_HINTS, key)
+        ? LOCK_HINTS[key]
+        : undefined
+    throw new ConfigError(
+      key,
+      hint ? `no such option (${hint})` : 'no such option',
+      (options as Record<string, unknown>)[key],
+    )
+  }
+}
+
+/** Names of other libraries' options (Redisson, redis-semaphore, redlock) and our own misspellings. */
+const LOCK_HINTS: Readonly<Record<string, string>> = {
+  ttl: 'the lease length is `ttlMs`',
+  leaseTime: 'the lease length is `ttlMs`',
+  lockTimeout: 'the lease length is `ttlMs`',
+  expire: 'the lease length is `ttlMs`',
+  timeout: 'the default wait is `acquireTimeoutMs`; one call’s is acquire({ timeoutMs })',
+  timeoutMs: 'the default wait is `acquireTimeoutMs`; one call’s is acquire({ timeoutMs })',
+  acquireTimeout: 'the default wait is `acquireTimeoutMs`',
+  waitTime: 'the default wait is `acquireTimeoutMs`',
+  waiterTtl: 'it is `waiterTtlMs`',
+  retryInterval: 'waiters are woken by notification, never by polling: there is no interval',
+  refreshInterval: 'leases are renewed at a third of `ttlMs` while `autoRenew` is on',
+  onLockLost: 'it is `onLost`',
+  owner: 'only createReentrantMutex() and createReadWriteLock() take an `owner`',
+  permits: 'only createSemaphore() takes `permits`',
+  prefix: 'the key prefix is the store’s: createRedisStore(client, { prefix })',
+  keyPrefix: 'the key prefix is `prefix`',
+  signal: 'pass a `signal` to acquire() or withLease()',
+}
+
 export function isPlainObjectOrUndefined(option: string, value: unknown): void {
   if (value !== undefined && (typeof value !== 'object' || value === null || Array.isArray(value))) {
     throw new ConfigError(option, 'an options object', value)
@@ -77,6 +124,15 @@ export const LOCK_DEFAULTS = Object.freeze({
 
 const MAX_TTL_MS = 24 * 3600 * 1000
 
+/** Every key of LockOptions. */
+const LOCK_OPTION_KEYS = [
+  'ttlMs',
+  'autoRenew',
+  'acquireTimeoutMs',
+  'waiterTtlMs',
+  'onLost',
+] as const satisfies readonly (keyof LockOptions)[]
+
 /** What a lock client is built from: the validated lock options, the store and the name's keys. */
 export interface LockSettings {
   store: Store
@@ -99,6 +155,7 @@ export function parseLockOptions(
   storeOption('store', store)
   nonEmptyString('name', name)
   isPlainObjectOrUndefined('options', options)
+  rejectUnknown(options, LOCK_OPTION_KEYS)
   const config = { ...LOCK_DEFAULTS, ...defined(options) }
   const ttlMs = positiveInt('ttlMs', config.ttlMs, MAX_TTL_MS)
   const waiterTtlMs = positiveInt('waiterTtlMs', config.waiterTtlMs, MAX_TTL_MS)
@@ -127,6 +184,11 @@ export function checkAcquireOptions(
 ): void {
   if (options === undefined) return
   isPlainObjectOrUndefined('acquire options', options)
+  rejectUnknown(options, ['signal', 'timeoutMs', 'onQueued'], {
+    timeout: 'it is `timeoutMs`',
+    acquireTimeoutMs: 'one call’s wait is `timeoutMs`',
+    waitTime: 'it is `timeoutMs`',
+  })
   const { timeoutMs, signal } = options
   if (
     timeoutMs !== undefined &&

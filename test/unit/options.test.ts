@@ -4,11 +4,21 @@
 // effective limit in stats(), and NODE_DEBUG traces.
 import { spawnSync } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
+import { Redis } from 'ioredis'
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { rwlockAdmission, semaphoreAdmission } from '../../src/admission/gates.js'
 import { policyHeaders } from '../../src/admission/response.js'
-import { ConfigError, createMemoryStore, createSemaphore } from '../../src/index.js'
+import {
+  ConfigError,
+  createMemoryStore,
+  createMutex,
+  createReadWriteLock,
+  createRedisStore,
+  createRedlock,
+  createReentrantMutex,
+  createSemaphore,
+} from '../../src/index.js'
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url))
 const shape = { method: () => 'GET', path: () => '/x' }
@@ -80,6 +90,75 @@ describe('options', () => {
     expect((await keyed.admit('*', never)).outcome).toBe('admitted')
     await store.close()
   })
+})
+
+describe('primitive and store options', () => {
+  const store = createMemoryStore()
+  // Stores on clients that never connect (lazyConnect): RedLock checks its stores before its options.
+  const idle = () => createRedisStore(new Redis({ lazyConnect: true }))
+  const cases: [string, () => unknown, string, string][] = [
+    ['createMutex', () => createMutex(store, 'x', { ttl: 1000 } as never), 'ttl', '`ttlMs`'],
+    [
+      'createMutex',
+      () => createMutex(store, 'x', { owner: 'job' } as never),
+      'owner',
+      'createReentrantMutex()',
+    ],
+    ['createMutex', () => createMutex(store, 'x', { permits: 2 } as never), 'permits', 'createSemaphore()'],
+    [
+      'createReentrantMutex',
+      () => createReentrantMutex(store, 'x', { leaseTime: 5 } as never),
+      'leaseTime',
+      '`ttlMs`',
+    ],
+    [
+      'createSemaphore',
+      () => createSemaphore(store, 'x', { permits: 2, retryInterval: 5 } as never),
+      'retryInterval',
+      'notification',
+    ],
+    [
+      'createReadWriteLock',
+      () => createReadWriteLock(store, 'x', { waiterTtl: 5 } as never),
+      'waiterTtl',
+      '`waiterTtlMs`',
+    ],
+    [
+      'createReadWriteLock',
+      () => createReadWriteLock(store, 'x', { ttlms: 5 } as never),
+      'ttlms',
+      'no such option',
+    ],
+    ['acquire()', () => createMutex(store, 'x').acquire({ timeout: 5 } as never), 'timeout', '`timeoutMs`'],
+    ['createMemoryStore', () => createMemoryStore({ keyPrefix: 'a' } as never), 'keyPrefix', '`prefix`'],
+    [
+      'createRedisStore',
+      () => createRedisStore('redis://127.0.0.1:1', { commandTimeout: 5 } as never),
+      'commandTimeout',
+      '`commandTimeoutMs`',
+    ],
+    [
+      'createRedlock',
+      () => createRedlock([idle(), idle(), idle()], 'x', { retryDelay: 5 } as never),
+      'retryDelay',
+      '`retryDelayMs`',
+    ],
+  ]
+  it.each(cases.map(([factory, make, option, hint]) => ({ factory, make, option, hint })))(
+    '$factory refuses an unknown option, naming it with a hint: $option',
+    ({ make, option, hint }) => {
+      let error: unknown
+      try {
+        const result = make()
+        if (result instanceof Promise) result.catch(() => {})
+      } catch (caught) {
+        error = caught
+      }
+      expect(error).toBeInstanceOf(ConfigError)
+      expect((error as ConfigError).option).toBe(option)
+      expect((error as Error).message).toContain(hint)
+    },
+  )
 })
 
 describe('RateLimit headers and rejections', () => {

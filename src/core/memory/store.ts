@@ -1,7 +1,7 @@
 // The embedded store for one process: the permit sets (permit-sets.ts) and read/write locks
 // (rwlocks.ts) in memory, and wake-ups delivered like pub/sub messages (on a later turn).
 import type { KeySpace } from '../keys.js'
-import { defined, isPlainObjectOrUndefined, keyPrefix } from '../options.js'
+import { defined, isPlainObjectOrUndefined, keyPrefix, rejectUnknown } from '../options.js'
 import type { Grant, Store, Unsubscribe } from '../protocol/store.js'
 import { nowMs } from './clock.js'
 import { MemoryPermitSets } from './permit-sets.js'
@@ -19,6 +19,7 @@ export interface MemoryStoreOptions {
  */
 export function createMemoryStore(options?: MemoryStoreOptions): Store {
   isPlainObjectOrUndefined('options', options)
+  rejectUnknown(options, ['prefix'])
   const config = { prefix: 'tollgate', ...defined(options) }
   return new MemoryStore(keyPrefix('prefix', config.prefix))
 }

@@ -6,7 +6,7 @@ import { Cluster, Redis } from 'ioredis'
 import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
-import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt } from '../options.js'
+import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt, rejectUnknown } from '../options.js'
 import type { Grant, PermitFamily, RwLockFamily, Store, Unsubscribe } from '../protocol/store.js'
 import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
@@ -43,6 +43,10 @@ const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
  */
 export function createRedisStore(client: Redis | Cluster | string, options?: RedisStoreOptions): Store {
   isPlainObjectOrUndefined('options', options)
+  rejectUnknown(options, ['prefix', 'commandTimeoutMs'], {
+    timeout: 'it is `commandTimeoutMs`',
+    commandTimeout: 'it is `commandTimeoutMs`',
+  })
   const config = { ...DEFAULTS, ...defined(options) }
   const prefix = keyPrefix('prefix', config.prefix)
   const commandTimeoutMs = positiveInt('commandTimeoutMs', config.commandTimeoutMs, 600_000)

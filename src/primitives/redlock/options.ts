@@ -7,6 +7,7 @@ import {
   nonEmptyString,
   nonNegativeInt,
   positiveInt,
+  rejectUnknown,
   storeOption,
 } from '../../core/options.js'
 import type { Store } from '../../core/protocol/store.js'
@@ -55,6 +56,20 @@ export const REDLOCK_DEFAULTS = Object.freeze({
   acquireTimeoutMs: 10_000,
 })
 
+/** Every key of RedlockOptions. */
+const REDLOCK_OPTION_KEYS = [
+  'ttlMs',
+  'driftFactor',
+  'clockDriftMs',
+  'retryCount',
+  'retryDelayMs',
+  'retryJitterMs',
+  'perNodeTimeoutMs',
+  'autoRenew',
+  'acquireTimeoutMs',
+  'onLost',
+] as const satisfies readonly (keyof RedlockOptions)[]
+
 export const MIN_NODES = 3
 const MAX_TTL_MS = 24 * 3600 * 1000
 const MAX_DELAY_MS = 3600 * 1000
@@ -100,6 +115,12 @@ export function parseRedlock(
   })
   nonEmptyString('name', name)
   isPlainObjectOrUndefined('options', options)
+  rejectUnknown(options, REDLOCK_OPTION_KEYS, {
+    retryDelay: 'it is `retryDelayMs`',
+    retryJitter: 'it is `retryJitterMs`',
+    automaticExtensionThreshold: 'leases are renewed at a third of the validity while `autoRenew` is on',
+    waiterTtlMs: 'a RedLock does not queue: it retries (`retryCount`, `retryDelayMs`)',
+  })
   const config = { ...REDLOCK_DEFAULTS, ...defined(options) }
   const ttlMs = positiveInt('ttlMs', config.ttlMs, MAX_TTL_MS)
   const { driftFactor } = config
