@@ -55,6 +55,36 @@ export class AbortFlag implements AbortSignalLike {
   }
 }
 
+/** Listeners of each signal some wait watches: one 'abort' listener per signal, whatever the number
+ * of waits sharing it (an AbortSignal warns past 10 listeners: MaxListenersExceededWarning). */
+const watchers = new WeakMap<AbortSignalLike, Set<() => void>>()
+
+/**
+ * Run `listener` once when `signal` aborts; returns the function that stops watching. Many waits may
+ * share one signal (a request's, a shutdown's): the signal gets one listener, which calls theirs.
+ */
+export function onAbort(signal: AbortSignalLike, listener: () => void): () => void {
+  let listeners = watchers.get(signal)
+  if (!listeners) {
+    const created = new Set<() => void>()
+    listeners = created
+    watchers.set(signal, created)
+    signal.addEventListener(
+      'abort',
+      () => {
+        watchers.delete(signal)
+        for (const each of [...created]) each()
+      },
+      { once: true },
+    )
+  }
+  const mine = listeners
+  mine.add(listener)
+  return () => {
+    mine.delete(listener)
+  }
+}
+
 /** What an aborted signal without a reason rejects with (an AbortSignal always has one; an
  * AbortSignalLike may not, and `throw undefined` would reach the caller). One object: no stack per use. */
 const ABORTED = new DOMException('This operation was aborted', 'AbortError')

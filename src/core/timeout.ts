@@ -2,7 +2,7 @@
 // promise at most so long and say what happened, never rejecting (so nothing is left unhandled and no
 // timer is left running). Deadlines is the same bound for the hot path: many pending calls, one timer.
 
-import { type AbortSignalLike, abortReason } from './abort.js'
+import { type AbortSignalLike, abortReason, onAbort } from './abort.js'
 import { monoNow } from './clock.js'
 export class TimeoutError extends Error {}
 
@@ -36,16 +36,17 @@ export function within<T>(work: Promise<T>, ms: number): Promise<Settled<T>> {
 /** Wait `ms`, or reject with the signal's reason as soon as it aborts. */
 export function sleep(ms: number, signal?: AbortSignalLike): Promise<void> {
   return new Promise((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(timer)
-      reject(signal && abortReason(signal))
-    }
+    if (signal?.aborted) return reject(abortReason(signal))
+    const unwatch = signal
+      ? onAbort(signal, () => {
+          clearTimeout(timer)
+          reject(abortReason(signal))
+        })
+      : undefined
     const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort)
+      unwatch?.()
       resolve()
     }, ms)
-    if (signal?.aborted) return onAbort()
-    signal?.addEventListener('abort', onAbort, { once: true })
   })
 }
 

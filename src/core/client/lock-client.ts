@@ -1,4 +1,4 @@
-import { type AbortSignalLike, abortReason } from '../abort.js'
+import { type AbortSignalLike, abortReason, onAbort } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
 import { localDeadline, monoNow } from '../clock.js'
@@ -263,9 +263,10 @@ export abstract class LockClient implements LeaseContext, WaitClient {
   ): Promise<Grant | undefined> {
     return new Promise<Grant | undefined>((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined
+      let unwatch: (() => void) | undefined
       const done = () => {
         clearTimeout(timer)
-        signal?.removeEventListener('abort', onAbort)
+        unwatch?.()
         setWake(() => {})
       }
       const check = () => {
@@ -277,13 +278,13 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           resolve(undefined)
         }
       }
-      const onAbort = () => {
+      const aborted = () => {
         done()
         reject(signal && abortReason(signal))
       }
       setWake(check)
-      if (signal?.aborted) return onAbort()
-      signal?.addEventListener('abort', onAbort, { once: true })
+      if (signal?.aborted) return aborted()
+      if (signal) unwatch = onAbort(signal, aborted)
       if (Number.isFinite(timeoutMs)) {
         const left = started + timeoutMs - monoNow()
         timer = setTimeout(

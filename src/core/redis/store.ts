@@ -82,6 +82,9 @@ class RedisStore implements Store {
   private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
   /** Give-backs under way (giveBack()). */
   private givingBack = 0
+  /** The last connection error of a client the store owns (a client passed in stays the user's: its
+   * 'error' events are left to the user, who may rely on ioredis printing them). */
+  private connectionError: Error | undefined
 
   readonly permits: PermitFamily = permitFamily((spec) => this.call(spec), this.deliver.bind(this))
   readonly rwlock: RwLockFamily = rwLockFamily((spec) => this.call(spec))
@@ -94,6 +97,17 @@ class RedisStore implements Store {
   ) {
     this.scripts = redis as unknown as ScriptClient
     this.deadlines = new Deadlines(commandTimeoutMs)
+    if (owned) {
+      // Ours to watch: without a listener, ioredis prints "Unhandled error event" at every reconnect
+      // attempt. Failed calls say what happened instead (failure()).
+      redis.on('error', (error: Error) => {
+        this.connectionError = error
+        debug('connection error: %s', error.message)
+      })
+      redis.on('ready', () => {
+        this.connectionError = undefined
+      })
+    }
   }
 
   get notificationsHealthy(): boolean {
@@ -162,7 +176,7 @@ class RedisStore implements Store {
 
   /** Queue a script call of a name (sent at once or with its turn's batch, see coalescer.ts). */
   private call<T>(spec: CallSpec & { pick: (reply: unknown, i: number) => T }): Promise<T> {
-    if (this.closed) return Promise.reject(new StoreUnavailableError('The store is closed.'))
+    if (this.closed) return Promise.reject(this.failure(spec.script, spec.space, undefined))
     return new Promise<T>((resolve, reject) =>
       this.coalescer.submit(new QueuedCall(spec, resolve as (value: unknown) => void, reject)),
     )
@@ -216,6 +230,30 @@ class RedisStore implements Store {
     attempt()
   }
 
+  /**
+   * The error of a failed call, in the user's words: what could not be done, and why (Redis did not
+   * answer in time, or failed the call, or the store is closed), with the state of the connection when
+   * it is not up and, for a client the store owns, the last connection error (as the cause too).
+   */
+  private failure(script: ScriptName, space: KeySpace, error: unknown): StoreUnavailableError {
+    const what = `Could not ${VERBS[script]} "${space.name}"`
+    if (this.closed)
+      return new StoreUnavailableError(`${what}: the store is closed (store.close() was called).`)
+    const status = this.redis.status
+    const link =
+      status === 'ready'
+        ? ''
+        : `; the connection to Redis is ${status}${this.connectionError ? ` (${this.connectionError.message})` : ''}`
+    if (error instanceof TimeoutError) {
+      return new StoreUnavailableError(
+        `${what}: Redis did not answer within ${this.commandTimeoutMs} ms (option "commandTimeoutMs")${link}.`,
+        { cause: status === 'ready' ? error : (this.connectionError ?? error) },
+      )
+    }
+    const reason = error instanceof Error ? error.message.replace(/\.$/, '') : String(error)
+    return new StoreUnavailableError(`${what}: ${reason}${link}.`, { cause: error })
+  }
+
   /** Send calls of one name and kind as one script call; each caller gets its own part of the reply. */
   private async send(calls: readonly ScriptCall[]): Promise<void> {
     const first = calls[0] as ScriptCall
@@ -256,7 +294,7 @@ class RedisStore implements Store {
     /** The call failed and Redis may have run it: give back what it may have taken. */
     onUnknown: (() => void) | undefined,
   ): Promise<unknown> {
-    if (this.closed) throw new StoreUnavailableError('The store is closed.')
+    if (this.closed) throw this.failure(script, space, undefined)
     const pending = this.scripts[script](
       ...scriptKeys(space, script.startsWith('tgRw')),
       space.channel,
@@ -273,14 +311,24 @@ class RedisStore implements Store {
       onUnknown?.()
       if (error instanceof TimeoutError) pending.then(onLateReply, onUnknown ?? (() => {}))
       else pending.catch(() => {})
-      throw new StoreUnavailableError(
-        error instanceof TimeoutError
-          ? `Redis did not answer ${script} for "${space.name}" within ${this.commandTimeoutMs} ms (option "commandTimeoutMs").`
-          : `Redis failed ${script} for "${space.name}": ${(error as Error).message}`,
-        { cause: error },
-      )
+      throw this.failure(script, space, error)
     }
   }
+}
+
+/** What each script does, in the words of an error message: "Could not <verb> "<name>"". */
+const VERBS: Record<ScriptName, string> = {
+  tgPermitAcquire: 'acquire',
+  tgPermitRelease: 'release',
+  tgPermitRenew: 'renew',
+  tgPermitRecheck: 'check the queue of',
+  tgPermitInspect: 'read the state of',
+  tgPermitSetLimit: 'set the permits of',
+  tgRwAcquire: 'acquire',
+  tgRwRelease: 'release',
+  tgRwRenew: 'renew',
+  tgRwRecheck: 'check the queue of',
+  tgRwInspect: 'read the state of',
 }
 
 /** A call as the coalescer queues it. One class (every field always set) rather than a spread of the

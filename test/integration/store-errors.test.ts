@@ -1,0 +1,67 @@
+// What a user sees when things go wrong around the store: errors in the user's words with the cause
+// attached, no noise on the console from a client the store owns, and no warning for a signal that
+// many waits share.
+import net from 'node:net'
+import { afterEach, expect, it, vi } from 'vitest'
+import { createMutex, createRedisStore, StoreUnavailableError } from '../../src/index.js'
+import { describeStores } from '../helpers/contract.js'
+
+afterEach(() => {
+  vi.restoreAllMocks()
+})
+
+/** A port nothing listens on (taken from the OS, then closed). */
+async function closedPort(): Promise<number> {
+  const server = net.createServer()
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as net.AddressInfo
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
+
+it('a store from a URL with Redis down: the error says what could not be done and why, with the cause; ioredis prints nothing', async () => {
+  const printed = vi.spyOn(console, 'error').mockImplementation(() => {})
+  const port = await closedPort()
+  const store = createRedisStore(`redis://127.0.0.1:${port}`, { commandTimeoutMs: 1000 })
+  try {
+    const error = await createMutex(store, 'orders')
+      .acquire()
+      .catch((caught: unknown) => caught)
+    expect(error).toBeInstanceOf(StoreUnavailableError)
+    const message = (error as Error).message
+    expect(message).toMatch(/^Could not acquire "orders"/)
+    expect(message).toContain('ECONNREFUSED')
+    expect(message).toContain(`127.0.0.1:${port}`)
+    expect(message).not.toMatch(/tg[A-Z]\w+/) // no internal script names
+    expect((error as Error).cause).toBeInstanceOf(Error)
+    expect(String(((error as Error).cause as Error).message)).toContain('ECONNREFUSED')
+    expect(printed.mock.calls.flat().join(' ')).not.toContain('Unhandled error event')
+  } finally {
+    await store.close()
+  }
+})
+
+describeStores('one AbortSignal for many waits', (fx) => {
+  it('20 waiting acquires sharing one signal: no MaxListenersExceededWarning, and all of them abort', async () => {
+    const warnings: Error[] = []
+    const onWarning = (warning: Error) => warnings.push(warning)
+    process.on('warning', onWarning)
+    try {
+      const mutex = createMutex(fx().store, 'shared-signal')
+      const holder = await mutex.acquire()
+      const controller = new AbortController()
+      const waits = Array.from({ length: 20 }, () =>
+        mutex.acquire({ signal: controller.signal, timeoutMs: 10_000 }).catch((error: unknown) => error),
+      )
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      controller.abort(new Error('gave up'))
+      const outcomes = await Promise.all(waits)
+      expect(outcomes.every((outcome) => (outcome as Error).message === 'gave up')).toBe(true)
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(warnings.map((warning) => warning.name)).not.toContain('MaxListenersExceededWarning')
+      await holder.release()
+    } finally {
+      process.off('warning', onWarning)
+    }
+  })
+})
