@@ -140,7 +140,8 @@ export function aclRule(prefix: string): string {
   return `~${prefix}:* &${prefix}:* +@connection ${commands.map((c) => `+${c}`).join(' ')}`
 }
 
-/** Thrown when the Redis user lacks a permission the gateway needs (the CLI exits 2). */
+/** Thrown when Redis cannot serve the gateway: the Redis user lacks a permission it needs, or the
+ * server is older than the scripts need (the CLI exits 2). */
 export class RedisAccessError extends Error {}
 
 /**
@@ -184,6 +185,8 @@ export async function checkRedisAccess(
           `Grant it, e.g.: ACL SETUSER <user> on >password ${aclRule(prefix)}`,
       )
     }
+    // The store checks the server's version before its first call (core/redis/store.ts).
+    if (/ is too old: tollgate needs Redis /.test(message)) throw new RedisAccessError(message)
     logger.warn({ err: error }, 'could not check the Redis user: Redis did not answer; starting anyway')
   }
 }

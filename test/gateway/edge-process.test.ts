@@ -5,6 +5,7 @@ import { Redis } from 'ioredis'
 import { afterEach, describe, expect, it } from 'vitest'
 import { aclRule } from '../../src/gateway/redis.js'
 import { eventually, keysUnder, sleep } from '../helpers/contract.js'
+import { startFaultProxy } from '../helpers/fault-proxy.js'
 import { baseFlags, metric, redisUrl, runGateway, spawnGateway } from '../helpers/gateway.js'
 import { rawConnect } from '../helpers/raw-http.js'
 import { startRecorder } from '../helpers/recorder.js'
@@ -93,6 +94,26 @@ describe('gateway process edge', () => {
       expect(outageLines()).toHaveLength(1)
     }, 30_000)
   }
+
+  it('a Redis older than 7.0 is refused at start (exit 2), naming the version found and the one needed', async () => {
+    const upstream = await startRecorder()
+    const found = /^redis_version:(\S+)/m.exec(await connectStandalone().info('server'))![1]!
+    const older = `6.${'9'.repeat(found.length - 2)}`
+    const proxy = await startFaultProxy(topology().standalone)
+    try {
+      proxy.rewriteReplies(`redis_version:${found}`, `redis_version:${older}`)
+      const refused = runGateway([
+        ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+        '--redis',
+        `redis://127.0.0.1:${proxy.port}`,
+      ])
+      expect((await refused.exited).code).toBe(2)
+      expect(refused.stderr()).toContain(`Redis ${older} is too old`)
+      expect(refused.stderr()).toContain('Redis 7.0.0 or later')
+    } finally {
+      await proxy.stop()
+    }
+  })
 
   it('G10: a Redis user without channel rights is refused at start (exit 2) with the ACL rule to grant', async () => {
     const upstream = await startRecorder()

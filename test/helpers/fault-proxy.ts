@@ -12,7 +12,9 @@
 //   - dropReplies(): requests still reach Redis (its scripts run), every reply is discarded;
 //   - refuse(): Redis is down: open connections are cut, and the proxy stops listening (connections
 //     are refused) until heal();
-//   - waitForRequest(match): resolves once a request containing `match` has been forwarded to Redis.
+//   - waitForRequest(match): resolves once a request containing `match` has been forwarded to Redis;
+//   - rewriteReplies(from, to): replace `from` by `to` (same length) in replies, e.g. the version INFO
+//     reports (the RESP lengths stay right).
 // Replies are parsed as RESP2 so that "a reply" is exact, whatever the TCP chunking.
 // No vitest import: child processes use it too. Whoever starts a proxy stops it.
 import net from 'node:net'
@@ -88,6 +90,8 @@ export interface FaultProxy extends RedisEndpoint {
   heal(): Promise<void>
   /** Resolves once a request containing `match` has been forwarded to Redis. */
   waitForRequest(match: string): Promise<void>
+  /** Replace `from` by `to` (of the same length) in every reply from now on. */
+  rewriteReplies(from: string, to: string): void
   /** Forget a plan that has not fired yet. */
   disarm(): void
   /** Cut every open connection (as a network blip would). */
@@ -103,6 +107,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
   let accepted = 0
   let silence: 'none' | 'partition' | 'replies' = 'none'
   let refusing = false
+  let rewrite: { from: Buffer; to: Buffer } | undefined
   const watchers = new Set<{ match: string; done: () => void }>()
 
   const applyDelay = (pair: Pair) => {
@@ -116,8 +121,15 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     pairs.delete(pair)
   }
 
-  const forward = (pair: Pair, bytes: Buffer) => {
-    if (bytes.length === 0) return
+  const forward = (pair: Pair, input: Buffer) => {
+    if (input.length === 0) return
+    let bytes = input
+    if (rewrite) {
+      for (let at = bytes.indexOf(rewrite.from); at >= 0; at = bytes.indexOf(rewrite.from, at + 1)) {
+        if (bytes === input) bytes = Buffer.from(input)
+        rewrite.to.copy(bytes, at)
+      }
+    }
     if (pair.delayMs === 0 && pair.lastAt <= Date.now()) {
       pair.client.write(bytes)
       return
@@ -251,6 +263,10 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     },
     waitForRequest(match) {
       return new Promise((done) => watchers.add({ match, done }))
+    },
+    rewriteReplies(from, to) {
+      if (from.length !== to.length) throw new Error('rewriteReplies: `from` and `to` must have one length')
+      rewrite = { from: Buffer.from(from, 'latin1'), to: Buffer.from(to, 'latin1') }
     },
     disarm() {
       plan = undefined

@@ -3,8 +3,10 @@
 // many waits share.
 import net from 'node:net'
 import { afterEach, expect, it, vi } from 'vitest'
-import { createMutex, createRedisStore, StoreUnavailableError } from '../../src/index.js'
-import { describeStores } from '../helpers/contract.js'
+import { createMutex, createRedisStore, createSemaphore, StoreUnavailableError } from '../../src/index.js'
+import { describeStores, keysUnder, REDIS_KINDS } from '../helpers/contract.js'
+import { proxiedStore } from '../helpers/proxied.js'
+import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 afterEach(() => {
   vi.restoreAllMocks()
@@ -40,6 +42,30 @@ it('a store from a URL with Redis down: the error says what could not be done an
     await store.close()
   }
 })
+
+for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {
+  it(`a Redis older than 7.0 is refused at the first call, naming the version found and the one needed [${kind}]`, async () => {
+    const direct = connectStandalone()
+    const found = /^redis_version:(\S+)/m.exec(await direct.info('server'))![1]!
+    const older = `6.${'9'.repeat(found.length - 2)}` // as long as the real one: RESP lengths stay right
+    const proxied = await proxiedStore(kind, uniquePrefix().slice(0, -1))
+    try {
+      for (const proxy of proxied.proxies)
+        proxy.rewriteReplies(`redis_version:${found}`, `redis_version:${older}`)
+      const error = await createMutex(proxied.store, 'old')
+        .tryAcquire()
+        .catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(StoreUnavailableError)
+      expect((error as Error).message).toContain(`Redis ${older} is too old`)
+      expect((error as Error).message).toContain('Redis 7.0.0 or later')
+      // Every later call too, and nothing was written.
+      await expect(createSemaphore(proxied.store, 'old', { permits: 2 }).acquire()).rejects.toThrow('too old')
+      expect(await keysUnder(proxied.client, proxied.store.prefix)).toEqual([])
+    } finally {
+      await proxied.close()
+    }
+  })
+}
 
 describeStores('one AbortSignal for many waits', (fx) => {
   it('20 waiting acquires sharing one signal: no MaxListenersExceededWarning, and all of them abort', async () => {

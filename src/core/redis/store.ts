@@ -2,7 +2,7 @@
 // file's header is its contract), sent through the coalescer (coalescer.ts) so that the acquires (and
 // releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on one connection.
 import { debuglog } from 'node:util'
-import { Cluster, Redis } from 'ioredis'
+import { Cluster, Redis, ReplyError } from 'ioredis'
 import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
@@ -27,6 +27,20 @@ export interface RedisStoreOptions {
 }
 
 const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
+
+/** The oldest Redis the scripts run on. */
+const MIN_REDIS = [7, 0, 0] as const
+
+/** Whether a version string ("7.0.15", "7.2.4-rc1") is at least `min`. */
+function atLeast(version: string, min: readonly number[]): boolean {
+  const parts = version.split('.').map((part) => Number.parseInt(part, 10))
+  for (let i = 0; i < min.length; i++) {
+    const have = parts[i] ?? 0
+    if (Number.isNaN(have)) return true // not a version we can read: taken on trust
+    if (have !== min[i]) return have > (min[i] as number)
+  }
+  return true
+}
 
 /** Give-backs of unanswered acquires under way at most, and their retry backoff. */
 const MAX_GIVE_BACKS = 10_000
@@ -82,6 +96,9 @@ class RedisStore implements Store {
   private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
   /** Give-backs under way (giveBack()). */
   private givingBack = 0
+  /** The server's version check (checkVersion()), and whether it passed. */
+  private version: Promise<void> | undefined
+  private versionChecked = false
   /** The last connection error of a client the store owns (a client passed in stays the user's: its
    * 'error' events are left to the user, who may rely on ioredis printing them). */
   private connectionError: Error | undefined
@@ -254,9 +271,50 @@ class RedisStore implements Store {
     return new StoreUnavailableError(`${what}: ${reason}${link}.`, { cause: error })
   }
 
+  /**
+   * Check once that the server runs Redis 7.0 or later (the scripts use PEXPIREAT ... GT/NX from 7.0,
+   * SET ... PXAT ... GET and ZMSCORE from 6.2): INFO server before the first call. A server that does
+   * not answer is checked again at the next call; one that refuses INFO (renamed) is taken on trust.
+   */
+  private checkVersion(): Promise<void> {
+    this.version ??= (async () => {
+      let info: string
+      try {
+        const answered = await within(this.redis.info('server'), this.commandTimeoutMs)
+        if (!answered.ok) throw answered.error
+        info = answered.value
+      } catch (error) {
+        if (error instanceof ReplyError) {
+          this.versionChecked = true
+          return
+        }
+        this.version = undefined // not reachable now: the call fails on its own, and the next one asks
+        return
+      }
+      const found = /^redis_version:(\S+)/m.exec(info)?.[1]
+      if (found && !atLeast(found, MIN_REDIS)) {
+        throw new StoreUnavailableError(
+          `Redis ${found} is too old: tollgate needs Redis ${MIN_REDIS.join('.')} or later (its scripts use ` +
+            'PEXPIREAT with GT and NX). Upgrade the server.',
+        )
+      }
+      this.versionChecked = true
+    })()
+    return this.version
+  }
+
   /** Send calls of one name and kind as one script call; each caller gets its own part of the reply. */
   private async send(calls: readonly ScriptCall[]): Promise<void> {
     const first = calls[0] as ScriptCall
+    if (!this.versionChecked) {
+      try {
+        await this.checkVersion()
+      } catch (error) {
+        this.coalescer.landed(first.name)
+        for (const call of calls) call.reject(error)
+        return
+      }
+    }
     const args = first.withToken ? [...first.head, ...calls.map((call) => call.token)] : [...first.head]
     const late = first.late && ((reply: unknown) => calls.forEach((call, i) => call.late?.(call, reply, i)))
     const unknown = first.undo && (() => calls.forEach((call) => call.undo && this.giveBack(call.undo(call))))
