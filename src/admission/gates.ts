@@ -2,8 +2,8 @@
 // evicted past a bound; and the two admissions the middleware and the gateway build from options.
 import { ConfigError } from '../core/errors.js'
 import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core/options.js'
-import { createReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
-import { acquireNow, createSemaphore, type Semaphore } from '../primitives/semaphore.js'
+import { bucketReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
+import { acquireNow, bucketSemaphore, type Semaphore } from '../primitives/semaphore.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
 import {
@@ -82,7 +82,7 @@ export function semaphoreAdmission<Req>(
       if (override !== undefined) n = positiveInt('permitsFor() result', override, 1_000_000)
     }
     // The policy name and the bucket share one primitive name; keySpace() encodes what is hostile.
-    return createSemaphore(config.store, bucketName(config.name, key), {
+    return bucketSemaphore(config.store, bucketName(config.name, key), {
       permits: n,
       ttlMs: config.ttlMs,
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
@@ -139,7 +139,7 @@ export function rwlockAdmission<Req>(
   const config = resolveCommon(opts, 'rwlock')
   parseLockOptions('rw', config.store, config.name, { ttlMs: config.ttlMs }) // as every bucket's lock gets them
   const locks = new GateCache<ReadWriteLock>((key) =>
-    createReadWriteLock(config.store, bucketName(config.name, key), {
+    bucketReadWriteLock(config.store, bucketName(config.name, key), {
       ttlMs: config.ttlMs,
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
     }),

@@ -151,6 +151,8 @@ export function parseLockOptions(
   store: unknown,
   name: unknown,
   options: LockOptions | undefined,
+  /** The kind in the keys, when it differs from `kind` (the reentrant mutex keeps the mutex's keys). */
+  keyKind = kind,
 ): LockSettings {
   storeOption('store', store)
   nonEmptyString('name', name)
@@ -168,7 +170,7 @@ export function parseLockOptions(
   }
   return {
     store: store as Store,
-    space: keySpace((store as Store).prefix, kind, name as string),
+    space: keySpace((store as Store).prefix, keyKind, name as string),
     kind,
     ttlMs,
     autoRenew: config.autoRenew,

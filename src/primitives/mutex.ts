@@ -4,6 +4,7 @@ import { type AcquireOptions, type LockClient } from '../core/client/lock-client
 import { PermitClient } from '../core/client/permit-client.js'
 import type { Store } from '../core/protocol/store.js'
 import { checkAcquireOptions, type LockOptions, parseLockOptions } from '../core/options.js'
+import { claimName } from './names.js'
 import { ownerScope } from './owner-scope.js'
 
 const debug = debuglog('tollgate:mutex')
@@ -28,7 +29,9 @@ export interface Mutex {
  */
 export function createMutex(store: Store, name: string, options?: MutexOptions): Mutex {
   const client = new PermitClient(parseLockOptions('mutex', store, name, options), 1)
-  return { name, ...freshOwnerCalls(client) }
+  const mutex = { name, ...freshOwnerCalls(client) }
+  claimName(store, name, 'mutex', mutex)
+  return mutex
 }
 
 /** acquire / tryAcquire / withLease where every call is a new owner (mutex, semaphore). */
@@ -55,14 +58,16 @@ export interface ReentrantMutexOptions extends LockOptions {
 
 /**
  * A reentrant mutex (an owner's acquisitions kept with its hold in the permit set): the same owner may
- * acquire again and must release as often. Acquire N times, release N times frees it.
+ * acquire again and must release as often. Acquire N times, release N times frees it. It is the
+ * mutex of its name: it shares createMutex()'s keys, so a plain call and an owner exclude each other
+ * and queue in one FIFO order (one name is one lock).
  */
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
   const { owner, ...lockOptions } = options ?? {}
-  const client = new PermitClient(parseLockOptions('rmutex', store, name, lockOptions), 1)
+  const client = new PermitClient(parseLockOptions('rmutex', store, name, lockOptions, 'mutex'), 1)
   const scope = ownerScope(store, client.space, owner)
 
-  return {
+  const mutex: Mutex = {
     name,
     acquire: (opts) => {
       checkAcquireOptions(opts)
@@ -75,6 +80,8 @@ export function createReentrantMutex(store: Store, name: string, options?: Reent
       return scope.run(lease.token, () => runHolding(lease, fn))
     },
   }
+  claimName(store, name, 'mutex', mutex)
+  return mutex
 }
 
 /** Run fn with the lease and release it afterwards. A release failure after fn succeeded is reported

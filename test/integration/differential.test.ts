@@ -130,7 +130,8 @@ class Run {
   }
 
   async stats(): Promise<string> {
-    const kind = this.family === 'rw' ? 'rw' : this.family
+    // The reentrant mutex keeps the mutex's keys (one name is one lock).
+    const kind = this.family === 'rmutex' ? 'mutex' : this.family
     const space = keySpace(this.store.prefix, kind, NAME)
     if (this.family === 'rw') {
       const s = await this.store.rwlock.inspect(space)

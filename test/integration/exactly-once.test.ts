@@ -119,7 +119,7 @@ for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {
       const outer = await mine.acquire()
       const inner = await mine.acquire()
       expect(inner.fencingToken).toBe(outer.fencingToken)
-      const dropped = proxied.dropReply(keyOf(prefix, 'rmutex', name))
+      const dropped = proxied.dropReply(keyOf(prefix, 'mutex', name))
       await inner.release()
       await dropped
       // The outer acquisition still holds: another owner must not get in.

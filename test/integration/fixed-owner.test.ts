@@ -3,7 +3,7 @@
 // an independent checker (another key on the standalone server) counts who is inside. Also the
 // frozen waiter: a process stopped (SIGSTOP) while the lock was handed to it.
 import { describe, expect, it } from 'vitest'
-import { createMutex } from '../../src/index.js'
+import { createMutex, createReentrantMutex } from '../../src/index.js'
 import type { OwnerContendResult } from '../fixtures/owner-contend.js'
 import { type ChildHandle, spawnReadyChild } from '../helpers/child.js'
 import { eventually, REDIS_KINDS, sleep, storeFor } from '../helpers/contract.js'
@@ -43,6 +43,35 @@ for (const kind of REDIS_KINDS) {
         }
       }, 60_000)
     }
+
+    it('G2: an acquisition whose process died while sharing a fixed owner holds the lock until its TTL runs out, as documented', async () => {
+      const prefix = uniquePrefix().slice(0, -1)
+      const { store } = storeFor(kind, prefix)
+      const ttlMs = 1500
+      try {
+        const child = await spawnReadyChild(LOCK_WORKER)
+        child.send({ type: 'acquire', kind, prefix, name: 'job-lock', id: 'c', owner: 'job-1', ttlMs })
+        await child.waitFor('acquired')
+        const mine = await createReentrantMutex(store, 'job-lock', { owner: 'job-1', ttlMs }).acquire()
+        const other = createReentrantMutex(store, 'job-lock', { owner: 'job-2' })
+        const waiting = other.acquire({ timeoutMs: 10_000 })
+        child.kill('SIGKILL')
+        await child.exited
+        await sleep(ttlMs) // the owner's hold lives on through this process's renewals
+        expect(await other.tryAcquire()).toBeUndefined()
+        const releasedAt = performance.now()
+        await mine.release()
+        const lease = await waiting
+        // The dead acquisition holds the lock until the shared hold's TTL runs out: after the last
+        // renewal (at most a third of the TTL before the release), not before.
+        const waited = performance.now() - releasedAt
+        expect(waited).toBeGreaterThan(ttlMs / 3)
+        expect(waited).toBeLessThan(ttlMs + 400)
+        await lease.release()
+      } finally {
+        await store.close()
+      }
+    })
 
     it('G2 G4: a waiter stopped (SIGSTOP) while the lock was handed to it resumes with a live lease', async () => {
       const prefix = uniquePrefix().slice(0, -1)

@@ -5,6 +5,7 @@ import { whenLost } from '../../src/core/client/lease.js'
 import {
   AcquireTimeoutError,
   ConfigError,
+  createMemoryStore,
   createMutex,
   createReadWriteLock,
   createReentrantMutex,
@@ -121,7 +122,7 @@ describeStores('mutex', (fx, kind) => {
 
   it('G3 G4: renew() after release() rejects with LeaseLostError and changes nothing, for every primitive', async () => {
     const { store } = fx()
-    const lock = createReadWriteLock(store, 'renew-released')
+    const lock = createReadWriteLock(store, 'renew-released-rw')
     const sides = [
       createMutex(store, 'renew-released'),
       createReentrantMutex(store, 'renew-released-r'),
@@ -316,6 +317,61 @@ describeStores('reentrant mutex', (fx) => {
     const free = await probe()
     expect(free).toBeDefined()
     await Promise.all([free?.release(), blocker.release()])
+  })
+
+  it('G1: one name is one lock: a mutex and a reentrant mutex of one name exclude each other, and FIFO spans both', async () => {
+    const { store } = fx()
+    const plain = createMutex(store, 'shared-name')
+    const reentrant = createReentrantMutex(fx().another(), 'shared-name', { owner: 'job-1' })
+    const held = await plain.acquire()
+    expect(await reentrant.tryAcquire()).toBeUndefined()
+    const order: string[] = []
+    const waiting = [
+      reentrant.acquire({ timeoutMs: 5000 }).then((lease) => (order.push('reentrant'), lease)),
+      plain.acquire({ timeoutMs: 5000 }).then((lease) => (order.push('plain'), lease)),
+    ]
+    const space = keySpace(fx().prefix, 'mutex', 'shared-name')
+    await eventually(async () => (await store.permits.inspect(space)).queued === 2)
+    await held.release()
+    const first = await waiting[0]!
+    expect(await plain.tryAcquire()).toBeUndefined()
+    const again = await reentrant.acquire({ timeoutMs: 100 }) // the owner re-enters its own hold
+    await Promise.all([again.release(), first.release()])
+    await (await waiting[1]!).release()
+    expect(order).toEqual(['reentrant', 'plain'])
+  })
+
+  it('one name is one kind of lock in a process: a semaphore or read/write lock cannot take a mutex’s name', () => {
+    const { store } = fx()
+    const keep = [createMutex(store, 'taken'), createReentrantMutex(store, 'taken')]
+    expect(() => createSemaphore(store, 'taken', { permits: 2 })).toThrow(ConfigError)
+    expect(() => createSemaphore(store, 'taken', { permits: 2 })).toThrow(/"taken" is a mutex on this store/)
+    expect(() => createReadWriteLock(store, 'taken')).toThrow(/"taken" is a mutex on this store/)
+    const rw = createReadWriteLock(store, 'rw-taken')
+    expect(() => createMutex(store, 'rw-taken')).toThrow(/"rw-taken" is a read\/write lock on this store/)
+    // Another store (another prefix, or another Redis) is another namespace.
+    expect(createSemaphore(createMemoryStore({ prefix: 'elsewhere' }), 'taken', { permits: 2 }).name).toBe(
+      'taken',
+    )
+    expect(keep.length + (rw ? 1 : 0)).toBe(3)
+  })
+
+  it('G5: re-entry skips the queue: an owner that holds re-enters at once while another owner waits (as documented)', async () => {
+    const { store } = fx()
+    const owner = createReentrantMutex(store, 'reenter-first', { owner: 'job-1' })
+    const other = createReentrantMutex(fx().another(), 'reenter-first', { owner: 'job-2' })
+    const first = await owner.acquire()
+    let otherIn = false
+    const waiting = other.acquire({ timeoutMs: 5000 }).then((lease) => ((otherIn = true), lease))
+    const space = keySpace(fx().prefix, 'mutex', 'reenter-first')
+    await eventually(async () => (await store.permits.inspect(space)).queued === 1)
+    const again = await owner.acquire({ timeoutMs: 200 }) // not behind job-2
+    expect(again.fencingToken).toBe(first.fencingToken)
+    await first.release()
+    await sleep(50)
+    expect(otherIn).toBe(false) // the owner's second acquisition still holds
+    await again.release()
+    await (await waiting).release()
   })
 
   it('G1: re-enters for an explicit owner across separate calls', async () => {

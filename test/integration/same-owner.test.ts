@@ -214,7 +214,7 @@ describeStores('one owner, several calls', (fx, kind) => {
 
   it('G4: a lease its owner lost is not renewed through a later acquisition of the same owner', async () => {
     const { store } = fx()
-    const space = keySpace(fx().prefix, 'rmutex', 'renew-own-acquisition')
+    const space = keySpace(fx().prefix, 'mutex', 'renew-own-acquisition')
     const request = { token: 'O', permits: 1, enqueue: true, waiterTtlMs: 5000 }
     expect((await store.permits.acquire(space, { ...request, op: 'o1', ttlMs: 200 })).granted).toBe(true)
     await sleep(300) // o1's lease ran out

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest'
 import { encodeName, keySpace, MAX_ENCODED_NAME } from '../../src/core/keys.js'
+import {
+  createMemoryStore,
+  createMutex,
+  createReadWriteLock,
+  createReentrantMutex,
+  createSemaphore,
+  type Lease,
+} from '../../src/index.js'
 
 /** The hash tag Redis Cluster uses: between the first '{' and the next '}'. */
 function hashTag(key: string): string {
@@ -53,5 +61,27 @@ describe('G8: keySpace', () => {
   it('separates kinds and prefixes', () => {
     expect(keySpace('tollgate', 'mutex', 'a').base).not.toBe(keySpace('tollgate', 'sem', 'a').base)
     expect(keySpace('p1', 'mutex', 'a').base).not.toBe(keySpace('p2', 'mutex', 'a').base)
+  })
+})
+
+describe('the keys of each kind of lock (what must not change across versions)', () => {
+  it('a name keeps its keys: processes of this version and the last share every lock but the reentrant mutex, which now shares the mutex’s', async () => {
+    const store = createMemoryStore()
+    const lock = createReadWriteLock(store, 'orders-rw')
+    const keyOf = async (take: () => Promise<Lease>) => {
+      const lease = await take()
+      await lease.release()
+      return lease.key
+    }
+    expect(await keyOf(() => createMutex(store, 'orders').acquire())).toBe('tollgate:{mutex:orders}')
+    // Was {rmutex:orders}: one name is one lock (README "Upgrading").
+    expect(await keyOf(() => createReentrantMutex(store, 'orders', { owner: 'job' }).acquire())).toBe(
+      'tollgate:{mutex:orders}',
+    )
+    expect(await keyOf(() => createSemaphore(store, 'orders-sem', { permits: 1 }).acquire())).toBe(
+      'tollgate:{sem:orders-sem}',
+    )
+    expect(await keyOf(() => lock.write.acquire())).toBe('tollgate:{rw:orders-rw}')
+    await store.close()
   })
 })

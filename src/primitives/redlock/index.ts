@@ -4,6 +4,7 @@ import type { AcquireOptions } from '../../core/client/lock-client.js'
 import { checkAcquireOptions } from '../../core/options.js'
 import type { Store } from '../../core/protocol/store.js'
 import { runHolding } from '../mutex.js'
+import { claimName } from '../names.js'
 import { RedlockClient } from './client.js'
 import { parseRedlock, type RedlockOptions } from './options.js'
 
@@ -46,7 +47,7 @@ export interface Redlock {
  */
 export function createRedlock(stores: readonly Store[], name: string, options?: RedlockOptions): Redlock {
   const client = new RedlockClient(parseRedlock(stores, name, options))
-  return {
+  const redlock: Redlock = {
     name,
     nodes: client.stores.length,
     quorum: client.quorum,
@@ -60,4 +61,6 @@ export function createRedlock(stores: readonly Store[], name: string, options?: 
       return runHolding(await client.acquire(opts), fn)
     },
   }
+  for (const store of client.stores) claimName(store, name, 'RedLock', redlock)
+  return redlock
 }
