@@ -18,8 +18,8 @@
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
 -- Cost: O(t log n) for t tokens (n = holders + waiters), plus O(k) for a reentrant owner's list of
 -- k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
--- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
--- then `now` (look again at once).
+-- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders = live
 --         holders of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}

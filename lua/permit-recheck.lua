@@ -9,8 +9,9 @@
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
 -- Cost: O(w log n) for w waits, plus O(k) per reentrant wait's list, plus the queue work of
--- lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
+-- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
+-- reply's nextExpiry is then `now` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted or expired: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])

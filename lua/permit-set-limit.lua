@@ -6,8 +6,8 @@
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
 -- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
--- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
--- then `now` (look again at once).
+-- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
 -- Returns {live holders, now}
 local permits = tonumber(ARGV[2])
 if permits > 0 then

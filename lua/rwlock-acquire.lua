@@ -6,8 +6,9 @@
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
 -- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
+-- reply's nextExpiry is then `now` (look again at once).
 -- Returns {1, fence, expiresAt, now} when the caller holds the lock in `mode` (re-entry adds the
 --           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),

@@ -6,8 +6,9 @@
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] pairs: token, acquisition id
 -- Cost: O(w log n) for w waits, plus O(k) per wait's list, plus the queue work of lib/rwlock.lua:
--- at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the rest is left to
--- the next call, and a reply's nextExpiry is then `now` (look again at once).
+-- at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the
+-- head of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry
+-- is then `now` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted: the caller must queue again)}
 local waiter_ttl = tonumber(ARGV[2])

@@ -4,8 +4,9 @@
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
+-- reply's nextExpiry is then `now` (look again at once).
 -- Returns 1 when the token's hold of that mode was freed, 2 when only this acquisition was dropped
 --         (others of the owner still hold), 3 when the acquisition was waiting and left the queue (the
 --         token too, if it was its last), 0 when there was nothing to give back (already released or

@@ -145,11 +145,13 @@ local function live_holders(count, most)
   if count == 0 then return 0 end
   local purged, more = purge_holders(most)
   if not more then return count - purged end
-  backlog = true
-  return redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
+  local live = redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
+  if count - purged > live then backlog = true end
+  return live
 end
 
--- Dead waiters one call drops at most, in purge_waiters() and admit() together: ~1 ms of Redis time.
+-- Dead waiters one call drops at most in purge_waiters(), and admit() skips at most (a budget of its
+-- own: the purge's never keeps it from serving a live head): ~1 ms of Redis time each.
 local DEAD_PER_CALL = 1000
 local dead_left = DEAD_PER_CALL
 
@@ -164,15 +166,12 @@ end
 
 -- Drop waiters whose heartbeat stopped (G5): they never block the queue.
 local function purge_waiters()
-  if dead_left <= 0 then
-    backlog = true
-    return
-  end
+  if dead_left <= 0 then return end
   local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
   if #dead == 0 then return end
-  if #dead == dead_left then backlog = true end
   dead_left = dead_left - #dead
   drop_waiters(dead)
+  if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. `count` is
@@ -188,7 +187,7 @@ local function admit(permits, count)
   local head, dead = {}, {}
   local from = 0
   while #head < free do
-    if #dead >= dead_left then
+    if #dead >= DEAD_PER_CALL then
       backlog = true
       break
     end
@@ -204,10 +203,7 @@ local function admit(permits, count)
       end
     end
   end
-  if #dead > 0 then
-    dead_left = dead_left - #dead
-    drop_waiters(dead)
-  end
+  if #dead > 0 then drop_waiters(dead) end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end

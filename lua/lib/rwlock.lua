@@ -92,9 +92,9 @@ end
 -- processes call again at once instead of at their next heartbeat: each call stays bounded, and the
 -- rest follows within a few round trips, however much there is (G2, G5).
 local backlog = false
--- Dead waiters one call drops at most (purge() and admit() together), and grants it makes at most.
+-- Dead waiters one call drops at most in purge(), and admit() skips at most (a budget of its own:
+-- the purge's never keeps it from serving a live head), and grants it makes at most.
 local DEAD_PER_CALL = 1000
-local dead_left = DEAD_PER_CALL
 local GRANTS_PER_CALL = 1000
 
 -- Take waiters out of the queue: Q, W and their specs in M.
@@ -112,8 +112,8 @@ local function purge()
   for mode, key in pairs(HOLDS) do
     local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
     if #expired > 0 then
-      if #expired == 100 then backlog = true end
       redis.call('ZREM', key, unpack(expired))
+      if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then backlog = true end
       local fields = {}
       for _, tok in ipairs(expired) do
         fields[#fields + 1] = 'g' .. mode .. ':' .. tok
@@ -122,11 +122,10 @@ local function purge()
       redis.call('HDEL', M, unpack(fields))
     end
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
   if #dead > 0 then
-    if #dead == dead_left then backlog = true end
-    dead_left = dead_left - #dead
     drop_waiters(dead)
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
   end
 end
 
@@ -150,7 +149,7 @@ local function admit()
   -- line enters together, up to the first live writer; in batches of 100 queue entries.
   local from, stop = 0, false
   repeat
-    if #dead >= dead_left or #taken >= GRANTS_PER_CALL then
+    if #dead >= DEAD_PER_CALL or #taken >= GRANTS_PER_CALL then
       backlog = true
       break
     end
@@ -171,10 +170,7 @@ local function admit()
       end
     end
   until stop or #batch < 100
-  if #dead > 0 then
-    dead_left = dead_left - #dead
-    drop_waiters(dead)
-  end
+  if #dead > 0 then drop_waiters(dead) end
   if #taken == 0 then return granted end
   redis.call('ZREM', Q, unpack(taken))
   redis.call('ZREM', W, unpack(taken))

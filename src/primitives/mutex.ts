@@ -29,9 +29,9 @@ export interface Mutex {
  */
 export function createMutex(store: Store, name: string, options?: MutexOptions): Mutex {
   const client = new PermitClient(parseLockOptions('mutex', store, name, options), 1)
-  const mutex = { name, ...freshOwnerCalls(client) }
-  claimName(store, name, 'mutex', mutex)
-  return mutex
+  // Claimed for as long as the client lives: every call of the mutex keeps it alive.
+  claimName(store, name, 'mutex', client)
+  return { name, ...freshOwnerCalls(client) }
 }
 
 /** acquire / tryAcquire / withLease where every call is a new owner (mutex, semaphore). */
@@ -80,7 +80,7 @@ export function createReentrantMutex(store: Store, name: string, options?: Reent
       return scope.run(lease.token, () => runHolding(lease, fn))
     },
   }
-  claimName(store, name, 'mutex', mutex)
+  claimName(store, name, 'mutex', client)
   return mutex
 }
 

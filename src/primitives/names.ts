@@ -24,22 +24,34 @@ const collected = new FinalizationRegistry<{ names: Map<string, Claim>; name: st
   if (claim && --claim.holders <= 0) names.delete(name)
 })
 
-/** Claim `name` on `store` for `family`, for as long as `primitive` lives; throws ConfigError when the
- * name is another kind of lock there. */
-export function claimName(store: Store, name: string, family: LockFamily, primitive: object): void {
-  let names = claims.get(store)
-  if (!names) {
-    names = new Map()
-    claims.set(store, names)
+/** Claim `name` on each of `stores` for `family`, for as long as `primitive` lives; throws ConfigError
+ * (claiming nothing) when the name is another kind of lock on one of them. */
+export function claimName(
+  stores: Store | readonly Store[],
+  name: string,
+  family: LockFamily,
+  primitive: object,
+): void {
+  const all = Array.isArray(stores) ? (stores as readonly Store[]) : [stores as Store]
+  const tables = all.map((store) => {
+    let names = claims.get(store)
+    if (!names) {
+      names = new Map()
+      claims.set(store, names)
+    }
+    const claim = names.get(name)
+    if (claim && claim.family !== family) {
+      throw new ConfigError(
+        'name',
+        `a name that is not another kind of lock on this store: "${name}" is a ${claim.family} on this store, and one name is one lock (choose another name for this ${family})`,
+      )
+    }
+    return names
+  })
+  for (const names of tables) {
+    const claim = names.get(name)
+    if (claim) claim.holders++
+    else names.set(name, { family, holders: 1 })
+    collected.register(primitive, { names, name })
   }
-  const claim = names.get(name)
-  if (claim && claim.family !== family) {
-    throw new ConfigError(
-      'name',
-      `a name that is not another kind of lock on this store: "${name}" is a ${claim.family} on this store, and one name is one lock (choose another name for this ${family})`,
-    )
-  }
-  if (claim) claim.holders++
-  else names.set(name, { family, holders: 1 })
-  collected.register(primitive, { names, name })
 }

@@ -49,9 +49,13 @@ export function createReadWriteLock(
   options?: ReadWriteLockOptions,
 ): ReadWriteLock {
   const lock = bucketReadWriteLock(store, name, options)
-  claimName(store, name, 'read/write lock', lock)
+  // Claimed for as long as either side's client lives (a caller may keep only `lock.read.acquire`).
+  for (const client of clients.get(lock) ?? []) claimName(store, name, 'read/write lock', client)
   return lock
 }
+
+/** The clients of each lock's two sides (what their calls keep alive). */
+const clients = new WeakMap<ReadWriteLock, RwClient[]>()
 
 /** createReadWriteLock() without claiming its name: the admission's buckets (see bucketSemaphore()).
  * Not part of the public API. */
@@ -65,8 +69,10 @@ export function bucketReadWriteLock(
   const settings = parseLockOptions('rw', store, name, lockOptions)
   const scope = ownerScope(store, settings.space, owner)
 
+  const made: RwClient[] = []
   const side = (mode: RwMode): ReadWriteLockSide => {
     const client = new RwClient(settings, mode)
+    made.push(client)
     return {
       name,
       mode,
@@ -83,10 +89,12 @@ export function bucketReadWriteLock(
     }
   }
 
-  return {
+  const lock: ReadWriteLock = {
     name,
     read: side('read'),
     write: side('write'),
     stats: () => store.rwlock.inspect(settings.space),
   }
+  clients.set(lock, made)
+  return lock
 }

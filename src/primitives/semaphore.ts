@@ -57,7 +57,8 @@ export interface Semaphore {
  */
 export function createSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
   const semaphore = bucketSemaphore(store, name, options)
-  claimName(store, name, 'semaphore', semaphore)
+  // Claimed for as long as the client lives: every call of the semaphore keeps it alive.
+  claimName(store, name, 'semaphore', clients.get(semaphore) as PermitClient)
   return semaphore
 }
 

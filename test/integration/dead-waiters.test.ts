@@ -82,6 +82,26 @@ describeStores('a crowd of dead waiters', (fx) => {
   }
 })
 
+describeStores('a crowd of dead waiters behind a live one', (fx) => {
+  it('G5: a live waiter at the head gets a freed permit at once, however many dead waiters queue behind it', async () => {
+    const { store } = fx()
+    // The live waiter beats every 3.3 s (the default waiterTtlMs): only the release can let it in now.
+    const sem = createSemaphore(store, 'head', { permits: 1 })
+    const lock = createReadWriteLock(store, 'head-rw')
+    const holders = [await sem.acquire(), await lock.write.acquire()]
+    const live = [sem.acquire({ timeoutMs: 10_000 }), lock.read.acquire({ timeoutMs: 10_000 })]
+    await eventually(async () => (await sem.stats()).queued === 1 && (await lock.stats()).queued === 1)
+    await queueDead(store, 'sem', 'head', 1500)
+    await queueDead(store, 'rw', 'head-rw', 1500)
+    await sleep(WAITER_TTL_MS + 50) // the crowd behind has lapsed
+    const releasedAt = performance.now()
+    await Promise.all(holders.map((lease) => lease.release()))
+    const leases = await Promise.all(live)
+    expect(performance.now() - releasedAt).toBeLessThan(1000)
+    await Promise.all(leases.map((lease) => lease.release()))
+  }, 30_000)
+})
+
 // The cost of a call, whatever the crowd: on a private server (its slow log is ours alone), 20,000
 // dead waiters are dropped in calls that each stay short.
 let server: RedisServerHandle

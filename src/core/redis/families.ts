@@ -60,6 +60,12 @@ export interface GiveBack {
   withinMs: number
 }
 
+/** How long an acquire's effect can last: a permit, or a place in the queue (alive until its
+ * heartbeat lapses) and then the permit handed to it (at most its heartbeat ttl, ttl if less). */
+function heldAtMost(r: { ttlMs: number; waiterTtlMs: number; enqueue: boolean }): number {
+  return r.enqueue ? r.waiterTtlMs + Math.min(r.ttlMs, r.waiterTtlMs) : r.ttlMs
+}
+
 /** Queue a script call (store.ts). */
 type Caller = <T>(spec: CallSpec & { pick: (reply: unknown, i: number) => T }) => Promise<T>
 
@@ -87,7 +93,7 @@ export function permitFamily(
     const r = call.request as AcquireRequest
     return {
       release: () => family.release(call.space, r.token, r.permits, r.op),
-      withinMs: Math.max(r.ttlMs, r.waiterTtlMs),
+      withinMs: heldAtMost(r),
     }
   }
   const family: PermitFamily = {
@@ -173,7 +179,7 @@ export function rwLockFamily(call: Caller): RwLockFamily {
     const r = call.request as RwAcquireRequest
     return {
       release: () => family.release(call.space, r.token, r.mode, r.op),
-      withinMs: Math.max(r.ttlMs, r.waiterTtlMs),
+      withinMs: heldAtMost(r),
     }
   }
   const family: RwLockFamily = {

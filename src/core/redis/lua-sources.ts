@@ -212,11 +212,13 @@ local function live_holders(count, most)
   if count == 0 then return 0 end
   local purged, more = purge_holders(most)
   if not more then return count - purged end
-  backlog = true
-  return redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
+  local live = redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
+  if count - purged > live then backlog = true end
+  return live
 end
 
--- Dead waiters one call drops at most, in purge_waiters() and admit() together: ~1 ms of Redis time.
+-- Dead waiters one call drops at most in purge_waiters(), and admit() skips at most (a budget of its
+-- own: the purge's never keeps it from serving a live head): ~1 ms of Redis time each.
 local DEAD_PER_CALL = 1000
 local dead_left = DEAD_PER_CALL
 
@@ -231,15 +233,12 @@ end
 
 -- Drop waiters whose heartbeat stopped (G5): they never block the queue.
 local function purge_waiters()
-  if dead_left <= 0 then
-    backlog = true
-    return
-  end
+  if dead_left <= 0 then return end
   local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
   if #dead == 0 then return end
-  if #dead == dead_left then backlog = true end
   dead_left = dead_left - #dead
   drop_waiters(dead)
+  if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. \`count\` is
@@ -255,7 +254,7 @@ local function admit(permits, count)
   local head, dead = {}, {}
   local from = 0
   while #head < free do
-    if #dead >= dead_left then
+    if #dead >= DEAD_PER_CALL then
       backlog = true
       break
     end
@@ -271,10 +270,7 @@ local function admit(permits, count)
       end
     end
   end
-  if #dead > 0 then
-    dead_left = dead_left - #dead
-    drop_waiters(dead)
-  end
+  if #dead > 0 then drop_waiters(dead) end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
@@ -449,9 +445,9 @@ end
 -- processes call again at once instead of at their next heartbeat: each call stays bounded, and the
 -- rest follows within a few round trips, however much there is (G2, G5).
 local backlog = false
--- Dead waiters one call drops at most (purge() and admit() together), and grants it makes at most.
+-- Dead waiters one call drops at most in purge(), and admit() skips at most (a budget of its own:
+-- the purge's never keeps it from serving a live head), and grants it makes at most.
 local DEAD_PER_CALL = 1000
-local dead_left = DEAD_PER_CALL
 local GRANTS_PER_CALL = 1000
 
 -- Take waiters out of the queue: Q, W and their specs in M.
@@ -469,8 +465,8 @@ local function purge()
   for mode, key in pairs(HOLDS) do
     local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
     if #expired > 0 then
-      if #expired == 100 then backlog = true end
       redis.call('ZREM', key, unpack(expired))
+      if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then backlog = true end
       local fields = {}
       for _, tok in ipairs(expired) do
         fields[#fields + 1] = 'g' .. mode .. ':' .. tok
@@ -479,11 +475,10 @@ local function purge()
       redis.call('HDEL', M, unpack(fields))
     end
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
+  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
   if #dead > 0 then
-    if #dead == dead_left then backlog = true end
-    dead_left = dead_left - #dead
     drop_waiters(dead)
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
   end
 end
 
@@ -507,7 +502,7 @@ local function admit()
   -- line enters together, up to the first live writer; in batches of 100 queue entries.
   local from, stop = 0, false
   repeat
-    if #dead >= dead_left or #taken >= GRANTS_PER_CALL then
+    if #dead >= DEAD_PER_CALL or #taken >= GRANTS_PER_CALL then
       backlog = true
       break
     end
@@ -528,10 +523,7 @@ local function admit()
       end
     end
   until stop or #batch < 100
-  if #dead > 0 then
-    dead_left = dead_left - #dead
-    drop_waiters(dead)
-  end
+  if #dead > 0 then drop_waiters(dead) end
   if #taken == 0 then return granted end
   redis.call('ZREM', Q, unpack(taken))
   redis.call('ZREM', W, unpack(taken))
@@ -607,8 +599,8 @@ end
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
 -- Cost: O(t log n) for t tokens (n = holders + waiters), plus O(k) for a reentrant owner's list of
 -- k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
--- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
--- then \`now\` (look again at once).
+-- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders = live
 --         holders of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
@@ -789,8 +781,9 @@ return {
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
 -- Cost: O(w log n) for w waits, plus O(k) per reentrant wait's list, plus the queue work of
--- lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
+-- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
+-- reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted or expired: the caller must queue again)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
@@ -843,9 +836,9 @@ return out
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
 -- Cost: O(t log n) for t tokens, plus O(k) for a reentrant owner's list of k acquisitions, plus the
--- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000
--- grants made: the rest is left to the next call, and a reply's nextExpiry is then \`now\` (look
--- again at once).
+-- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000
+-- more dead waiters skipped at the head of the queue, 1000 grants made: the rest is left to the
+-- next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:
@@ -979,8 +972,8 @@ return out
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
 -- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
--- waiters dropped, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
--- then \`now\` (look again at once).
+-- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {live holders, now}
 local permits = tonumber(ARGV[2])
 if permits > 0 then
@@ -1005,8 +998,9 @@ return { count, NOW }
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
 -- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
+-- reply's nextExpiry is then \`now\` (look again at once).
 -- Returns {1, fence, expiresAt, now} when the caller holds the lock in \`mode\` (re-entry adds the
 --           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),
@@ -1101,8 +1095,9 @@ return { live_count(R), live_count(X), live_count(W), NOW }
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] pairs: token, acquisition id
 -- Cost: O(w log n) for w waits, plus O(k) per wait's list, plus the queue work of lib/rwlock.lua:
--- at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the rest is left to
--- the next call, and a reply's nextExpiry is then \`now\` (look again at once).
+-- at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the
+-- head of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry
+-- is then \`now\` (look again at once).
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
 --          | {-1} unknown (evicted: the caller must queue again)}
 local waiter_ttl = tonumber(ARGV[2])
@@ -1148,8 +1143,9 @@ return out
 -- KEYS  R X Q W M (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters dropped, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
+-- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
+-- reply's nextExpiry is then \`now\` (look again at once).
 -- Returns 1 when the token's hold of that mode was freed, 2 when only this acquisition was dropped
 --         (others of the owner still hold), 3 when the acquisition was waiting and left the queue (the
 --         token too, if it was its last), 0 when there was nothing to give back (already released or

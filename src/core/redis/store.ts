@@ -226,7 +226,8 @@ class RedisStore implements Store {
   private giveBack(undo: GiveBack): void {
     if (this.closed || this.givingBack >= MAX_GIVE_BACKS) return
     this.givingBack++
-    const until = monoNow() + undo.withinMs
+    // From now, and the call may still run up to commandTimeoutMs after it was made.
+    const until = monoNow() + undo.withinMs + this.commandTimeoutMs
     let delay = GIVE_BACK_RETRY_MS
     const attempt = (): void => {
       if (this.closed || monoNow() >= until) {

@@ -61,6 +61,6 @@ export function createRedlock(stores: readonly Store[], name: string, options?: 
       return runHolding(await client.acquire(opts), fn)
     },
   }
-  for (const store of client.stores) claimName(store, name, 'RedLock', redlock)
+  claimName(client.stores, name, 'RedLock', client)
   return redlock
 }
