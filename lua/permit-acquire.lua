@@ -125,7 +125,7 @@ for i, tok in ipairs(tokens) do
         end
       end
     end
-    out[i + 1] = { 0, position, next_check() }
+    out[i + 1] = { 0, position, backlog and NOW or next_expiry() }
   else
     fresh[#fresh + 1] = i
   end
@@ -142,7 +142,7 @@ end
 
 -- fresh[first..] found no free permit.
 if mode ~= '1' then
-  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, next_check() } end
+  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, backlog and NOW or next_expiry() } end
   return out
 end
 local joining = #fresh - first + 1
@@ -161,7 +161,7 @@ for k = first, #fresh do
   beats[#beats + 1] = tok
   specs[#specs + 1] = 't:' .. tok
   specs[#specs + 1] = spec
-  out[i + 1] = { 0, ahead + k - first, next_check() }
+  out[i + 1] = { 0, ahead + k - first, backlog and NOW or next_expiry() }
 end
 redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))

@@ -47,6 +47,6 @@ if queued then
   redis.call('PEXPIREAT', W, int(beat), 'GT')
   redis.call('PEXPIREAT', M, int(beat), 'GT')
 end
-out[2] = next_check()
+out[2] = backlog and NOW or next_expiry()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out

@@ -53,7 +53,7 @@ local m, _, ops, raw = waiting_spec(token)
 if raw then
   if m ~= mode then return { -2, 0, 0, NOW } end
   if not has_op(ops, op) then
-    if not enqueue then return { 0, -1, next_check(), NOW } end
+    if not enqueue then return { 0, -1, backlog and NOW or next_expiry(), NOW } end
     -- The same owner asks again in the same mode while its token waits: this acquisition waits with
     -- it and is handed the lock with it.
     redis.call('HSET', M, 'q:' .. token, raw .. ' ' .. op)
@@ -63,7 +63,7 @@ if raw then
     expire_at_least(W, beat)
     expire_at_least(M, beat)
   end
-  return { 0, redis.call('ZRANK', Q, token), next_check(), NOW }
+  return { 0, redis.call('ZRANK', Q, token), backlog and NOW or next_expiry(), NOW }
 end
 -- Skip the queue only when nobody waits: once a writer waits, new readers queue behind it (G6).
 if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_count(R) == 0) then
@@ -73,7 +73,7 @@ if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_c
   return { 1, fence, exp, NOW }
 end
 if not enqueue then
-  return { 0, -1, next_check(), NOW }
+  return { 0, -1, backlog and NOW or next_expiry(), NOW }
 end
 local ticket = redis.call('HINCRBY', M, 'n', 1)
 redis.call('ZADD', Q, ticket, token)
@@ -86,4 +86,4 @@ redis.call('ZADD', W, beat, token)
 expire_at_least(Q, beat)
 expire_at_least(W, beat)
 expire_at_least(M, beat)
-return { 0, rank, next_check(), NOW }
+return { 0, rank, backlog and NOW or next_expiry(), NOW }

@@ -44,6 +44,6 @@ if queued then
   expire_at_least(W, beat)
   expire_at_least(M, beat)
 end
-out[2] = next_check()
+out[2] = backlog and NOW or next_expiry()
 settle()
 return out

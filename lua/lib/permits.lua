@@ -119,59 +119,51 @@ local function parse_spec(spec)
 end
 
 -- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond `most`. The
--- reply then says "look again now" (next_check()), so the waiters' processes call again at once
--- instead of at their next heartbeat: each call stays bounded, and the crowd is gone within a few
--- round trips, however large (G2, G5).
+-- reply's nextExpiry is then `now` (`backlog and NOW or next_expiry()`), so the waiters' processes
+-- call again at once instead of at their next heartbeat: each call stays bounded, and the crowd is
+-- gone within a few round trips, however large (G2, G5). (Helpers are few on purpose: every local
+-- function of a prelude is a closure made again at every call.)
 local backlog = false
 
--- Drop holders whose lease ran out (G2), at most `most` (default 100) of them. Returns how many, and
--- whether more may be left.
-local function purge_holders(most)
-  most = most or 100
-  local first = next_expiry()
-  if first == 0 or first > NOW then return 0, false end
-  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most)
-  first_expiry = nil
-  if #expired == 0 then return 0, false end
-  redis.call('ZREM', H, unpack(expired))
-  drop_holder_fields(expired)
-  return #expired, #expired == most
-end
-
--- Live holders, given `count` = ZCARD H: drops expired ones first (at most `most`); when more are
--- left, counts the live ones directly (ZCOUNT, O(log n)), so a crowd of expired holders never
--- blocks admission, whatever its size.
+-- Live holders, given `count` = ZCARD H: drops those whose lease ran out (G2), at most `most`
+-- (default 100); when more are left, counts the live ones directly (ZCOUNT, O(log n)), so a crowd of
+-- expired holders never blocks admission, whatever its size.
 local function live_holders(count, most)
   if count == 0 then return 0 end
-  local purged, more = purge_holders(most)
-  if not more then return count - purged end
+  most = most or 100
+  local first = next_expiry()
+  if first == 0 or first > NOW then return count end
+  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most)
+  first_expiry = nil
+  if #expired == 0 then return count end
+  redis.call('ZREM', H, unpack(expired))
+  drop_holder_fields(expired)
+  if #expired < most then return count - #expired end
   local live = redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
-  if count - purged > live then backlog = true end
+  if count - #expired > live then backlog = true end
   return live
 end
 
--- Dead waiters one call drops at most in purge_waiters(), and admit() skips at most (a budget of its
--- own: the purge's never keeps it from serving a live head): ~1 ms of Redis time each.
+-- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
+-- never keeps it from serving a live head): ~1 ms of Redis time each.
 local DEAD_PER_CALL = 1000
 local dead_left = DEAD_PER_CALL
 
--- Take waiters out of the queue: Q, W and their specs in M.
-local function drop_waiters(toks)
-  redis.call('ZREM', Q, unpack(toks))
-  redis.call('ZREM', W, unpack(toks))
+-- Drop waiters whose heartbeat stopped (G5): they never block the queue. With `dead`, those waiters
+-- (lapsed ones admit() found at the head of the queue); else up to the call's budget of them.
+local function purge_waiters(dead)
+  if not dead then
+    if dead_left <= 0 then return end
+    dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
+    if #dead == 0 then return end
+    dead_left = dead_left - #dead
+    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then backlog = true end
+  end
+  redis.call('ZREM', Q, unpack(dead))
+  redis.call('ZREM', W, unpack(dead))
   local fields = {}
-  for i, tok in ipairs(toks) do fields[i] = 't:' .. tok end
+  for i, tok in ipairs(dead) do fields[i] = 't:' .. tok end
   redis.call('HDEL', M, unpack(fields))
-end
-
--- Drop waiters whose heartbeat stopped (G5): they never block the queue.
-local function purge_waiters()
-  if dead_left <= 0 then return end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
-  if #dead == 0 then return end
-  dead_left = dead_left - #dead
-  drop_waiters(dead)
-  if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. `count` is
@@ -203,7 +195,7 @@ local function admit(permits, count)
       end
     end
   end
-  if #dead > 0 then drop_waiters(dead) end
+  if #dead > 0 then purge_waiters(dead) end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
@@ -245,13 +237,6 @@ local function admit(permits, count)
   local message = table.concat(lines, '\n')
   redis.call('PUBLISH', CHANNEL, message)
   return message, granted, #head
-end
-
--- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
--- left work undone (see `backlog`).
-local function next_check()
-  if backlog then return NOW end
-  return next_expiry()
 end
 
 -- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.

@@ -88,45 +88,47 @@ local function waiting_spec(tok)
 end
 
 -- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
--- grants one call makes. The reply then says "look again now" (next_check()), so the waiters'
--- processes call again at once instead of at their next heartbeat: each call stays bounded, and the
--- rest follows within a few round trips, however much there is (G2, G5).
+-- grants one call makes. The reply's nextExpiry is then `now` (`backlog and NOW or next_expiry()`),
+-- so the waiters' processes call again at once instead of at their next heartbeat: each call stays
+-- bounded, and the rest follows within a few round trips, however much there is (G2, G5). (Helpers
+-- are few on purpose: every local function of a prelude is a closure made again at every call.)
 local backlog = false
--- Dead waiters one call drops at most in purge(), and admit() skips at most (a budget of its own:
--- the purge's never keeps it from serving a live head), and grants it makes at most.
+-- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
+-- never keeps it from serving a live head), and grants it makes at most.
 local DEAD_PER_CALL = 1000
 local GRANTS_PER_CALL = 1000
 
--- Take waiters out of the queue: Q, W and their specs in M.
-local function drop_waiters(toks)
-  redis.call('ZREM', Q, unpack(toks))
-  redis.call('ZREM', W, unpack(toks))
-  local fields = {}
-  for i, tok in ipairs(toks) do fields[i] = 'q:' .. tok end
-  redis.call('HDEL', M, unpack(fields))
-end
-
 -- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per
--- call. (Holders are counted live with ZCOUNT, so the expired ones left over block nothing.)
-local function purge()
-  for mode, key in pairs(HOLDS) do
-    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
-    if #expired > 0 then
-      redis.call('ZREM', key, unpack(expired))
-      if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then backlog = true end
-      local fields = {}
-      for _, tok in ipairs(expired) do
-        fields[#fields + 1] = 'g' .. mode .. ':' .. tok
-        fields[#fields + 1] = 'a' .. mode .. ':' .. tok
+-- call. (Holders are counted live with ZCOUNT, so the expired ones left over block nothing.) With
+-- `dead`, only those waiters (lapsed ones admit() found at the head of the queue).
+local function purge(dead)
+  if not dead then
+    for mode, key in pairs(HOLDS) do
+      local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
+      if #expired > 0 then
+        redis.call('ZREM', key, unpack(expired))
+        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then
+          backlog = true
+        end
+        local fields = {}
+        for _, tok in ipairs(expired) do
+          fields[#fields + 1] = 'g' .. mode .. ':' .. tok
+          fields[#fields + 1] = 'a' .. mode .. ':' .. tok
+        end
+        redis.call('HDEL', M, unpack(fields))
       end
-      redis.call('HDEL', M, unpack(fields))
+    end
+    dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
+    if #dead == 0 then return end
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then
+      backlog = true
     end
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
-  if #dead > 0 then
-    drop_waiters(dead)
-    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
-  end
+  redis.call('ZREM', Q, unpack(dead))
+  redis.call('ZREM', W, unpack(dead))
+  local fields = {}
+  for i, tok in ipairs(dead) do fields[i] = 'q:' .. tok end
+  redis.call('HDEL', M, unpack(fields))
 end
 
 -- Admit the head of the queue if it may enter now (see the header), and tell the waiters' processes.
@@ -170,7 +172,7 @@ local function admit()
       end
     end
   until stop or #batch < 100
-  if #dead > 0 then drop_waiters(dead) end
+  if #dead > 0 then purge(dead) end
   if #taken == 0 then return granted end
   redis.call('ZREM', Q, unpack(taken))
   redis.call('ZREM', W, unpack(taken))
@@ -186,13 +188,6 @@ local function next_expiry()
     if first and (at == 0 or tonumber(first) < at) then at = tonumber(first) end
   end
   return at
-end
-
--- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
--- left work undone (see `backlog`).
-local function next_check()
-  if backlog then return NOW end
-  return next_expiry()
 end
 
 -- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W

@@ -186,59 +186,51 @@ local function parse_spec(spec)
 end
 
 -- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond \`most\`. The
--- reply then says "look again now" (next_check()), so the waiters' processes call again at once
--- instead of at their next heartbeat: each call stays bounded, and the crowd is gone within a few
--- round trips, however large (G2, G5).
+-- reply's nextExpiry is then \`now\` (\`backlog and NOW or next_expiry()\`), so the waiters' processes
+-- call again at once instead of at their next heartbeat: each call stays bounded, and the crowd is
+-- gone within a few round trips, however large (G2, G5). (Helpers are few on purpose: every local
+-- function of a prelude is a closure made again at every call.)
 local backlog = false
 
--- Drop holders whose lease ran out (G2), at most \`most\` (default 100) of them. Returns how many, and
--- whether more may be left.
-local function purge_holders(most)
-  most = most or 100
-  local first = next_expiry()
-  if first == 0 or first > NOW then return 0, false end
-  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most)
-  first_expiry = nil
-  if #expired == 0 then return 0, false end
-  redis.call('ZREM', H, unpack(expired))
-  drop_holder_fields(expired)
-  return #expired, #expired == most
-end
-
--- Live holders, given \`count\` = ZCARD H: drops expired ones first (at most \`most\`); when more are
--- left, counts the live ones directly (ZCOUNT, O(log n)), so a crowd of expired holders never
--- blocks admission, whatever its size.
+-- Live holders, given \`count\` = ZCARD H: drops those whose lease ran out (G2), at most \`most\`
+-- (default 100); when more are left, counts the live ones directly (ZCOUNT, O(log n)), so a crowd of
+-- expired holders never blocks admission, whatever its size.
 local function live_holders(count, most)
   if count == 0 then return 0 end
-  local purged, more = purge_holders(most)
-  if not more then return count - purged end
+  most = most or 100
+  local first = next_expiry()
+  if first == 0 or first > NOW then return count end
+  local expired = redis.call('ZRANGEBYSCORE', H, '-inf', NOW, 'LIMIT', 0, most)
+  first_expiry = nil
+  if #expired == 0 then return count end
+  redis.call('ZREM', H, unpack(expired))
+  drop_holder_fields(expired)
+  if #expired < most then return count - #expired end
   local live = redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
-  if count - purged > live then backlog = true end
+  if count - #expired > live then backlog = true end
   return live
 end
 
--- Dead waiters one call drops at most in purge_waiters(), and admit() skips at most (a budget of its
--- own: the purge's never keeps it from serving a live head): ~1 ms of Redis time each.
+-- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
+-- never keeps it from serving a live head): ~1 ms of Redis time each.
 local DEAD_PER_CALL = 1000
 local dead_left = DEAD_PER_CALL
 
--- Take waiters out of the queue: Q, W and their specs in M.
-local function drop_waiters(toks)
-  redis.call('ZREM', Q, unpack(toks))
-  redis.call('ZREM', W, unpack(toks))
+-- Drop waiters whose heartbeat stopped (G5): they never block the queue. With \`dead\`, those waiters
+-- (lapsed ones admit() found at the head of the queue); else up to the call's budget of them.
+local function purge_waiters(dead)
+  if not dead then
+    if dead_left <= 0 then return end
+    dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
+    if #dead == 0 then return end
+    dead_left = dead_left - #dead
+    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then backlog = true end
+  end
+  redis.call('ZREM', Q, unpack(dead))
+  redis.call('ZREM', W, unpack(dead))
   local fields = {}
-  for i, tok in ipairs(toks) do fields[i] = 't:' .. tok end
+  for i, tok in ipairs(dead) do fields[i] = 't:' .. tok end
   redis.call('HDEL', M, unpack(fields))
-end
-
--- Drop waiters whose heartbeat stopped (G5): they never block the queue.
-local function purge_waiters()
-  if dead_left <= 0 then return end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
-  if #dead == 0 then return end
-  dead_left = dead_left - #dead
-  drop_waiters(dead)
-  if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
 end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. \`count\` is
@@ -270,7 +262,7 @@ local function admit(permits, count)
       end
     end
   end
-  if #dead > 0 then drop_waiters(dead) end
+  if #dead > 0 then purge_waiters(dead) end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
@@ -312,13 +304,6 @@ local function admit(permits, count)
   local message = table.concat(lines, '\\n')
   redis.call('PUBLISH', CHANNEL, message)
   return message, granted, #head
-end
-
--- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
--- left work undone (see \`backlog\`).
-local function next_check()
-  if backlog then return NOW end
-  return next_expiry()
 end
 
 -- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.
@@ -441,45 +426,47 @@ local function waiting_spec(tok)
 end
 
 -- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
--- grants one call makes. The reply then says "look again now" (next_check()), so the waiters'
--- processes call again at once instead of at their next heartbeat: each call stays bounded, and the
--- rest follows within a few round trips, however much there is (G2, G5).
+-- grants one call makes. The reply's nextExpiry is then \`now\` (\`backlog and NOW or next_expiry()\`),
+-- so the waiters' processes call again at once instead of at their next heartbeat: each call stays
+-- bounded, and the rest follows within a few round trips, however much there is (G2, G5). (Helpers
+-- are few on purpose: every local function of a prelude is a closure made again at every call.)
 local backlog = false
--- Dead waiters one call drops at most in purge(), and admit() skips at most (a budget of its own:
--- the purge's never keeps it from serving a live head), and grants it makes at most.
+-- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
+-- never keeps it from serving a live head), and grants it makes at most.
 local DEAD_PER_CALL = 1000
 local GRANTS_PER_CALL = 1000
 
--- Take waiters out of the queue: Q, W and their specs in M.
-local function drop_waiters(toks)
-  redis.call('ZREM', Q, unpack(toks))
-  redis.call('ZREM', W, unpack(toks))
-  local fields = {}
-  for i, tok in ipairs(toks) do fields[i] = 'q:' .. tok end
-  redis.call('HDEL', M, unpack(fields))
-end
-
 -- Drop holders whose lease ran out and waiters whose heartbeat stopped (G2, G5); bounded work per
--- call. (Holders are counted live with ZCOUNT, so the expired ones left over block nothing.)
-local function purge()
-  for mode, key in pairs(HOLDS) do
-    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
-    if #expired > 0 then
-      redis.call('ZREM', key, unpack(expired))
-      if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then backlog = true end
-      local fields = {}
-      for _, tok in ipairs(expired) do
-        fields[#fields + 1] = 'g' .. mode .. ':' .. tok
-        fields[#fields + 1] = 'a' .. mode .. ':' .. tok
+-- call. (Holders are counted live with ZCOUNT, so the expired ones left over block nothing.) With
+-- \`dead\`, only those waiters (lapsed ones admit() found at the head of the queue).
+local function purge(dead)
+  if not dead then
+    for mode, key in pairs(HOLDS) do
+      local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
+      if #expired > 0 then
+        redis.call('ZREM', key, unpack(expired))
+        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then
+          backlog = true
+        end
+        local fields = {}
+        for _, tok in ipairs(expired) do
+          fields[#fields + 1] = 'g' .. mode .. ':' .. tok
+          fields[#fields + 1] = 'a' .. mode .. ':' .. tok
+        end
+        redis.call('HDEL', M, unpack(fields))
       end
-      redis.call('HDEL', M, unpack(fields))
+    end
+    dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
+    if #dead == 0 then return end
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then
+      backlog = true
     end
   end
-  local dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
-  if #dead > 0 then
-    drop_waiters(dead)
-    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > 0 then backlog = true end
-  end
+  redis.call('ZREM', Q, unpack(dead))
+  redis.call('ZREM', W, unpack(dead))
+  local fields = {}
+  for i, tok in ipairs(dead) do fields[i] = 'q:' .. tok end
+  redis.call('HDEL', M, unpack(fields))
 end
 
 -- Admit the head of the queue if it may enter now (see the header), and tell the waiters' processes.
@@ -523,7 +510,7 @@ local function admit()
       end
     end
   until stop or #batch < 100
-  if #dead > 0 then drop_waiters(dead) end
+  if #dead > 0 then purge(dead) end
   if #taken == 0 then return granted end
   redis.call('ZREM', Q, unpack(taken))
   redis.call('ZREM', W, unpack(taken))
@@ -539,13 +526,6 @@ local function next_expiry()
     if first and (at == 0 or tonumber(first) < at) then at = tonumber(first) end
   end
   return at
-end
-
--- When the waiters should look again: the earliest holder expiry (0 = none), or now when this call
--- left work undone (see \`backlog\`).
-local function next_check()
-  if backlog then return NOW end
-  return next_expiry()
 end
 
 -- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W
@@ -706,7 +686,7 @@ for i, tok in ipairs(tokens) do
         end
       end
     end
-    out[i + 1] = { 0, position, next_check() }
+    out[i + 1] = { 0, position, backlog and NOW or next_expiry() }
   else
     fresh[#fresh + 1] = i
   end
@@ -723,7 +703,7 @@ end
 
 -- fresh[first..] found no free permit.
 if mode ~= '1' then
-  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, next_check() } end
+  for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, backlog and NOW or next_expiry() } end
   return out
 end
 local joining = #fresh - first + 1
@@ -742,7 +722,7 @@ for k = first, #fresh do
   beats[#beats + 1] = tok
   specs[#specs + 1] = 't:' .. tok
   specs[#specs + 1] = spec
-  out[i + 1] = { 0, ahead + k - first, next_check() }
+  out[i + 1] = { 0, ahead + k - first, backlog and NOW or next_expiry() }
 end
 redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))
@@ -819,7 +799,7 @@ if queued then
   redis.call('PEXPIREAT', W, int(beat), 'GT')
   redis.call('PEXPIREAT', M, int(beat), 'GT')
 end
-out[2] = next_check()
+out[2] = backlog and NOW or next_expiry()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out
 `,
@@ -1045,7 +1025,7 @@ local m, _, ops, raw = waiting_spec(token)
 if raw then
   if m ~= mode then return { -2, 0, 0, NOW } end
   if not has_op(ops, op) then
-    if not enqueue then return { 0, -1, next_check(), NOW } end
+    if not enqueue then return { 0, -1, backlog and NOW or next_expiry(), NOW } end
     -- The same owner asks again in the same mode while its token waits: this acquisition waits with
     -- it and is handed the lock with it.
     redis.call('HSET', M, 'q:' .. token, raw .. ' ' .. op)
@@ -1055,7 +1035,7 @@ if raw then
     expire_at_least(W, beat)
     expire_at_least(M, beat)
   end
-  return { 0, redis.call('ZRANK', Q, token), next_check(), NOW }
+  return { 0, redis.call('ZRANK', Q, token), backlog and NOW or next_expiry(), NOW }
 end
 -- Skip the queue only when nobody waits: once a writer waits, new readers queue behind it (G6).
 if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_count(R) == 0) then
@@ -1065,7 +1045,7 @@ if redis.call('ZCARD', Q) == 0 and live_count(X) == 0 and (mode == 'r' or live_c
   return { 1, fence, exp, NOW }
 end
 if not enqueue then
-  return { 0, -1, next_check(), NOW }
+  return { 0, -1, backlog and NOW or next_expiry(), NOW }
 end
 local ticket = redis.call('HINCRBY', M, 'n', 1)
 redis.call('ZADD', Q, ticket, token)
@@ -1078,7 +1058,7 @@ redis.call('ZADD', W, beat, token)
 expire_at_least(Q, beat)
 expire_at_least(W, beat)
 expire_at_least(M, beat)
-return { 0, rank, next_check(), NOW }
+return { 0, rank, backlog and NOW or next_expiry(), NOW }
 `,
   'rwlock-inspect.lua': `-- lua/rwlock-inspect.lua: live readers, writer and queue length of one lock, without a scan.
 -- KEYS  R X Q W M (see lib/rwlock.lua)
@@ -1133,7 +1113,7 @@ if queued then
   expire_at_least(W, beat)
   expire_at_least(M, beat)
 end
-out[2] = next_check()
+out[2] = backlog and NOW or next_expiry()
 settle()
 return out
 `,
