@@ -2,10 +2,10 @@
 // bookkeeping that shutdown waits on. Built once by server.ts.
 import type { Duplex } from 'node:stream'
 import type { Logger as PinoLogger } from 'pino'
-import type { AccessLine } from './access-log.js'
+import type { AccessLine } from './ops/access-log.js'
 import type { GatewayConfig } from './config/index.js'
-import type { GatewayMetrics } from './metrics.js'
-import type { Proxy } from './proxy.js'
+import type { GatewayMetrics } from './ops/metrics.js'
+import type { Proxy } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
 
 export interface GatewayContext {

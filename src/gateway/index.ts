@@ -18,6 +18,6 @@ export {
   type StoreConfig,
   validateConfigFile,
 } from './config/index.js'
-export type { GatewayMetrics } from './metrics.js'
-export type { UpstreamError, UpstreamErrorKind } from './proxy.js'
+export type { GatewayMetrics } from './ops/metrics.js'
+export type { UpstreamError, UpstreamErrorKind } from './http/proxy.js'
 export { createGateway, FENCING_HEADER, type Gateway, type GatewayOptions } from './server.js'

@@ -6,7 +6,7 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { firstValue, normalizeKey } from '../admission/keys.js'
 import type { Logger } from '../admission/options.js'
 import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config/index.js'
-import { underPrefix } from './target.js'
+import { underPrefix } from './http/target.js'
 
 /** What admission needs to know about a request: decided once, before routing. */
 export interface RequestFacts {

@@ -1,9 +1,9 @@
 // Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
 import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
-import type { ClientRequest, ClientResponse } from './front.js'
+import type { ClientRequest, ClientResponse } from './http/front.js'
 import type { GatewayContext } from './context.js'
-import { bufferBody, ClientBodyTimeout, timedBody } from './body.js'
+import { bufferBody, ClientBodyTimeout, timedBody } from './http/body.js'
 import {
   admitChain,
   type ChainResult,
@@ -17,7 +17,7 @@ import {
   type Understood,
   understand,
 } from './exchange.js'
-import type { Outgoing, UpstreamError, WebOptions } from './proxy.js'
+import type { Outgoing, UpstreamError, WebOptions } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
 
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */

@@ -1,4 +1,4 @@
-// The lean front end (src/gateway/front.ts) against Node's http.Server, on raw sockets: the same
+// The lean front end (src/gateway/http/front.ts) against Node's http.Server, on raw sockets: the same
 // handler behind a plain http.Server and behind the lean path must put the same bytes on the wire
 // (Date aside), and everything the lean path does not serve must reach Node exactly as before.
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
@@ -12,7 +12,7 @@ import {
   leanFrontEnd,
   liveParsers,
   nodeBinding,
-} from '../../src/gateway/front.js'
+} from '../../src/gateway/http/front.js'
 import { rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
 
 const servers: http.Server[] = []

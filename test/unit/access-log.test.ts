@@ -10,7 +10,7 @@ import {
   accessJson,
   accessRecord,
   LineBuffer,
-} from '../../src/gateway/access-log.js'
+} from '../../src/gateway/ops/access-log.js'
 
 function pinoLine(line: AccessLine, time: number): string {
   let out = ''

@@ -2,7 +2,7 @@
 // be what prom-client itself writes for the same observations, so dashboards and alerts cannot tell.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
-import { createMetrics, PlainHistogram, statusClass } from '../../src/gateway/metrics.js'
+import { createMetrics, PlainHistogram, statusClass } from '../../src/gateway/ops/metrics.js'
 
 const BUCKETS = [0.001, 0.01, 0.1, 1]
 /** Edges included: a value equal to a bound belongs to that bucket (le = less than or equal). */

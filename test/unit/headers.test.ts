@@ -2,7 +2,7 @@
 // never reach the client, the gateway's defaults fill only what the upstream did not keep, and extra
 // headers replace the upstream's.
 import { describe, expect, it } from 'vitest'
-import { clientResponseHeaderList } from '../../src/gateway/headers.js'
+import { clientResponseHeaderList } from '../../src/gateway/http/headers.js'
 
 const pairs = (list: (string | string[])[]) => {
   const out: [string, string | string[]][] = []

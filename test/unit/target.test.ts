@@ -1,7 +1,7 @@
 // G13: the canonical request target (RFC 3986 §5.2.4 dot segments, §6.2.2 case and percent-encoding
 // normalisation; RFC 9112 §3.2 request-target forms), as the gateway routes, locks and forwards it.
 import { describe, expect, it } from 'vitest'
-import { canonicalTarget, isCanonicalPrefix, normalizeHost } from '../../src/gateway/target.js'
+import { canonicalTarget, isCanonicalPrefix, normalizeHost } from '../../src/gateway/http/target.js'
 
 const path = (raw: string, method = 'GET', options?: Parameters<typeof canonicalTarget>[2]) => {
   const target = canonicalTarget(raw, method, options)

@@ -2,7 +2,7 @@
 // own fields over `defaults`), with the checks only the whole config can make.
 import { readFileSync } from 'node:fs'
 import { defined } from '../../core/options.js'
-import { normalizeHost } from '../target.js'
+import { normalizeHost } from '../http/target.js'
 import { readConfigFile } from './file.js'
 import type { GatewayFlags } from './flags.js'
 import type { ConcurrencyInput, GatewayFile, RwLockInput } from './schema.js'

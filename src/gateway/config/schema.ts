@@ -1,7 +1,7 @@
 // The config file's schema (every object strict: an unknown field is an error, never ignored), and
 // the field validators the flags share. Issues come back as `path: expected ...`.
 import { z } from 'zod'
-import { isCanonicalPrefix, normalizeHost } from '../target.js'
+import { isCanonicalPrefix, normalizeHost } from '../http/target.js'
 import { GatewayConfigError } from './types.js'
 
 export const intIn = (min: number, max: number, expected: string) =>

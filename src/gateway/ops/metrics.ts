@@ -7,8 +7,8 @@
 // labels on every observe(), also through a bound child, and that was the largest item of the
 // gateway's own cost per request in profiles (docs/gateway.md, "Performance").
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { RejectReason } from '../admission/admission.js'
-import type { UpstreamErrorKind } from './proxy.js'
+import type { RejectReason } from '../../admission/admission.js'
+import type { UpstreamErrorKind } from '../http/proxy.js'
 
 export interface GatewayMetrics {
   readonly registry: Registry

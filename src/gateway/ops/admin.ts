@@ -5,10 +5,10 @@
 import { createHash, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { Logger as PinoLogger } from 'pino'
-import { GLOBAL_KEY, normalizeKey } from '../admission/keys.js'
-import type { GatewayConfig } from './config/index.js'
+import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
+import type { GatewayConfig } from '../config/index.js'
 import type { GatewayMetrics } from './metrics.js'
-import type { LiveRoute } from './routes.js'
+import type { LiveRoute } from '../routes.js'
 
 /** What the admin listener reads from the running gateway (the config and routes change on reload). */
 export interface AdminView {
