@@ -12,6 +12,7 @@ import type { Forwarded, Outgoing, UpstreamError } from './http/proxy.js'
 import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './http/target.js'
 import { statusClass } from './ops/metrics.js'
+import { boundSend } from './http/send-bound.js'
 import type { ClientRequest, ClientResponse } from './http/front.js'
 import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './ops/access-log.js'
 import { policyValue, remainingValue } from '../admission/response.js'
@@ -396,8 +397,10 @@ export function clientAddress(req: ClientRequest, trustProxy: boolean): string |
   return req.socket.remoteAddress
 }
 
+/** A response the gateway writes itself, bounded as a proxied one (send-bound.ts). */
 export function reply(
   res: ClientResponse,
+  sendMs: number,
   status: number,
   body: string,
   headers: Record<string, string> = {},
@@ -408,6 +411,13 @@ export function reply(
     ...headers,
   })
   res.end(body)
+  boundSend(res, sendMs)
+}
+
+/** The send bound of what the gateway answers for `exchange`: its route's, or before one is known,
+ * the defaults'. */
+export function sendMsOf(ctx: GatewayContext, exchange: Exchange): number {
+  return exchange.route?.config.timeouts.sendMs ?? (exchange.config ?? ctx.config).sendTimeoutMs
 }
 
 /** Milliseconds as the access log writes them: to a tenth. */

@@ -6,7 +6,7 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { firstValue, normalizeKey } from '../admission/keys.js'
 import type { Logger } from '../admission/options.js'
 import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config/index.js'
-import { underPrefix } from './http/target.js'
+import { resourceOf, underPrefix } from './http/target.js'
 
 /** What admission needs to know about a request: decided once, before routing. */
 export interface RequestFacts {
@@ -101,8 +101,8 @@ function semaphoreFor(
 }
 
 /** GET/HEAD/OPTIONS share the read lock of the request's resource, other methods take its write lock.
- * The resource is the canonical path (or what `resourcePattern` captures of it), so two spellings of
- * one path are one lock (G13). */
+ * The resource is the canonical path, with runs of '/' merged and no trailing '/' (resourceOf()), or
+ * what `resourcePattern` captures of that, so every spelling of one resource is one lock (G13). */
 function rwlockFor(
   route: RouteConfig,
   rwlock: RwLockConfig,
@@ -116,8 +116,9 @@ function rwlockFor(
       store,
       name: `${route.name}:rw`,
       resource: (req) => {
-        const found = pattern?.exec(req.match)
-        return found ? (found[1] ?? found[0]) : req.match
+        const resource = resourceOf(req.match)
+        const found = pattern?.exec(resource)
+        return found ? (found[1] ?? found[0]) : resource
       },
       maxWaitMs: rwlock.maxWaitMs,
       maxQueue: rwlock.maxQueue,

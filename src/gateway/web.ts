@@ -14,16 +14,21 @@ import {
   release,
   reply,
   round,
+  sendMsOf,
   type Understood,
   understand,
 } from './exchange.js'
 import type { Outgoing, UpstreamError, WebOptions } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
+import { oneAtATime, whenConnectionCloses } from './http/pipelining.js'
+import { boundSend } from './http/send-bound.js'
 
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */
 const RESPONSE_CLOSED = new Error('response closed')
 
 export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: ClientResponse): void {
+  // http.Server's connections: one request at a time (a lean connection serves one by construction).
+  if (req instanceof http.IncomingMessage && !oneAtATime(req, res)) return
   ctx.active++
   // The request bound counts from here: its headers have arrived (Node bounds those, headersTimeout).
   const deadlineBase = Date.now()
@@ -34,12 +39,12 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
   const gone = route && route.admissions.length > 0 ? new AbortFlag() : undefined
-  const socket = req.socket
   let ended = false
+  let forgetClose: (() => void) | undefined = undefined
   const end = () => {
     if (ended) return
     ended = true
-    socket.off('close', end)
+    forgetClose?.()
     exchange.forward?.clientClosed()
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
     release(ctx, exchange)
@@ -48,17 +53,18 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
     ctx.onSettled()
   }
   res.once('close', end)
+  // A pipelined request whose response waits behind others on its connection (http.Server's): a
+  // connection that closes meanwhile ends it, since its response would never emit 'close'.
+  if (!res.socket) forgetClose = whenConnectionCloses(req, end)
   if (ctx.draining) res.setHeader('connection', 'close')
   if (!understood.ok) {
-    if (understood.status === 200) return reply(res, 200, '', understood.headers)
+    if (understood.status === 200) return reply(res, sendMsOf(ctx, exchange), 200, '', understood.headers)
     return refuse(ctx, res, exchange, understood.status, understood.reason)
   }
   if (!route) return refuse(ctx, res, exchange, 404, 'no_route')
   if (res.socket) return start(ctx, req, res, exchange, understood, gone, deadlineBase)
-  // A pipelined request whose response waits behind others on its connection: it takes nothing
-  // until its response owns the connection (then its timeouts can act on it), and a connection that
-  // closes meanwhile ends it, since its response would never emit 'close'.
-  socket.once('close', end)
+  // Waiting behind others, it takes nothing until its response owns the connection (then its
+  // timeouts can act on it).
   res.once('socket', () => {
     if (!ended) start(ctx, req, res, exchange, understood, gone, deadlineBase)
   })
@@ -76,16 +82,16 @@ function start(
 ): void {
   try {
     serve(ctx, req, res, exchange, understood, gone, deadlineBase)?.catch((error: unknown) =>
-      failed(ctx, res, error),
+      failed(ctx, res, exchange, error),
     )
   } catch (error) {
-    failed(ctx, res, error)
+    failed(ctx, res, exchange, error)
   }
 }
 
-function failed(ctx: GatewayContext, res: ClientResponse, error: unknown): void {
+function failed(ctx: GatewayContext, res: ClientResponse, exchange: Exchange, error: unknown): void {
   ctx.logger.error({ err: error }, 'request failed')
-  if (!res.headersSent) reply(res, 500, 'internal error\n')
+  if (!res.headersSent) reply(res, sendMsOf(ctx, exchange), 500, 'internal error\n')
   else res.destroy()
 }
 
@@ -113,7 +119,7 @@ function refuse(
   if (res.headersSent) return
   const headers: Record<string, string> = { 'x-request-id': exchange.requestId }
   if (status !== 404) headers.connection = 'close'
-  reply(res, status, MESSAGES[status] ?? 'error\n', headers)
+  reply(res, sendMsOf(ctx, exchange), status, MESSAGES[status] ?? 'error\n', headers)
 }
 
 /**
@@ -222,6 +228,7 @@ function admitted(
     if (sending.expectContinue || sending.streamed) answer.headers.connection = 'close'
     res.writeHead(answer.status, answer.headers)
     res.end(answer.body)
+    boundSend(res, sendMsOf(ctx, exchange))
     return
   }
   return forward(ctx, req, res, exchange, understood, sending, result.fencingToken, result.headers)

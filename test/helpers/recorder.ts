@@ -1,6 +1,6 @@
 // The judge of the gateway edge tests: an upstream that records every request it receives (method,
 // target, raw headers, body) and how many it has in flight per path prefix, and misbehaves on demand.
-//   /hold...          waits until the test calls release() (or its connection closes)
+//   /hold..., ?hold   waits until the test calls release() (or its connection closes)
 //   /big?bytes=N      streams N bytes
 //   /slow?ms=N        answers after N ms (any other path: after ?ms=, default 0)
 //   /headers          answers with hop-by-hop headers of its own (Connection: x-up-secret, ...)
@@ -80,7 +80,7 @@ export async function startRecorder(): Promise<Recorder> {
       })
       const url = new URL(req.url ?? '/', 'http://upstream')
       const path = url.pathname
-      if (path.includes('/hold')) {
+      if (path.includes('/hold') || url.searchParams.has('hold')) {
         held.push(() => {
           if (!res.destroyed) res.end(`held ${req.method} ${req.url}`)
         })

@@ -41,7 +41,8 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
   const d = GATEWAY_DEFAULTS
   const issues: Issues = []
   const store = storeOf(file, flags, issues)
-  const routes = routesOf(file, flags, inherited(file, flags), issues)
+  const base = inherited(file, flags)
+  const routes = routesOf(file, flags, base, issues)
   if (issues.length > 0) throw new GatewayConfigError(issues)
   const fileAdmin = file.admin || undefined
   const admin =
@@ -65,6 +66,7 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
     logLevel: flags.logLevel ?? file.logLevel ?? d.logLevel,
     trustProxy: flags.trustProxy ?? file.trustProxy ?? d.trustProxy,
     accessLogSample: flags.accessLogSample ?? file.accessLog?.sample ?? d.accessLogSample,
+    sendTimeoutMs: base.timeouts.sendMs,
     paths: {
       mergeSlashes: flags.mergeSlashes ?? file.paths?.mergeSlashes ?? d.mergeSlashes,
       escapedSlashes: flags.escapedSlashes ?? file.paths?.escapedSlashes ?? d.escapedSlashes,

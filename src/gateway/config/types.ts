@@ -108,6 +108,9 @@ export interface GatewayConfig {
   paths: PathOptions
   /** Share of successful (status < 400) requests written to the access log; the others always are. */
   accessLogSample: number
+  /** The send bound of what the gateway answers before a route is known (400, 404): the defaults'
+   * (a route's own bounds its answers once it is known). */
+  sendTimeoutMs: number
   /** Matched in order: the first route that matches a request serves it. */
   routes: readonly RouteConfig[]
 }

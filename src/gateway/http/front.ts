@@ -82,7 +82,6 @@ interface ParserClass {
 }
 interface HttpCommon {
   HTTPParser: ParserClass
-  methods: string[]
 }
 
 /** Node's header rules (duplicates joined, dropped or listed as IncomingMessage does). */
@@ -95,6 +94,9 @@ const RESPONSE_FINISH = channel('http.server.response.finish')
 /** Bytes of later (pipelined) requests read ahead while a response is in flight: beyond this the
  * socket is paused until the response is done (Node pauses too). */
 const MAX_READ_AHEAD = 64 * 1024
+/** And buffers: a read-ahead that trickles in a byte per packet would otherwise cost a Buffer (~128
+ * bytes) per byte, 8 MB for 64 KB. */
+const MAX_READ_AHEAD_BUFFERS = 256
 
 /** A first body chunk up to this size leaves in one write with the head (latin1 keeps every byte). */
 const SMALL_BODY = 2048
@@ -115,6 +117,8 @@ interface Head {
 
 interface Binding {
   Parser: ParserClass
+  /** Method names by llhttp's method number (Node's allMethods, which _http_common does not export:
+   * its `methods` is another list, not indexed by that number). Unknown numbers: not lean. */
   methods: string[]
   addHeaderLine: AddHeaderLine
 }
@@ -130,9 +134,8 @@ export function nodeBinding(): Binding | null {
     const common = process.getBuiltinModule('_http_common') as HttpCommon | undefined
     const addHeaderLine = (http.IncomingMessage.prototype as unknown as { _addHeaderLine?: AddHeaderLine })
       ._addHeaderLine
-    if (!common?.HTTPParser || !Array.isArray(common.methods) || typeof addHeaderLine !== 'function')
-      return null
-    const candidate = { Parser: common.HTTPParser, methods: common.methods, addHeaderLine }
+    if (!common?.HTTPParser || typeof addHeaderLine !== 'function') return null
+    const candidate = { Parser: common.HTTPParser, methods: methodNumbers(common.HTTPParser), addHeaderLine }
     // The binding's callback arguments are not a public API: check them on a known head.
     const probe = new LeanParser(candidate)
     const head = probe.parse(Buffer.from('GET /a?b HTTP/1.1\r\nHost: x\r\nX-Y: 1\r\n\r\n'))
@@ -154,7 +157,46 @@ export function nodeBinding(): Binding | null {
   return binding
 }
 
+/** llhttp's number of every method http.Server accepts (http.METHODS), read off the parser itself. */
+function methodNumbers(Parser: ParserClass): string[] {
+  const names: string[] = []
+  const parser = new Parser()
+  let number = -1
+  parser.initialize(Parser.REQUEST, {}, 0, 0)
+  parser[Parser.kOnHeadersComplete] = (_major: number, _minor: number, _headers: unknown, method: number) => {
+    number = method
+    return 0
+  }
+  try {
+    for (const name of http.METHODS) {
+      if (name === 'CONNECT') continue // an authority target, and never lean
+      number = -1
+      parser.initialize(Parser.REQUEST, {}, 0, 0)
+      const used = parser.execute(Buffer.from(`${name} / HTTP/1.1\r\nHost: x\r\n\r\n`))
+      if (typeof used === 'number' && number >= 0) names[number] = name
+    }
+  } finally {
+    parser.close()
+  }
+  return names
+}
+
 let live = 0
+
+/** Lean front ends alive (tests read their connections' read-ahead). */
+const fronts = new Set<LeanFront>()
+
+/** The most any lean connection holds read ahead right now, in bytes and in buffers (tests). */
+export function readAheadHeld(): { bytes: number; buffers: number } {
+  let bytes = 0
+  let buffers = 0
+  for (const front of fronts)
+    for (const connection of front.connections) {
+      bytes = Math.max(bytes, connection.heldBytes)
+      buffers = Math.max(buffers, connection.heldBuffers)
+    }
+  return { bytes, buffers }
+}
 
 /** Request parsers not closed yet (tests: none is left behind by a closed connection). */
 export function liveParsers(): number {
@@ -552,11 +594,21 @@ class LeanConnection {
     return this.served && this.current === undefined && this.bufferedBytes === 0
   }
 
+  /** What it holds read ahead (readAheadHeld()). */
+  get heldBytes(): number {
+    return this.bufferedBytes
+  }
+
+  get heldBuffers(): number {
+    return this.chunks.length
+  }
+
   private readonly onData = (chunk: Buffer): void => {
     this.chunks.push(chunk)
     this.bufferedBytes += chunk.length
     if (this.current === undefined) this.next()
-    else if (this.bufferedBytes > MAX_READ_AHEAD) this.socket.pause()
+    else if (this.bufferedBytes > MAX_READ_AHEAD || this.chunks.length >= MAX_READ_AHEAD_BUFFERS)
+      this.socket.pause()
   }
 
   /** The client closed its side: as http.Server (no half-open HTTP), what is in flight is aborted;
@@ -695,7 +747,8 @@ class LeanConnection {
 /** A head the lean path serves (see the top of this file); anything else is Node's. */
 function lean(head: Head): boolean {
   if (!head.complete || head.batched || head.upgrade) return false
-  if (head.major !== 1 || head.minor !== 1 || head.method === 'CONNECT') return false
+  // '' is a method number not in http.METHODS (not one http.Server serves either): Node's to answer.
+  if (head.major !== 1 || head.minor !== 1 || head.method === 'CONNECT' || head.method === '') return false
   const headers = head.headers as string[]
   let host = false
   for (let i = 0; i < headers.length; i += 2) {
@@ -769,6 +822,8 @@ export function leanFrontEnd(server: http.Server, handler: RequestHandler): Lean
   const nodeListener = listeners[0] as (this: http.Server, socket: Socket) => void
   server.removeListener('connection', nodeListener)
   const front = new LeanFront(server, nodeListener, handler, b)
+  fronts.add(front)
+  server.once('close', () => fronts.delete(front))
   server.on('connection', (socket: Socket) => front.accept(socket))
   // server.close() and the gateway's drain call these: lean connections count too.
   const closeIdle = server.closeIdleConnections.bind(server)

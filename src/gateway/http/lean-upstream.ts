@@ -4,8 +4,8 @@
 //
 // It speaks to the caller as undici's Pool.dispatch() does (the same handler, WebForward, and a
 // controller with abort/pause/resume), and sends what undici sends for the same request: the request
-// line, Host first, `connection: keep-alive`, the caller's headers in order, `content-length: 0` for
-// the methods that expect a body. Where undici has a rule this keeps it:
+// line, Host first, `connection: keep-alive` (`close` for a HEAD), the caller's headers in order,
+// `content-length: 0` for the methods that expect a body. Where undici has a rule this keeps it:
 //   - header names must be tokens, values and the path free of control characters (else the request
 //     fails before a byte is sent, as undici's InvalidArgumentError: 502);
 //   - the final response's headers within timeoutMs of the request (one deadline), then at most
@@ -465,7 +465,10 @@ export function requestHead(request: Outgoing): string {
     else rest += `${name}: ${value}\r\n`
   }
   const empty = EXPECTS_PAYLOAD.has(request.method) ? 'content-length: 0\r\n' : ''
-  return `${request.method} ${request.path} HTTP/1.1\r\n${host}connection: keep-alive\r\n${rest}${empty}\r\n`
+  // As undici: a HEAD closes its connection (a server that sends a body anyway would answer the next
+  // request with it), and says so.
+  const connection = request.method === 'HEAD' ? 'close' : 'keep-alive'
+  return `${request.method} ${request.path} HTTP/1.1\r\n${host}connection: ${connection}\r\n${rest}${empty}\r\n`
 }
 
 /** A token name and a value without control characters: Node's own header checks (the ones

@@ -12,6 +12,7 @@ import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
 import type { ClientResponse } from './front.js'
 import { clientResponseHeaderList } from './headers.js'
+import { boundSend } from './send-bound.js'
 import { LeanPool, responseBinding } from './lean-upstream.js'
 import { forwardUpgrade } from './tunnel.js'
 import {
@@ -177,6 +178,7 @@ class WebForward implements Dispatcher.DispatchHandler {
       if (!res.headersSent && !res.destroyed) {
         res.writeHead(clientStatus, { 'content-type': 'text/plain; charset=utf-8', connection: 'close' })
         res.end(`${http.STATUS_CODES[clientStatus] ?? 'error'}\n`)
+        boundSend(res, opts.sendTimeoutMs)
       } else res.destroy()
       return
     }
@@ -190,6 +192,7 @@ class WebForward implements Dispatcher.DispatchHandler {
         'content-length': Buffer.byteLength(body),
       })
       res.end(body)
+      boundSend(res, opts.sendTimeoutMs)
       answered = true
     } else {
       res.destroy()

@@ -139,6 +139,15 @@ function withoutParameters(path: string): string {
     .join('/')
 }
 
+/** The resource a canonical path names, for its read/write lock: runs of '/' merged and a trailing '/'
+ * dropped, so that every spelling an upstream serves as one resource is one lock (Express 5 and
+ * Spring route `/docs/42/` and `/docs//42` as `/docs/42`; the library's middleware names resources
+ * the same way). */
+export function resourceOf(path: string): string {
+  const merged = path.includes('//') ? path.replace(/\/{2,}/g, '/') : path
+  return merged.length > 1 && merged.endsWith('/') ? merged.slice(0, -1) : merged
+}
+
 /** Does `path` fall under `prefix` on a segment boundary? (`/api` matches `/api` and `/api/x`, not `/apix`.) */
 export function underPrefix(path: string, prefix: string): boolean {
   if (prefix === '/' || path === prefix) return true
