@@ -59,7 +59,9 @@ for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {
       expect((error as Error).message).toContain(`Redis ${older} is too old`)
       expect((error as Error).message).toContain('Redis 7.0.0 or later')
       // Every later call too, and nothing was written.
-      await expect(createSemaphore(proxied.store, 'old-sem', { permits: 2 }).acquire()).rejects.toThrow('too old')
+      await expect(createSemaphore(proxied.store, 'old-sem', { permits: 2 }).acquire()).rejects.toThrow(
+        'too old',
+      )
       expect(await keysUnder(proxied.client, proxied.store.prefix)).toEqual([])
     } finally {
       await proxied.close()
