@@ -10,6 +10,7 @@ import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './op
 export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
 import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js'
 import { attachMetrics } from './metrics.js'
+import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { KeptPermits } from './keep-alive.js'
 
@@ -52,7 +53,7 @@ export interface Gate {
 export class Admission<Req> {
   readonly counters: AdmissionCounters = {
     admitted: 0,
-    rejected: { queue_full: 0, timeout: 0, store_unavailable: 0 },
+    rejected: { busy: 0, queue_full: 0, timeout: 0, store_unavailable: 0 },
     failedOpen: 0,
     dryRunRejected: 0,
     lost: 0,
@@ -69,6 +70,9 @@ export class Admission<Req> {
   /** Leases kept for the next request of their bucket (permit keep-alive, keep-alive.ts); undefined
    * when it is off. */
   readonly kept: KeptPermits | undefined
+  /** Seconds each admitted request waited for its permit (the `metrics` option's
+   * tollgate_policy_wait_seconds); undefined without metrics. */
+  readonly waits: HistogramSeries | undefined
 
   constructor(
     readonly config: ResolvedConfig<Req>,
@@ -83,6 +87,7 @@ export class Admission<Req> {
   ) {
     this.health = storeHealth(config.store)
     this.kept = keepAliveMs > 0 ? new KeptPermits(keepAliveMs, (lease) => this.giveBack(lease)) : undefined
+    this.waits = config.metrics ? new HistogramSeries(WAIT_BUCKETS) : undefined
     if (config.metrics) attachMetrics(this, config.metrics.registry)
   }
 
@@ -122,7 +127,7 @@ export class Admission<Req> {
     try {
       if (!place) {
         lease = await gate.tryAcquire()
-        if (!lease) return this.reject(bucket, 'timeout', started)
+        if (!lease) return this.reject(bucket, 'busy', started) // it was not to wait
       } else {
         try {
           lease = await gate.acquire({ signal, timeoutMs: this.config.maxWaitMs, onQueued: place.onQueued })
@@ -146,6 +151,7 @@ export class Admission<Req> {
     if (fresh) this.kept?.grant(bucket.key, lease)
     this.counters.admitted++
     this.counters.inFlight++
+    this.waits?.observe(started === undefined ? 0 : (Date.now() - started) / 1000)
     const permits = bucket.gate.permits
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
     const left = permits === undefined ? 0 : permits - (lease.holders ?? permits)
@@ -235,9 +241,11 @@ export class Admission<Req> {
   }
 
   /** Call the onRejected hook; a throwing hook is logged, never allowed to crash the process. */
-  notifyRejected(req: Req, rejection: Rejection): void {
+  notifyRejected(req: Req, rejection: Rejection, res?: unknown): void {
     try {
-      const result: unknown = this.config.onRejected?.(req, rejection)
+      const hook = this.config.onRejected as
+        ((req: Req, rejection: Rejection, res: unknown) => unknown) | undefined
+      const result: unknown = hook?.(req, rejection, res)
       // An async hook that rejects is logged too, never an unhandled rejection.
       if (isThenable(result))
         result.then(undefined, (error: unknown) =>

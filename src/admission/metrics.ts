@@ -3,6 +3,7 @@
 // library user who never asks for metrics never loads it. One set of series per registry, labelled by
 // policy name; values are read from the admissions' own counters at scrape time, so nothing is lost
 // while prom-client loads and nothing is added to the request path.
+import { type HistogramSeries, histogramValues, WAIT_BUCKETS } from './histogram.js'
 import type { Logger, MetricsRegistry } from './options.js'
 
 /** What is read of an admission (structurally: no import of admission.ts, which imports this). */
@@ -17,6 +18,7 @@ interface AnyAdmission {
     inFlight: number
     queued: number
   }
+  readonly waits?: HistogramSeries | undefined
 }
 
 /** The admissions counted on a registry, kept on the registry itself under a global symbol: the ESM
@@ -67,6 +69,7 @@ const METRIC_NAMES = [
   'tollgate_policy_store_errors_total',
   'tollgate_policy_in_flight',
   'tollgate_policy_queued',
+  'tollgate_policy_wait_seconds',
 ]
 
 function register(
@@ -92,7 +95,7 @@ function register(
   })
   new prom.Counter({
     name: 'tollgate_policy_rejected_total',
-    help: 'Requests rejected without a permit, by policy and reason (timeout, queue_full, store_unavailable)',
+    help: 'Requests rejected without a permit, by policy and reason (busy, timeout, queue_full, store_unavailable)',
     labelNames: ['policy', 'reason'],
     registers,
     collect() {
@@ -151,4 +154,24 @@ function register(
     'Requests waiting for a permit in this process right now',
     (a) => a.counters.queued,
   )
+  // The gateway's tollgate_wait_seconds, per policy: observed as plain numbers on the request path
+  // (admission.ts), read here at scrape time.
+  const name = 'tollgate_policy_wait_seconds'
+  const help = 'Time an admitted request waited for its permit, by policy'
+  class WaitHistogram extends prom.Histogram<'policy'> {
+    override async get(): Promise<Awaited<ReturnType<import('prom-client').Histogram<'policy'>['get']>>> {
+      const all: [string, HistogramSeries][] = []
+      each((a) => {
+        if (a.waits) all.push([a.config.name, a.waits])
+      })
+      const values = histogramValues(name, 'policy', WAIT_BUCKETS, all)
+      return { name, help, type: 'histogram' as never, values, aggregator: 'sum', collect() {} }
+    }
+
+    /** What the registry reads for the text format. */
+    getForPromString(): ReturnType<WaitHistogram['get']> {
+      return this.get()
+    }
+  }
+  new WaitHistogram({ name, help, labelNames: ['policy'], buckets: [...WAIT_BUCKETS], registers })
 }

@@ -30,7 +30,10 @@ export interface TollgateInfo {
   waitedMs: number
 }
 
-export type RejectReason = 'queue_full' | 'timeout' | 'store_unavailable'
+/** Why a request was rejected: `busy`, no permit was free and the request was not to wait
+ * (`maxWaitMs: 0`); `timeout`, it waited `maxWaitMs` without one; `queue_full`, `maxQueue` requests of
+ * its bucket were waiting already; `store_unavailable`, the store failed and `failOpen` is off. */
+export type RejectReason = 'busy' | 'queue_full' | 'timeout' | 'store_unavailable'
 
 export interface Rejection {
   reason: RejectReason
@@ -68,7 +71,8 @@ export interface CommonOptions<Req> {
    * store per process: limits then hold for this process only. */
   store?: Store
   /** Policy name: part of every key and of the RateLimit headers. Letters, digits, `._:/-`.
-   * @default 'default' for the first instance, then 'default-2', 'default-3', ... */
+   * Unnamed middlewares are all 'default' (never numbered by creation order, which differs between
+   * processes); name each policy when several share a store. @default 'default' */
   name?: string
   /** How long a request may wait in the fair queue for a permit before it is rejected. 0 = never wait.
    * @default 1000 */
@@ -96,7 +100,7 @@ export interface CommonOptions<Req> {
   message?: RejectionMessage<Req>
   /** Called before the rejection response is sent; the default response follows unless the callback
    * sent one itself. */
-  onRejected?: (req: Req, rejection: Rejection) => void
+  onRejected?: (req: Req, rejection: Rejection, ...framework: never[]) => void
   /** Send the rejection yourself (express-rate-limit's `handler`); its arguments are the framework's
    * (see each adapter), with the Rejection last. */
   handler?: unknown
@@ -132,6 +136,9 @@ export interface RwlockMiddlewareOptions<Req> extends CommonOptions<Req> {
   readMethods?: string[]
 }
 
+/** The name of every unnamed middleware. */
+export const DEFAULT_NAME = 'default'
+
 const SILENT: Logger = { warn() {}, error() {} }
 
 let defaultStore: Store | undefined
@@ -161,7 +168,7 @@ export interface ResolvedConfig<Req> {
   handler: ((...args: never[]) => unknown) | undefined
   requestPropertyName: string
   metrics: { registry: MetricsRegistry } | undefined
-  onRejected: ((req: Req, rejection: Rejection) => void) | undefined
+  onRejected: ((req: Req, rejection: Rejection, ...framework: never[]) => void) | undefined
   onLost: OnLost
   logger: Logger
 }
@@ -279,36 +286,36 @@ const RESERVED_PROPERTIES = new Set([
   'destroy',
 ])
 
-let warnedUnnamed = false
-/** Unnamed middlewares sharing a store get names in creation order: processes that create them in
- * another order would count one policy's requests in another's buckets. Said once per process. */
-function warnUnnamed(name: string): void {
-  if (warnedUnnamed) return
-  warnedUnnamed = true
+/** Unnamed middlewares of one kind seen per store: a second one shares the first one's buckets. */
+const unnamedOn = new WeakMap<Store, Set<string>>()
+const warnedUnnamed = new WeakSet<Store>()
+/**
+ * Every unnamed middleware is 'default', whatever the order in which a process creates them: the
+ * same policy in several apps or processes counts in the same buckets. Two unnamed middlewares of one
+ * kind on one store therefore share them; said once per store (TOLLGATE_UNNAMED_POLICY), as
+ * express-rate-limit warns when one store serves two limiters.
+ */
+function noteUnnamed(store: Store, kind: string): void {
+  let kinds = unnamedOn.get(store)
+  if (!kinds) unnamedOn.set(store, (kinds = new Set()))
+  const second = kinds.has(kind)
+  kinds.add(kind)
+  if (!second || warnedUnnamed.has(store)) return
+  warnedUnnamed.add(store)
   process.emitWarning(
-    `tollgate: a middleware without a \`name\` on a shared store got the default name "${name}" (names go ` +
-      'by creation order): give every middleware on a shared store its own `name`, so that every ' +
-      'process counts the same policy in the same buckets.',
+    `tollgate: two ${kind} middlewares without a \`name\` share one store, so they count in the same ` +
+      'buckets ("default"). Fine if they are one policy mounted in several apps; otherwise give each ' +
+      'its own `name`.',
     { code: 'TOLLGATE_UNNAMED_POLICY' },
   )
 }
 
-/** Default names, one per instance in creation order ('default', 'default-2', ...): a per-tenant
- * semaphore under a global one no longer shares its name (its keys and its RateLimit entry). Give
- * `name` yourself when processes that share a store create their middlewares in different orders. */
-const defaultNames = new Map<string, number>()
-function defaultName(kind: string): string {
-  const n = (defaultNames.get(kind) ?? 0) + 1
-  defaultNames.set(kind, n)
-  return n === 1 ? 'default' : `default-${n}`
-}
-
-/** Validate the options every middleware shares (ConfigError naming the option). `kind` counts the
- * default names apart (semaphore, rwlock). */
+/** Validate the options every middleware shares (ConfigError naming the option). `kind` (semaphore,
+ * rwlock) tells unnamed middlewares apart for the shared-store warning: their keys never meet. */
 export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphore'): ResolvedConfig<Req> {
   const config = { ...COMMON_DEFAULTS, ...defined(options) }
   const named = config.name !== undefined
-  const name = nonEmptyString('name', config.name ?? defaultName(kind), 64)
+  const name = nonEmptyString('name', config.name ?? DEFAULT_NAME, 64)
   if (!/^[\w.:/-]+$/.test(name)) throw new ConfigError('name', 'letters, digits and . _ : / - only', name)
   if (!(Number.isInteger(config.maxWaitMs) && config.maxWaitMs >= 0 && config.maxWaitMs <= 600_000)) {
     throw new ConfigError('maxWaitMs', 'an integer from 0 to 600000', config.maxWaitMs)
@@ -385,7 +392,7 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
     throw new ConfigError('logger', 'an object with warn() and error()', logger)
   }
   const store = config.store === undefined ? processStore() : storeOption('store', config.store)
-  if (!named && name !== 'default' && config.store !== undefined) warnUnnamed(name)
+  if (!named) noteUnnamed(store, kind)
   return {
     store,
     name,

@@ -5,7 +5,8 @@ import { type Stats, unwatchFile, watchFile } from 'node:fs'
 import { type GatewayConfigError, type GatewayFlags, loadConfig, parseFlags, USAGE } from './config/index.js'
 import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'
-import { VERSION } from './version.js'
+import { EXAMPLE_CONFIG, VERSION } from './version.js'
+import { pino, type Logger as PinoLogger } from 'pino'
 
 export interface CliIo {
   stdout: (line: string) => void
@@ -38,6 +39,10 @@ export async function startFromArgs(
       io.stdout(version())
       return 0
     }
+    if (flags.exampleConfig) {
+      io.stdout(EXAMPLE_CONFIG.trimEnd())
+      return 0
+    }
     config = await loadConfig(flags)
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
@@ -45,8 +50,17 @@ export async function startFromArgs(
     io.stderr('tollgate: see --help and docs/gateway.md')
     return 2
   }
-  const gateway = createGateway(config)
-  let urls: { url: string; adminUrl: string | undefined }
+  let logger: PinoLogger | undefined
+  if (config.logFormat === 'pretty') {
+    const pretty = await prettyStream()
+    if (!pretty) {
+      io.stderr('tollgate: --log-format pretty needs the pino-pretty package: npm install pino-pretty')
+      return 2
+    }
+    logger = pino({ level: config.logLevel }, pretty)
+  }
+  const gateway = createGateway(config, { logger })
+  let urls: Awaited<ReturnType<Gateway['listen']>>
   try {
     urls = await gateway.listen()
   } catch (error) {
@@ -61,10 +75,22 @@ export async function startFromArgs(
   const { url, adminUrl } = urls
   if (flags.watchConfig && flags.config !== undefined)
     watchConfig(flags.config, () => reloadGateway(gateway, argv, env))
-  gateway.logger.info(
-    { url, adminUrl, store: config.store.kind, routes: config.routes.map((route) => route.name) },
-    'tollgate ready',
-  )
+  // The truth about the store at start: ready only when Redis answers (or every limit fails open).
+  const facts = {
+    url,
+    adminUrl,
+    store: config.store.kind,
+    routes: config.routes.map((route) => route.name),
+    lean: config.lean,
+  }
+  if (urls.store === 'up') gateway.logger.info(facts, 'tollgate ready')
+  else if (urls.store === 'down, failing open')
+    gateway.logger.warn(facts, 'tollgate ready, failing open: Redis does not answer; requests pass unlimited')
+  else
+    gateway.logger.warn(
+      facts,
+      'tollgate waiting for Redis: limits without failOpen answer 503 until it answers',
+    )
   io.stdout(`tollgate listening on ${url}`)
   return gateway
 }
@@ -201,4 +227,15 @@ function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
  * CommonJS build and bundles print it too. */
 function version(): string {
   return VERSION
+}
+
+/** pino-pretty's stream to stderr, or undefined when it is not installed (it is optional). */
+async function prettyStream(): Promise<NodeJS.WritableStream | undefined> {
+  const specifier = 'pino-pretty' // computed: bundlers leave an optional package to run time
+  try {
+    const loaded = (await import(specifier)) as { default: (options: object) => NodeJS.WritableStream }
+    return loaded.default({ destination: 2, sync: true, colorize: process.stderr.isTTY === true })
+  } catch {
+    return undefined
+  }
 }

@@ -14,6 +14,7 @@ import { canonicalTarget, normalizeHost } from './http/target.js'
 import { statusClass } from './ops/metrics.js'
 import { boundSend } from './http/send-bound.js'
 import type { ClientRequest, ClientResponse } from './http/front.js'
+import { trustOf } from './http/trust.js'
 import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './ops/access-log.js'
 import { policyValue, remainingValue } from '../admission/response.js'
 
@@ -32,7 +33,7 @@ export interface Exchange {
   upstreamError: UpstreamError | undefined
   /** Why the gateway answered by itself (400, 404, 408, 413, ...), for the access log. */
   refused: string | undefined
-  /** Why a limit rejected the request (timeout, queue_full, store_unavailable). */
+  /** Why a limit rejected the request (busy, timeout, queue_full, store_unavailable). */
   rejected: string | undefined
   /** X-Request-Id: the client's, or a new one; sent upstream and back to the client. */
   requestId: string
@@ -146,7 +147,7 @@ export function understand(ctx: GatewayContext, req: ClientRequest): Understood 
     method,
     match: target.match,
     headers: req.headers,
-    clientAddress: clientAddress(req, config.trustProxy),
+    clientAddress: trustOf(config).clientAddress(req),
   }
   const route = matchRoute(ctx.routes, method, target.match, host)
   return {
@@ -332,7 +333,7 @@ export function outgoing(
       host: parts.host,
       port: req.socket.localPort,
       proto: 'http',
-      trustProxy: parts.config.trustProxy,
+      trustProxy: trustOf(parts.config).peerTrusted(req),
       fencingToken,
       requestId,
     },
@@ -368,7 +369,7 @@ export function finished(
     id: exchange.requestId,
     method: req.method,
     url: req.url,
-    remoteAddress: clientAddress(req, config.trustProxy),
+    remoteAddress: trustOf(config).clientAddress(req),
     statusCode: status,
     responseTime: round(now - exchange.started),
     route,
@@ -385,16 +386,6 @@ export function finished(
   }
   if (ctx.accessLog) ctx.accessLog(line)
   else ctx.logger.info(accessRecord(line), ACCESS_MESSAGE)
-}
-
-export function clientAddress(req: ClientRequest, trustProxy: boolean): string | undefined {
-  if (trustProxy) {
-    const forwarded = req.headers['x-forwarded-for']
-    // The rightmost entry is the one our trusted proxy appended; clients can write anything left of it.
-    const last = (Array.isArray(forwarded) ? forwarded.at(-1) : forwarded)?.split(',').at(-1)?.trim()
-    if (last) return last
-  }
-  return req.socket.remoteAddress
 }
 
 /** A response the gateway writes itself, bounded as a proxied one (send-bound.ts). */

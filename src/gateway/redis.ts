@@ -148,14 +148,14 @@ export class RedisAccessError extends Error {}
  * Run what the gateway does on a throw-away name: the permit scripts (grant, queue, hand-off with its
  * PUBLISH, release), the read/write lock scripts, and a SUBSCRIBE and PUBLISH on the prefix's
  * channels. A permission error (NOPERM) throws RedisAccessError naming the rule to grant; an
- * unreachable Redis is only logged (the gateway starts and fails closed or open as configured).
+ * Redis that does not answer resolves with the error (the gateway starts, knows the store down, and
+ * answers by each limit's outage policy until it answers); undefined when the check passed.
  */
 export async function checkRedisAccess(
   store: Store,
   redis: Redis | Cluster,
   prefix: string,
-  logger: PinoLogger,
-): Promise<void> {
+): Promise<unknown> {
   const permits = keySpace(prefix, 'probe', `access-${process.pid}`)
   const lock = keySpace(prefix, 'probe', `access-rw-${process.pid}`)
   const request = { ttlMs: 5000, permits: 1, enqueue: true, waiterTtlMs: 5000 }
@@ -187,8 +187,9 @@ export async function checkRedisAccess(
     }
     // The store checks the server's version before its first call (core/redis/store.ts).
     if (/ is too old: tollgate needs Redis /.test(message)) throw new RedisAccessError(message)
-    logger.warn({ err: error }, 'could not check the Redis user: Redis did not answer; starting anyway')
+    return error
   }
+  return undefined
 }
 
 /**

@@ -9,6 +9,7 @@ import { pino, type Logger as PinoLogger } from 'pino'
 import type { Logger } from '../admission/options.js'
 import { GLOBAL_KEY } from '../admission/keys.js'
 import { storeHealth } from '../admission/store-health.js'
+import { StoreUnavailableError } from '../core/errors.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './ops/admin.js'
 import type { GatewayConfig } from './config/index.js'
@@ -38,9 +39,13 @@ export interface GatewayOptions {
   /** The lean paths: the common request (HTTP/1.1, no body, no upgrade) served on the raw socket
    * (front.ts), and bodiless requests to http:// upstreams sent on sockets of our own
    * (lean-upstream.ts). false: every connection is Node's http.Server's and every request undici's.
-   * @default true */
+   * @default config.lean (the `lean` field, `--lean on|off`) */
   lean?: boolean
 }
+
+/** The store at start: 'up'; 'down' (limits without failOpen answer 503 until Redis answers, and
+ * /readyz says not ready); 'down, failing open' (every limit lets requests through meanwhile). */
+export type StoreState = 'up' | 'down' | 'down, failing open'
 
 export interface Gateway {
   readonly config: GatewayConfig
@@ -51,8 +56,9 @@ export interface Gateway {
   readonly metrics: GatewayMetrics
   readonly logger: PinoLogger
   /** Check the Redis user's permissions (RedisAccessError when it lacks one), then start both
-   * listeners; resolves with their URLs (the real ports when 0 was configured). */
-  listen(): Promise<{ url: string; adminUrl: string | undefined }>
+   * listeners; resolves with their URLs (the real ports when 0 was configured) and what the store
+   * was found to be: up, or down (every request of a limit answered by its outage policy). */
+  listen(): Promise<{ url: string; adminUrl: string | undefined; store: StoreState }>
   /** What /readyz says: not shutting down, and the store answers (or every limit fails open). */
   ready(): Promise<boolean>
   /** Apply a new, already validated config (SIGHUP): routes, limits, overrides and timeouts swap for
@@ -127,7 +133,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     config,
     routes,
     metrics,
-    proxy: createProxy({ lean: options.lean ?? true }),
+    proxy: createProxy({ lean: options.lean ?? config.lean }),
     logger,
     accessLog: accessLines && ((line) => accessLines.pushAccess(line)),
     draining: false,
@@ -150,7 +156,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   }
   const onRequest = (req: ClientRequest, res: ClientResponse) => handleRequest(ctx, req, res)
   const server = http.createServer(onRequest)
-  if (options.lean ?? true) leanFrontEnd(server, onRequest)
+  if (options.lean ?? config.lean) leanFrontEnd(server, onRequest)
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
   // is admitted (web.ts), so a rejected client never uploads its body.
   server.on('checkContinue', onRequest)
@@ -222,6 +228,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     if (!same(next.store, running.store)) kept.push('redis')
     if (next.prefix !== running.prefix) kept.push('redis.prefix')
     if (next.commandTimeoutMs !== running.commandTimeoutMs) kept.push('redis.commandTimeoutMs')
+    if (next.lean !== running.lean) kept.push('lean')
+    if (next.logFormat !== running.logFormat) kept.push('logFormat')
     const applied: GatewayConfig = {
       ...next,
       host: running.host,
@@ -230,6 +238,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       store: running.store,
       prefix: running.prefix,
       commandTimeoutMs: running.commandTimeoutMs,
+      lean: running.lean,
+      logFormat: running.logFormat,
     }
     const nextRoutes = buildRoutes(applied, store, coreLogger)
     metrics.addRoutes(applied.routes.map((route) => route.name))
@@ -244,8 +254,24 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     return { kept }
   }
 
-  async function listen(): Promise<{ url: string; adminUrl: string | undefined }> {
-    if (redis) await checkRedisAccess(store, redis, config.prefix, logger)
+  async function listen(): Promise<{ url: string; adminUrl: string | undefined; store: StoreState }> {
+    const unanswered = redis ? await checkRedisAccess(store, redis, config.prefix) : undefined
+    if (unanswered !== undefined) {
+      // Known down from the start: the first requests are answered by the outage policy at once, as
+      // later ones are, instead of each waiting commandTimeoutMs; the probe notices Redis come back.
+      const cause = unanswered instanceof Error ? unanswered : new Error(String(unanswered))
+      health.failed(
+        cause instanceof StoreUnavailableError
+          ? cause
+          : new StoreUnavailableError(`Redis did not answer: ${cause.message}`, { cause }),
+        coreLogger,
+      )
+      const off = health.onChange((down) => {
+        if (down) return
+        off()
+        if (!ctx.draining) logger.info('tollgate ready: Redis answers')
+      })
+    }
     server.listen(config.port, config.host)
     await once(server, 'listening')
     let adminUrl: string | undefined
@@ -254,7 +280,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       await once(admin, 'listening')
       adminUrl = urlOf(admin)
     }
-    return { url: urlOf(server), adminUrl }
+    const state: StoreState = !health.down ? 'up' : allFailOpen() ? 'down, failing open' : 'down'
+    return { url: urlOf(server), adminUrl, store: state }
   }
 
   /** Resolves when no request or tunnel is open, or after `ms` (false then). */

@@ -33,11 +33,15 @@ export type ExpressRejectionHandler = (
 ) => void
 export type ExpressSemaphoreOptions = WithHandler<
   SemaphoreMiddlewareOptions<ExpressLikeRequest>,
-  ExpressRejectionHandler
+  ExpressRejectionHandler,
+  ExpressLikeRequest,
+  ServerResponse
 >
 export type ExpressRwlockOptions = WithHandler<
   RwlockMiddlewareOptions<ExpressLikeRequest>,
-  ExpressRejectionHandler
+  ExpressRejectionHandler,
+  ExpressLikeRequest,
+  ServerResponse
 >
 
 declare module 'node:http' {
@@ -79,7 +83,7 @@ export function expressAdapter(admission: Admission<ExpressLikeRequest>): Expres
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as ExpressRejectionHandler | undefined
   const middleware = (req: ExpressLikeRequest, res: ServerResponse, next: Next): void => {
-    admitWatched(admission, req, res).then(
+    admitWatched(admission, req, res, res).then(
       (watched) => {
         if (watched.outcome === 'gone') return
         if (watched.outcome === 'skipped') return next()

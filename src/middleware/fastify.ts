@@ -49,11 +49,15 @@ export type FastifyRejectionHandler = (
 ) => unknown
 export type FastifySemaphoreOptions = WithHandler<
   SemaphoreMiddlewareOptions<FastifyRequest>,
-  FastifyRejectionHandler
+  FastifyRejectionHandler,
+  FastifyRequest,
+  FastifyReply
 >
 export type FastifyRwlockOptions = WithHandler<
   RwlockMiddlewareOptions<FastifyRequest>,
-  FastifyRejectionHandler
+  FastifyRejectionHandler,
+  FastifyRequest,
+  FastifyReply
 >
 
 /**
@@ -88,7 +92,7 @@ export function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTol
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as FastifyRejectionHandler | undefined
   const onRequest: TollgateOnRequest = (request, reply, done) => {
-    admitWatched(admission, request, reply.raw).then(
+    admitWatched(admission, request, reply.raw, reply).then(
       (watched) => {
         // The client left: `done` is never called, so Fastify runs neither the body parser nor the
         // handler for it (its onResponse hooks still run when the raw response closes).

@@ -31,8 +31,12 @@ export type HonoRejectionHandler = (
   next: Next,
   rejection: Rejection,
 ) => Response | void | Promise<Response | void>
-export type HonoSemaphoreOptions = WithHandler<SemaphoreMiddlewareOptions<Context>, HonoRejectionHandler>
-export type HonoRwlockOptions = WithHandler<RwlockMiddlewareOptions<Context>, HonoRejectionHandler>
+export type HonoSemaphoreOptions = WithHandler<
+  SemaphoreMiddlewareOptions<Context>,
+  HonoRejectionHandler,
+  Context
+>
+export type HonoRwlockOptions = WithHandler<RwlockMiddlewareOptions<Context>, HonoRejectionHandler, Context>
 
 /**
  * Cap the requests in flight: `app.use(semaphore(10))`, or per bucket with `key`. A request takes a

@@ -35,8 +35,16 @@ export type KoaRejectionHandler = (
   next: () => Promise<unknown>,
   rejection: Rejection,
 ) => unknown
-export type KoaSemaphoreOptions = WithHandler<SemaphoreMiddlewareOptions<KoaLikeContext>, KoaRejectionHandler>
-export type KoaRwlockOptions = WithHandler<RwlockMiddlewareOptions<KoaLikeContext>, KoaRejectionHandler>
+export type KoaSemaphoreOptions = WithHandler<
+  SemaphoreMiddlewareOptions<KoaLikeContext>,
+  KoaRejectionHandler,
+  KoaLikeContext
+>
+export type KoaRwlockOptions = WithHandler<
+  RwlockMiddlewareOptions<KoaLikeContext>,
+  KoaRejectionHandler,
+  KoaLikeContext
+>
 
 /**
  * Cap the requests in flight: `app.use(semaphore(10))`, or per bucket with `key`. The permit covers
@@ -63,6 +71,9 @@ export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware 
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as KoaRejectionHandler | undefined
   const middleware = async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {
+    // What the response was before the onRejected hook could set it (a Koa hook answers through ctx).
+    const status = ctx.status
+    const body = ctx.body
     const watched = await admitWatched(admission, ctx, ctx.res)
     if (watched.outcome === 'gone') return
     if (watched.outcome === 'skipped') {
@@ -75,8 +86,9 @@ export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware 
         await handler(ctx, next, watched.rejection)
         return
       }
-      // The onRejected hook may have answered itself.
+      // The onRejected hook may have answered itself: on the socket, or by setting ctx.
       if (ctx.res.headersSent || ctx.res.writableEnded || !watched.answer) return
+      if (ctx.status !== status || ctx.body !== body) return
       ctx.status = watched.answer.status
       ctx.set(mergeHeaders(answerHeaders(watched.answer), existing, standardHeaders))
       ctx.body = watched.answer.body

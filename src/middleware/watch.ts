@@ -9,11 +9,20 @@ import type { StandardHeaders } from '../admission/options.js'
 import type { HttpAnswer } from '../admission/response.js'
 import { whenLost } from '../core/client/lease.js'
 
-/** An adapter's options: the engine's, with the `handler` option typed for the framework. */
-export type WithHandler<Options, Handler> = Omit<Options, 'handler'> & {
+/** An adapter's options: the engine's, with the `handler` option and the onRejected hook typed for
+ * the framework (`Res`: the response object the hook gets third, where its request has none). */
+export type WithHandler<Options, Handler, Req = never, Res = undefined> = Omit<
+  Options,
+  'handler' | 'onRejected'
+> & {
   /** Send the rejection yourself instead of the default answer; the framework's middleware arguments,
    * then the Rejection. The onRejected hook has run before. */
   handler?: Handler
+  /** Called before the rejection is sent. It may answer itself, the framework's way (Express:
+   * `res.status(420).send(...)`; Koa: set `ctx.status` and `ctx.body`; Fastify:
+   * `reply.code(420).send(...)`; Hono: `c.res = c.text(..., 420)`): what it sets is the response.
+   * Synchronously: an async hook's answer comes after the default one. */
+  onRejected?: (req: Req, rejection: Rejection, res: Res) => void
 }
 
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */
@@ -63,6 +72,9 @@ export async function admitWatched<Req>(
   admission: Admission<Req>,
   req: Req,
   res: WatchedResponse,
+  /** The third argument of the onRejected hook (the framework's response object, if its request has
+   * none). */
+  hookRes?: unknown,
 ): Promise<Watched> {
   if (admission.config.skip && (await admission.skips(req))) return { outcome: 'skipped' }
   // Without this check a permit taken now would never be released: 'close' has already been emitted.
@@ -88,7 +100,7 @@ export async function admitWatched<Req>(
   if (result.outcome === 'rejected') {
     if (gone.aborted) return { outcome: 'gone' }
     const { rejection } = result
-    admission.notifyRejected(req, rejection)
+    admission.notifyRejected(req, rejection, hookRes)
     const answer = admission.config.handler ? undefined : admission.rejectionResponse(rejection, req)
     return { outcome: 'rejected', rejection, answer }
   }
@@ -111,12 +123,15 @@ const LIST_HEADERS = new Set(['ratelimit-policy', 'ratelimit'])
 
 /**
  * The headers to set for `headers` on a response that may already carry an outer middleware's:
- * RateLimit-Policy and RateLimit entries of draft-8 are named, so ours join the list (an entry already
- * there is not repeated); draft-7 has room for one policy, and the outer one is kept. Every other
- * header replaces what is there. `ours` says where this middleware stands: 'inner' when the existing
- * value is an outer middleware's (it wrote first: Express, Koa, Fastify), 'outer' when it is an inner
- * one's (Hono, where middlewares write after the handler, innermost first). Either way the outer
- * policy comes first.
+ * RateLimit-Policy and RateLimit entries of draft-8 are named, so ours join the list; draft-7 has room
+ * for one policy, and the outer one is kept. Every other header replaces what is there. `ours` says
+ * where this middleware stands: 'inner' when the existing value is an outer middleware's (it wrote
+ * first: Express, Koa, Fastify), 'outer' when it is an inner one's (Hono, where middlewares write
+ * after the handler, innermost first). Either way the outer policy comes first.
+ *
+ * Two stacked policies of one name (two unnamed middlewares, both 'default') stay two entries: the
+ * second one written is listed as 'default-2' (then -3, ...) in this response only. Its buckets keep
+ * their name; the suffix counts policies on the request, never middlewares in the process.
  */
 export function mergeHeaders(
   headers: Record<string, string>,
@@ -125,22 +140,49 @@ export function mergeHeaders(
   ours: 'inner' | 'outer' = 'inner',
 ): Record<string, string> {
   const merged: Record<string, string> = {}
+  let rename: Renamer | undefined
   for (const [name, value] of Object.entries(headers)) {
     if (!LIST_HEADERS.has(name.toLowerCase())) {
       merged[name] = value
       continue
     }
-    const current = existing(name)
-    const list = Array.isArray(current) ? current.join(', ') : typeof current === 'string' ? current : ''
+    const list = listValue(existing(name))
     // Appending needs both entries to be draft-8 (named); a draft-7 value on either side has room for
     // one policy only: the outer one stays.
     const bothNamed = draft === 'draft-8' && list.trimStart().startsWith('"')
     if (list.trim() === '') merged[name] = value
     else if (!bothNamed) merged[name] = ours === 'inner' ? list : value
-    else if (list.split(/,\s*/).includes(value)) merged[name] = list
-    else merged[name] = ours === 'inner' ? `${list}, ${value}` : `${value}, ${list}`
+    else {
+      rename ??= renamer(value, listValue(existing('RateLimit-Policy')))
+      // The entry written second is the one renamed: ours when inner, the inner one's when outer.
+      merged[name] = ours === 'inner' ? `${list}, ${rename.entry(value)}` : `${value}, ${rename.list(list)}`
+    }
   }
   return merged
+}
+
+function listValue(current: unknown): string {
+  return Array.isArray(current) ? current.join(', ') : typeof current === 'string' ? current : ''
+}
+
+interface Renamer {
+  /** Our entry, under the free name if its name is taken. */
+  entry(value: string): string
+  /** A list whose entries of our name take the free name. */
+  list(value: string): string
+}
+
+/** When the response's RateLimit-Policy already lists our policy's name, the first free
+ * `<name>-<n>` (n from 2) for whichever of the two entries is written second. */
+function renamer(value: string, policies: string): Renamer {
+  const ours = /^"([^"]*)"/.exec(value)?.[1]
+  const taken = new Set([...policies.matchAll(/(?:^|,)\s*"([^"]*)"/g)].map((m) => m[1]))
+  if (ours === undefined || !taken.has(ours)) return { entry: (v) => v, list: (v) => v }
+  let n = 2
+  while (taken.has(`${ours}-${n}`)) n++
+  const free = `"${ours}-${n}"`
+  const named = new RegExp(`(^|,\\s*)"${ours.replace(/[.*+?^${}()|[\]\\/-]/g, '\\$&')}"`, 'g')
+  return { entry: (v) => free + v.slice(ours.length + 2), list: (v) => v.replace(named, `$1${free}`) }
 }
 
 const encoder = new TextEncoder()

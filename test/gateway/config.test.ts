@@ -99,7 +99,7 @@ describe('gateway flags', () => {
       ttlMs: 1000,
       shutdownGraceMs: 0,
       logLevel: 'warn',
-      trustProxy: true,
+      trustProxy: 1,
       commandTimeoutMs: 505,
       paths: { mergeSlashes: false, escapedSlashes: 'keep' },
     })

@@ -208,7 +208,7 @@ routes:
     await eventually(() => upstream.probe.holders.length === 1)
     const rejected = await Promise.all([get('/work'), get('/work')])
     expect(rejected.map((r) => r.status)).toEqual([503, 503])
-    expect(JSON.parse(rejected[0]!.body)).toMatchObject({ reason: 'timeout' })
+    expect(JSON.parse(rejected[0]!.body)).toMatchObject({ reason: 'busy' })
     upstream.probe.holders.shift()!()
     expect((await holder).status).toBe(200)
     for (let i = 0; i < 3; i++) expect((await get('/work?ms=1')).status).toBe(200)
@@ -216,7 +216,7 @@ routes:
     const text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
     const value = (name: string, labels: Record<string, string>) => metric(text, name, labels)
     expect(value('tollgate_admitted_total', { route: 'api' })).toBe(4)
-    expect(value('tollgate_rejected_total', { route: 'api', reason: 'timeout' })).toBe(2)
+    expect(value('tollgate_rejected_total', { route: 'api', reason: 'busy' })).toBe(2)
     expect(value('tollgate_rejected_total', { route: 'api', reason: 'queue_full' })).toBe(0)
     expect(value('tollgate_wait_seconds_count', { route: 'api' })).toBe(4)
     expect(value('tollgate_requests_in_flight', { route: 'api' })).toBe(0)
@@ -283,6 +283,55 @@ routes:
     } finally {
       await redis.stop()
     }
+  }, 30_000)
+
+  it('G14: started while Redis is down, it says so, answers the first request by the outage policy at once, and becomes ready when Redis answers', async () => {
+    const port = await freePort()
+    const upstream = await startUpstream()
+    // It used to log "tollgate ready" and keep the first request 2 s (the access check, then that
+    // request's own command timeout) before its 503.
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, 'down-at-start'),
+      '--redis',
+      `redis://127.0.0.1:${port}`,
+    ])
+    const messages = () => gateway.logs().map((line) => line.msg)
+    expect(messages()).toContain(
+      'tollgate waiting for Redis: limits without failOpen answer 503 until it answers',
+    )
+    expect(messages()).not.toContain('tollgate ready')
+    expect((await fetch(`${gateway.adminUrl}/readyz`)).status).toBe(503)
+    const started = Date.now()
+    const first = await fetch(`${gateway.url}/work?ms=1`)
+    expect(Date.now() - started).toBeLessThan(500)
+    expect(first.status).toBe(503)
+    expect(JSON.parse(await first.text())).toMatchObject({ reason: 'store_unavailable' })
+    expect(upstream.probe.entered).toBe(0)
+    const redis = await startRedisServer({ port })
+    try {
+      await eventually(() => messages().includes('tollgate ready: Redis answers'), 10_000, 50)
+      expect((await fetch(`${gateway.adminUrl}/readyz`)).status).toBe(200)
+      expect((await fetch(`${gateway.url}/work?ms=1`)).status).toBe(200)
+    } finally {
+      await redis.stop()
+    }
+  }, 30_000)
+
+  it('started while Redis is down with failOpen, it says it is ready and failing open', async () => {
+    const port = await freePort()
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, 'fail-open-at-start'),
+      '--fail-open',
+      '--redis',
+      `redis://127.0.0.1:${port}`,
+    ])
+    expect(gateway.logs().map((line) => line.msg)).toContain(
+      'tollgate ready, failing open: Redis does not answer; requests pass unlimited',
+    )
+    const started = Date.now()
+    expect((await fetch(`${gateway.url}/work?ms=1`)).status).toBe(200)
+    expect(Date.now() - started).toBeLessThan(500)
   }, 30_000)
 
   it('exits 2 and names the flag or config path for bad flags and bad config', async () => {

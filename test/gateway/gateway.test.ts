@@ -92,6 +92,44 @@ describe('createGateway()', () => {
     expect(seen['x-forwarded-for']).toBe('10.1.2.3, 127.0.0.1')
   })
 
+  it('G13: trusted proxies by hops or by address: --per ip buckets by the client behind two proxies', async () => {
+    // Before, trustProxy was all or nothing: one hop, so behind two proxies every client shared the
+    // inner proxy's bucket.
+    const upstream = await startUpstream()
+    const viaTwoProxies = (client: string) => ({ 'x-forwarded-for': `${client}, 10.0.0.2` })
+    const concurrency = { permits: 1, per: 'ip', maxWaitMs: 0 }
+    for (const trustProxy of [2, ['loopback', '10.0.0.0/8']] as const) {
+      const { url } = await start({ trustProxy, defaults: { upstream: upstream.url, concurrency } })
+      const held = get(`${url}/work?ms=400`, viaTwoProxies('203.0.113.7'))
+      await eventually(() => upstream.probe.inside === 1)
+      // Another client behind the same proxies has a bucket of its own; the same client does not.
+      expect((await get(`${url}/work?ms=1`, viaTwoProxies('198.51.100.9'))).status).toBe(200)
+      expect((await get(`${url}/work?ms=1`, viaTwoProxies('203.0.113.7'))).status).toBe(429)
+      // A client that forges entries left of its own address is still bucketed by its address.
+      expect((await get(`${url}/work?ms=1`, viaTwoProxies('1.1.1.1, 203.0.113.7'))).status).toBe(429)
+      expect((await held).status).toBe(200)
+    }
+    // One hop (true): the inner proxy's address is the client's, for both clients.
+    const { url } = await start({ trustProxy: true, defaults: { upstream: upstream.url, concurrency } })
+    const held = get(`${url}/work?ms=400`, viaTwoProxies('203.0.113.7'))
+    await eventually(() => upstream.probe.inside === 1)
+    expect((await get(`${url}/work?ms=1`, viaTwoProxies('198.51.100.9'))).status).toBe(429)
+    expect((await held).status).toBe(200)
+  })
+
+  it('G13: a peer outside the trusted ranges cannot set the client address or keep its X-Forwarded-For', async () => {
+    const upstream = await startUpstream()
+    const { url } = await start({ trustProxy: ['10.0.0.0/8'], defaults: { upstream: upstream.url } })
+    const seen = JSON.parse((await get(`${url}/headers`, { 'x-forwarded-for': '10.1.2.3' })).body)
+    expect(seen['x-forwarded-for']).toBe('127.0.0.1') // the connection's own, as at the edge
+    const refused = await start({ trustProxy: ['10.0.0.0/33'], defaults: { upstream: upstream.url } }).catch(
+      (error: Error) => error.message,
+    )
+    expect(refused).toContain(
+      'trustProxy: expected an IP address, a CIDR range, loopback, linklocal or uniquelocal (got "10.0.0.0/33")',
+    )
+  })
+
   it('G13: routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {
     const [a, b, c] = await Promise.all([startUpstream(), startUpstream(), startUpstream()])
     const { url } = await start({
@@ -146,7 +184,7 @@ describe('createGateway()', () => {
     // Tenant ids stay out of metrics: only route labels.
     const metrics = await gateways[0]!.metrics.registry.metrics()
     expect(metrics).not.toContain('small')
-    expect(metrics).toContain('tollgate_rejected_total{route="default",reason="timeout"} 1')
+    expect(metrics).toContain('tollgate_rejected_total{route="default",reason="busy"} 1')
     await connectStandalone().ping() // the Redis store was really used
   })
 
@@ -178,7 +216,7 @@ describe('createGateway()', () => {
     await eventually(() => upstream.probe.holders.length === 2) // both readers are in
     const write = await get(`${url}/docs/1/work?ms=1`, {}, 'PUT')
     expect(write.status).toBe(429)
-    expect(JSON.parse(write.body)).toMatchObject({ reason: 'timeout' })
+    expect(JSON.parse(write.body)).toMatchObject({ reason: 'busy' })
     expect((await get(`${url}/docs/2/work?ms=1`, {}, 'PUT')).status).toBe(200)
     for (const done of upstream.probe.holders.splice(0)) done()
     expect((await Promise.all(reads)).map((r) => r.status)).toEqual([200, 200])

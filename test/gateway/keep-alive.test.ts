@@ -120,7 +120,9 @@ describe('permit keep-alive in one replica', () => {
       const client = connectTo(redis)
       const scripts = async () =>
         (await commandCount(client, 'evalsha')) + (await commandCount(client, 'eval'))
-      const run = async (extra: string[]) => {
+      /** Script calls for 30 sequential requests; `atLeast`: wait until that many reached Redis (the
+       * last request's release goes out after its response, so it may still be on its way). */
+      const run = async (extra: string[], atLeast = 0) => {
         const gateway = await spawnGateway([
           ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
           '--redis',
@@ -131,13 +133,15 @@ describe('permit keep-alive in one replica', () => {
         ])
         const before = await scripts()
         for (let i = 0; i < 30; i++) expect((await fetch(`${gateway.url}/work?ms=1`)).status).toBe(200)
+        if (atLeast > 0)
+          await eventually(async () => (await scripts()) - before >= atLeast, 3000).catch(() => {})
         const calls = (await scripts()) - before
         gateway.kill('SIGTERM')
         await gateway.exited
         return calls
       }
       const kept = await run(['--permit-keepalive-ms', '10000'])
-      const plain = await run([])
+      const plain = await run([], 60)
       expect(plain).toBeGreaterThanOrEqual(60) // an acquire and a release per request
       expect(kept).toBe(1) // one acquire; the release comes at SIGTERM, after the count
     } finally {

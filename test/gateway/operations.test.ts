@@ -2,10 +2,12 @@
 // --watch-config reloads, the admin /limits API (fleet-wide through Redis, token-guarded beyond
 // loopback), the pino-http style access log with request ids, trace headers passed through, and the
 // operational metrics.
+import { readFileSync } from 'node:fs'
 import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually } from '../helpers/contract.js'
 import {
@@ -28,6 +30,7 @@ afterAll(async () => {
 })
 
 const prefix = () => uniquePrefix().slice(0, -1)
+const ROOT = fileURLToPath(new URL('../..', import.meta.url))
 const TOKEN = 'test-admin-token-0123456789'
 
 async function writeFileIn(name: string, text: string): Promise<string> {
@@ -108,11 +111,62 @@ describe('environment variables', () => {
     const text = help.stdout()
     const flags = [...text.matchAll(/^ {2}(?:-h, )?--([a-z-]+)/gm)].map((m) => m[1] as string)
     expect(flags.length).toBeGreaterThan(30)
-    for (const flag of flags.filter((f) => f !== 'help' && f !== 'version')) {
+    for (const flag of flags.filter((f) => !['help', 'version', 'example-config'].includes(f))) {
       const name =
         flag === 'redis' ? 'TOLLGATE_REDIS_URL' : `TOLLGATE_${flag.toUpperCase().replace(/-/g, '_')}`
       expect(text, flag).toContain(name)
     }
+  })
+})
+
+describe('the first hour', () => {
+  it('--example-config prints the shipped example, which starts as it is (the docs run it from an installed package)', async () => {
+    const printed = runGateway(['--example-config'])
+    expect(await printed.exited).toEqual({ code: 0, signal: null })
+    const example = readFileSync(path.join(ROOT, 'examples/gateway.yaml'), 'utf8')
+    expect(printed.stdout()).toBe(example.trimEnd() + '\n')
+    const file = await writeFileIn('tollgate.yaml', printed.stdout())
+    const gateway = await spawnGateway([
+      '--config',
+      file,
+      '--port',
+      '0',
+      '--admin-port',
+      '0',
+      '--prefix',
+      prefix(),
+    ])
+    expect(gateway.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+  })
+
+  it('--log-format pretty writes readable lines (pino-pretty); json stays the default', async () => {
+    const recorder = await startRecorder()
+    const pretty = runGateway([...baseFlags(recorder.url, prefix()), '--log-format', 'pretty'])
+    await eventually(() => /INFO.*tollgate ready/.test(pretty.stderr()), 15_000)
+    expect(pretty.stderr()).not.toMatch(/^\{/m)
+    const json = await spawnGateway(baseFlags(recorder.url, prefix()))
+    expect(json.logs().map((line) => line.msg)).toContain('tollgate ready')
+    const bad = runGateway([...baseFlags(recorder.url, prefix()), '--log-format', 'xml'])
+    expect(await bad.exited).toEqual({ code: 2, signal: null })
+    expect(bad.stderr()).toContain('--log-format: expected json or pretty (got "xml")')
+  })
+
+  it('--lean off and `lean: false` turn the lean paths off (said in the ready line)', async () => {
+    const recorder = await startRecorder()
+    const file = await writeFileIn('not-lean.yaml', `lean: false\ndefaults: { upstream: ${recorder.url} }\n`)
+    for (const args of [
+      [...baseFlags(recorder.url, prefix()), '--lean', 'off'],
+      ['--config', file, '--port', '0', '--admin-port', '0', '--prefix', prefix()],
+    ]) {
+      const gateway = await spawnGateway(args)
+      expect((await fetch(`${gateway.url}/x`)).status).toBe(200)
+      expect(gateway.logs().find((line) => line.msg === 'tollgate ready')).toMatchObject({ lean: false })
+    }
+    const lean = await spawnGateway(baseFlags(recorder.url, prefix()))
+    expect(lean.logs().find((line) => line.msg === 'tollgate ready')).toMatchObject({ lean: true })
+    const bad = runGateway([...baseFlags(recorder.url, prefix()), '--lean', 'no'])
+    expect(await bad.exited).toEqual({ code: 2, signal: null })
+    expect(bad.stderr()).toContain('--lean: expected on or off (got "no")')
   })
 })
 
@@ -422,7 +476,7 @@ routes:
     expect(first?.responseTime).toBeGreaterThanOrEqual(first?.upstreamMs ?? Infinity)
     expect(second?.req.id).toBe(id)
     const rejection = accessLines(gateway).find((line) => line.res.statusCode === 503)
-    expect(rejection).toMatchObject({ rejected: 'timeout', route: 'svc' })
+    expect(rejection).toMatchObject({ rejected: 'busy', route: 'svc' })
     expect(rejection?.upstreamStatus).toBeUndefined()
     expect(fifth).toBeDefined()
   }, 30_000)

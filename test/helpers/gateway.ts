@@ -75,7 +75,7 @@ export async function spawnGateway(args: string[], options: RunOptions = {}): Pr
   for (;;) {
     const listening = /tollgate listening on (\S+)/.exec(run.stdout())?.[1]
     // The admin URL is in the info-level "tollgate ready" line, absent with a quieter --log-level.
-    const ready = run.logs().find((line) => line.msg === 'tollgate ready')
+    const ready = run.logs().find((line) => /^tollgate (ready|waiting)/.test(String(line.msg)))
     if (listening && (ready || args.includes('--log-level'))) {
       return { ...run, url: listening, adminUrl: ready?.adminUrl as string | undefined }
     }

@@ -214,7 +214,7 @@ for (const adapter of ADAPTERS) {
         leaving.destroy()
         await eventually(() => app.probe.socketsClosed === closed + 1) // the server saw it leave
         ts.resume() // the store answers "busy": a rejection for a client that is gone
-        await eventually(() => app.counters.rejected.timeout === 1)
+        await eventually(() => app.counters.rejected.busy === 1)
         await sleep(20)
         expect(app.rejectedHook).toBe(0) // not reported as rejected, nothing written
         expect((await leaving.done).complete).toBe(false)
@@ -305,6 +305,81 @@ for (const adapter of ADAPTERS) {
         releaseHolders(app)
         expect(await streaming.done).toEqual({ complete: true, body: 'start\nend\n' })
         await settled(app, ts, policy, ledger)
+      })
+
+      it("maxWaitMs 0: rejected at once as 'busy' (nothing waited), in the body, the counters and the hook", async () => {
+        const { app, ts, policy, ledger } = await start({ permits: 1, maxWaitMs: 0 })
+        const holder = get(`${app.url}/hold`)
+        await eventually(() => app.probe.holders.length === 1)
+        const rejected = await get(`${app.url}/fast`)
+        expect(shape(rejected)).toEqual(rejection(policy, 503, 'busy'))
+        expect(app.hookReasons).toEqual(['busy'])
+        expect(app.counters.rejected).toMatchObject({ busy: 1, timeout: 0 })
+        releaseHolders(app)
+        expect((await holder).status).toBe(200)
+        await settled(app, ts, policy, ledger)
+      })
+
+      it("onRejected answers the framework's way, and its answer is the response", async () => {
+        const { app, ts, policy, ledger } = await start({ permits: 1, maxWaitMs: 0, onRejected: 'answer' })
+        const holder = get(`${app.url}/hold`)
+        await eventually(() => app.probe.holders.length === 1)
+        const rejected = await get(`${app.url}/fast`)
+        expect([rejected.status, rejected.body]).toEqual([420, 'hook:busy'])
+        expect(app.rejectedHook).toBe(1)
+        releaseHolders(app)
+        expect((await holder).status).toBe(200)
+        await settled(app, ts, policy, ledger)
+      })
+
+      it("G1: unnamed middlewares of several apps on one store share the bucket 'default'", async () => {
+        // express-rate-limit's "should refuse additional connections once the max is reached", across
+        // app instances of one fleet: names went by creation order ('default-2', ...), a cap per app.
+        const ts = testStore(storeKind)
+        const ledger = new LeaseLedger('default')
+        const apps: AdapterApp[] = []
+        for (let i = 0; i < 3; i++)
+          apps.push(
+            await startAdapterApp(adapter, { options: { permits: 1, maxWaitMs: 0, store: ts.store } }),
+          )
+        const [first, ...others] = apps as [AdapterApp, ...AdapterApp[]]
+        const holder = get(`${first.url}/hold`)
+        await eventually(() => first.probe.holders.length === 1)
+        for (const other of others)
+          expect(shape(await get(`${other.url}/fast`))).toEqual(rejection('default', 503, 'busy'))
+        releaseHolders(first)
+        const held = await holder
+        expect(held.headers.get('ratelimit-policy')).toBe('"default";q=1;qu="concurrent-requests"')
+        await eventually(
+          async () =>
+            (await bucketStats(ts, 'default')).holders === 0 &&
+            apps.every((app) => app.counters.inFlight === 0) &&
+            ledger.released === ledger.acquired,
+        )
+        expect(ledger.acquired).toBe(1)
+      })
+
+      it('stacked unnamed middlewares: one name in the store, two entries in the headers', async () => {
+        const ts = testStore(storeKind)
+        const app = await startAdapterApp(adapter, {
+          options: { permits: 1, maxWaitMs: 0, store: ts.store, key: 'tenant' },
+          outer: { permits: 10, maxWaitMs: 0, store: ts.store },
+        })
+        const holder = get(`${app.url}/hold`, { 'x-tenant': 'acme' })
+        await eventually(() => app.probe.holders.length === 1)
+        // In the store: the outer policy's global bucket and the inner one's tenant bucket, both 'default'.
+        expect((await bucketStats(ts, 'default')).holders).toBe(1)
+        expect((await bucketStats(ts, 'default', 'acme')).holders).toBe(1)
+        releaseHolders(app)
+        const answer = await holder
+        expect(answer.status).toBe(200)
+        expect(answer.headers.get('ratelimit-policy')).toBe(
+          '"default";q=10;qu="concurrent-requests", "default-2";q=1;qu="concurrent-requests"',
+        )
+        expect(answer.headers.get('ratelimit')).toBe('"default";r=9, "default-2";r=0')
+        await eventually(
+          async () => app.counters.inFlight === 0 && (await bucketStats(ts, 'default', 'acme')).holders === 0,
+        )
       })
 
       it('stacked middlewares list both policies, the outer one first', async () => {
@@ -398,7 +473,7 @@ for (const adapter of ADAPTERS) {
       const object = await get(`${json.app.url}/fast`)
       expect([object.status, JSON.parse(object.body), object.headers.get('content-type')]).toEqual([
         503,
-        { busy: true, why: 'timeout' },
+        { busy: true, why: 'busy' },
         'application/json; charset=utf-8',
       ])
       await json.done(held)
@@ -408,7 +483,7 @@ for (const adapter of ADAPTERS) {
       const { app, saturate, done } = await start({ permits: 1, maxWaitMs: 0, handler: 'teapot' })
       const held = await saturate()
       const custom = await get(`${app.url}/fast`)
-      expect([custom.status, custom.body]).toEqual([418, 'custom:timeout'])
+      expect([custom.status, custom.body]).toEqual([418, 'custom:busy'])
       expect(app.rejectedHook).toBe(1)
       await done(held)
     })

@@ -35,7 +35,7 @@ for (const storeKind of STORE_KINDS) {
       expect(second.headers.get('ratelimit-policy')).toBe(
         '"global";q=100;qu="concurrent-requests", "reports";q=1;qu="concurrent-requests"',
       )
-      expect(await second.json()).toMatchObject({ reason: 'timeout' })
+      expect(await second.json()).toMatchObject({ reason: 'busy' })
       // Other routes are under the global cap only.
       const health = await fetch(`${base}/health`)
       expect([health.status, health.headers.get('ratelimit')]).toEqual([200, '"global";r=98'])

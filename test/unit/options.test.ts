@@ -67,12 +67,33 @@ describe('options', () => {
     expect(() => semaphoreAdmission({ permits: 1, ...extra } as never)).toThrow(`"${option}"`)
   })
 
-  it('gives each unnamed instance its own name, so stacked policies neither share keys nor headers', () => {
-    const first = semaphoreAdmission({ permits: 1, store: createMemoryStore() })
-    const second = semaphoreAdmission({ permits: 1, store: createMemoryStore() })
-    expect(first.config.name).not.toBe(second.config.name)
-    expect(second.config.name).toMatch(/^default-\d+$/)
-    expect(semaphoreAdmission({ permits: 1, name: 'api' }).config).toMatchObject({ name: 'api', named: true })
+  it("every unnamed instance is 'default' (never numbered by creation order); a second one on a store warns once", async () => {
+    const warnings: Error[] = []
+    const onWarning = (warning: Error) => warnings.push(warning)
+    process.on('warning', onWarning)
+    try {
+      const store = createMemoryStore()
+      const names = [1, 2, 3].map(
+        () => semaphoreAdmission({ permits: 1, store: createMemoryStore() }).config.name,
+      )
+      expect(names).toEqual(['default', 'default', 'default'])
+      expect(semaphoreAdmission({ permits: 1, name: 'api' }).config).toMatchObject({
+        name: 'api',
+        named: true,
+      })
+      semaphoreAdmission({ permits: 1, store })
+      rwlockAdmission({ store }, { method: () => 'GET', path: () => '/' }) // another kind: other keys
+      await new Promise((resolve) => setImmediate(resolve)) // warnings are emitted on the next tick
+      expect(warnings.filter((w) => (w as { code?: string }).code === 'TOLLGATE_UNNAMED_POLICY')).toEqual([])
+      semaphoreAdmission({ permits: 2, store })
+      semaphoreAdmission({ permits: 3, store })
+      await new Promise((resolve) => setImmediate(resolve))
+      const said = warnings.filter((w) => (w as { code?: string }).code === 'TOLLGATE_UNNAMED_POLICY')
+      expect(said).toHaveLength(1)
+      expect(said[0]!.message).toContain('share one store')
+    } finally {
+      process.off('warning', onWarning)
+    }
   })
 
   it("a client's key '*' gets its own bucket, not the unkeyed one of the same name", async () => {
@@ -187,11 +208,7 @@ describe('RateLimit headers and rejections', () => {
     for (const [message, type, body] of [
       ['busy, try later', 'text/plain; charset=utf-8', 'busy, try later'],
       [{ code: 'BUSY' }, 'application/json; charset=utf-8', '{"code":"BUSY"}'],
-      [
-        (req: string, r: { reason: string }) => `${req}:${r.reason}`,
-        'text/plain; charset=utf-8',
-        'me:timeout',
-      ],
+      [(req: string, r: { reason: string }) => `${req}:${r.reason}`, 'text/plain; charset=utf-8', 'me:busy'],
     ] as const) {
       const admission = make(message)
       await admission.admit('me', never)
@@ -221,7 +238,7 @@ describe('RateLimit headers and rejections', () => {
     const rejected = await admission.admit('b', never)
     if (rejected.outcome !== 'rejected') throw new Error('expected a rejection')
     const answer = admission.rejectionResponse(rejected.rejection, 'b')
-    expect(JSON.parse(answer.body)).toMatchObject({ reason: 'timeout' })
+    expect(JSON.parse(answer.body)).toMatchObject({ reason: 'busy' })
     expect(errors).toHaveLength(1)
     await store.close()
   })
@@ -272,16 +289,49 @@ describe('metrics on a prom-client registry', () => {
     })
     const b = semaphoreAdmission<string>({ permits: 5, store, name: 'search', metrics: { registry } })
     const held = await a.admit('r', never)
-    await a.admit('r', never) // rejected: timeout (maxWaitMs 0)
+    await a.admit('r', never) // rejected: busy (maxWaitMs 0: nothing waited)
     await b.admit('r', never)
     await new Promise((resolve) => setTimeout(resolve, 50)) // prom-client is imported on first use
     const text = await registry.metrics()
     expect(text).toContain('tollgate_policy_admitted_total{policy="exports"} 1')
     expect(text).toContain('tollgate_policy_admitted_total{policy="search"} 1')
-    expect(text).toContain('tollgate_policy_rejected_total{policy="exports",reason="timeout"} 1')
+    expect(text).toContain('tollgate_policy_rejected_total{policy="exports",reason="busy"} 1')
+    expect(text).toContain('tollgate_policy_rejected_total{policy="exports",reason="timeout"} 0')
     expect(text).toContain('tollgate_policy_in_flight{policy="exports"} 1')
     if (held.outcome === 'admitted') await a.release(held.info)
     expect(await registry.metrics()).toContain('tollgate_policy_in_flight{policy="exports"} 0')
+    await store.close()
+  })
+})
+
+describe('metrics: the wait histogram', () => {
+  it("tollgate_policy_wait_seconds: every admitted request, by policy, with the gateway's buckets", async () => {
+    const registry = new Registry()
+    const store = createMemoryStore()
+    const a = semaphoreAdmission<string>({
+      permits: 1,
+      store,
+      name: 'waits',
+      maxWaitMs: 5000,
+      metrics: { registry },
+    })
+    const first = await a.admit('r', never)
+    const second = a.admit('r', never) // waits for the first one's permit
+    await new Promise((resolve) => setTimeout(resolve, 120))
+    if (first.outcome === 'admitted') await a.release(first.info)
+    const admitted = await second
+    await new Promise((resolve) => setTimeout(resolve, 50)) // prom-client is imported on first use
+    const text = await registry.metrics()
+    expect(text).toContain('# TYPE tollgate_policy_wait_seconds histogram')
+    expect(text).toContain('tollgate_policy_wait_seconds_bucket{le="0.001",policy="waits"} 1')
+    expect(text).toContain('tollgate_policy_wait_seconds_bucket{le="0.1",policy="waits"} 1')
+    expect(text).toContain('tollgate_policy_wait_seconds_bucket{le="0.25",policy="waits"} 2')
+    expect(text).toContain('tollgate_policy_wait_seconds_bucket{le="+Inf",policy="waits"} 2')
+    expect(text).toContain('tollgate_policy_wait_seconds_count{policy="waits"} 2')
+    const { WAIT_BUCKETS } = await import('../../src/admission/histogram.js')
+    for (const le of WAIT_BUCKETS)
+      expect(text).toContain(`tollgate_policy_wait_seconds_bucket{le="${le}",policy="waits"}`)
+    if (admitted.outcome === 'admitted') await a.release(admitted.info)
     await store.close()
   })
 })

@@ -9,6 +9,7 @@ import {
   intIn,
   keepAlive,
   keyPrefix,
+  logFormat,
   logLevel,
   ms,
   per,
@@ -19,8 +20,16 @@ import {
   sentinelName,
   filePath,
   hostPort,
+  trustProxy as trustProxySchema,
 } from './schema.js'
-import { GATEWAY_DEFAULTS, GatewayConfigError, type LogLevel, type Per } from './types.js'
+import {
+  GATEWAY_DEFAULTS,
+  GatewayConfigError,
+  type LogFormat,
+  type LogLevel,
+  type Per,
+  type TrustProxy,
+} from './types.js'
 
 export interface GatewayFlags {
   upstream?: string
@@ -58,8 +67,12 @@ export interface GatewayFlags {
   shutdownGraceMs?: number
   failOpen?: boolean
   permitKeepAliveMs?: number
-  trustProxy?: boolean
+  trustProxy?: TrustProxy
   logLevel?: LogLevel
+  logFormat?: LogFormat
+  lean?: boolean
+  /** Print the example config file (every field, commented) and exit. */
+  exampleConfig?: boolean
   accessLogSample?: number
   config?: string
   watchConfig?: boolean
@@ -108,17 +121,21 @@ const FLAG_OPTIONS = {
   'fail-open': { type: 'boolean' },
   'permit-keepalive-ms': { type: 'string' },
   'trust-proxy': { type: 'boolean' },
+  'trusted-proxies': { type: 'string' },
   'log-level': { type: 'string' },
+  'log-format': { type: 'string' },
+  lean: { type: 'string' },
   'access-log-sample': { type: 'string' },
   config: { type: 'string' },
   'watch-config': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean' },
+  'example-config': { type: 'boolean' },
 } as const
 
 type FlagName = keyof typeof FLAG_OPTIONS
 /** Flags that only steer the command itself: no environment variable. */
-const NO_ENV: ReadonlySet<FlagName> = new Set(['help', 'version'])
+const NO_ENV: ReadonlySet<FlagName> = new Set(['help', 'version', 'example-config'])
 
 /** The environment variable of a flag: TOLLGATE_ and the flag in upper snake case (--redis is
  * TOLLGATE_REDIS_URL, as operators spell it). */
@@ -182,13 +199,22 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --fail-open                 let requests through while Redis is unavailable (default: reject with 503)
   --permit-keepalive-ms <n>   keep a finished request's permit up to n ms for the next request of its
                               bucket on this replica, fewer Redis calls; no fencing header (default 0: off)
-  --trust-proxy               take the client address from X-Forwarded-For
+  --trust-proxy               trust the proxy clients connect to: the client address is the last
+                              X-Forwarded-For entry (one hop; see --trusted-proxies)
+  --trusted-proxies <n|list>  trust n proxy hops, or the proxies at these addresses and CIDR ranges
+                              (e.g. 10.0.0.0/8,loopback): X-Forwarded-For is read from the right,
+                              past trusted proxies only (Express's trust proxy, nginx's set_real_ip_from)
   --log-level <level>         fatal|error|warn|info|debug|trace|silent (default ${GATEWAY_DEFAULTS.logLevel})
+  --log-format <json|pretty>  pretty: one readable line per log record, for a terminal (needs the
+                              pino-pretty package; default json)
+  --lean <on|off>             the lean HTTP paths on Node internals (docs/gateway.md, "Lean paths");
+                              off: every request through http.Server and undici (default on)
   --access-log-sample <0..1>  share of successful (< 400) requests written to the access log (default 1)
   --config <file>             YAML or JSON config file (routes, per-tenant overrides, ...); flags win
   --watch-config              reload the config file when it changes (SIGHUP always reloads it)
   -h, --help                  this text
   --version                   print the version
+  --example-config            print a config file with every field, commented, and exit
 
 Environment: every flag can be set as TOLLGATE_<FLAG>; flags win over the environment, the
 environment over the config file. Booleans take true/false/1/0.
@@ -269,6 +295,20 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
   ) => (raw === undefined ? undefined : checkFlag(label(flag), raw, raw, schema))
   const boolFlag = (flag: FlagName) => v[flag] as boolean | undefined
   const fileFlag = (flag: FlagName) => stringFlag(flag, filePath)
+  /** --trust-proxy (one hop) or --trusted-proxies (hops, or addresses and ranges), not both. */
+  const trustFlags = (): TrustProxy | undefined => {
+    const list = v['trusted-proxies'] as string | undefined
+    if (list === undefined) {
+      const one = boolFlag('trust-proxy')
+      return one === undefined ? undefined : one ? 1 : false
+    }
+    if (v['trust-proxy'] !== undefined)
+      throw new GatewayConfigError([
+        { path: label('trusted-proxies'), message: 'not with --trust-proxy (which is --trusted-proxies 1)' },
+      ])
+    const value = /^\d{1,3}$/.test(list.trim()) ? Number(list) : list.split(',').map((entry) => entry.trim())
+    return checkFlag(label('trusted-proxies'), list, value, trustProxySchema)
+  }
   const flags: GatewayFlags = {
     upstream: stringFlag('upstream', httpUrl),
     port: numberFlag('port', port),
@@ -312,13 +352,19 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     shutdownGraceMs: numberFlag('shutdown-grace-ms', ms(0)),
     failOpen: boolFlag('fail-open'),
     permitKeepAliveMs: numberFlag('permit-keepalive-ms', keepAlive),
-    trustProxy: boolFlag('trust-proxy'),
+    trustProxy: trustFlags(),
     logLevel: stringFlag('log-level', logLevel),
+    logFormat: stringFlag('log-format', logFormat),
+    lean: stringFlag(
+      'lean',
+      z.enum(['on', 'off'], { error: 'expected on or off' }).transform((value) => value === 'on'),
+    ),
     accessLogSample: stringFlag('access-log-sample', sampleRate),
     config: fileFlag('config'),
     watchConfig: boolFlag('watch-config'),
     help: boolFlag('help'),
     version: boolFlag('version'),
+    exampleConfig: boolFlag('example-config'),
   }
   if (flags.watchConfig && flags.config === undefined) {
     throw new GatewayConfigError([

@@ -65,6 +65,8 @@ export function resolveConfig(file: GatewayFile, flags: GatewayFlags = {}): Gate
     shutdownGraceMs: flags.shutdownGraceMs ?? file.shutdownGraceMs ?? d.shutdownGraceMs,
     logLevel: flags.logLevel ?? file.logLevel ?? d.logLevel,
     trustProxy: flags.trustProxy ?? file.trustProxy ?? d.trustProxy,
+    logFormat: flags.logFormat ?? file.logFormat ?? d.logFormat,
+    lean: flags.lean ?? file.lean ?? d.lean,
     accessLogSample: flags.accessLogSample ?? file.accessLog?.sample ?? d.accessLogSample,
     sendTimeoutMs: base.timeouts.sendMs,
     paths: {

@@ -1,8 +1,9 @@
 // The config file's schema (every object strict: an unknown field is an error, never ignored), and
 // the field validators the flags share. Issues come back as `path: expected ...`.
+import proxyaddr from 'proxy-addr'
 import { z } from 'zod'
 import { isCanonicalPrefix, normalizeHost } from '../http/target.js'
-import { GatewayConfigError } from './types.js'
+import { GatewayConfigError, type TrustProxy } from './types.js'
 
 export const intIn = (min: number, max: number, expected: string) =>
   z
@@ -77,6 +78,34 @@ export const hostPort = z.string({ error: 'expected host:port' }).transform((val
 export const per = z.enum(['global', 'route', 'tenant', 'ip'], {
   error: 'expected one of global, route, tenant, ip',
 })
+/** The proxies trusted to say who the client is: true (one hop), false, a number of hops, or a list
+ * of addresses and CIDR ranges (and proxy-addr's names loopback, linklocal, uniquelocal). */
+export const trustProxy = z
+  .union(
+    [z.boolean(), z.number().int().min(0).max(100), z.array(z.string().min(1).max(64)).min(1).max(1000)],
+    {
+      error:
+        'expected true, false, a number of proxy hops (0 to 100), or a list of proxy addresses and CIDR ranges',
+    },
+  )
+  .superRefine((value, context) => {
+    if (!Array.isArray(value)) return
+    for (const entry of value) {
+      try {
+        proxyaddr.compile(entry)
+      } catch {
+        context.addIssue({
+          code: 'custom',
+          message: `expected an IP address, a CIDR range, loopback, linklocal or uniquelocal (got "${entry}")`,
+        })
+        return
+      }
+    }
+  })
+  .transform((value): TrustProxy => (value === true ? 1 : value === 0 ? false : value))
+
+export const logFormat = z.enum(['json', 'pretty'], { error: 'expected json or pretty' })
+
 export const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], {
   error: 'expected one of fatal, error, warn, info, debug, trace, silent',
 })
@@ -182,7 +211,9 @@ const fileSchema = z.strictObject(
     ttlMs: ms().optional(),
     shutdownGraceMs: ms(0).optional(),
     logLevel: logLevel.optional(),
-    trustProxy: bool.optional(),
+    trustProxy: trustProxy.optional(),
+    logFormat: logFormat.optional(),
+    lean: bool.optional(),
     defaults: z
       .strictObject({
         upstream: httpUrl.optional(),

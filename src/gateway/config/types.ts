@@ -6,6 +6,16 @@ import { PATH_DEFAULTS, type PathOptions } from '../http/target.js'
 export type Per = 'global' | 'route' | 'tenant' | 'ip'
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent'
 
+/** Which proxies in front are trusted to say who the client is (X-Forwarded-For): false, none; a
+ * number, that many hops (`true` in the config and `--trust-proxy` are 1: the proxy the client
+ * connected to); a list, the addresses and CIDR ranges of trusted proxies (also `loopback`,
+ * `linklocal`, `uniquelocal`), as Express's `trust proxy` and nginx's `set_real_ip_from`. */
+export type TrustProxy = false | number | readonly string[]
+
+/** How the gateway's own log lines are written: one JSON object per line, or pino-pretty's lines for
+ * a person at a terminal. */
+export type LogFormat = 'json' | 'pretty'
+
 export interface ConcurrencyConfig {
   /** Permits per bucket. */
   permits: number
@@ -102,8 +112,13 @@ export interface GatewayConfig {
   ttlMs: number
   shutdownGraceMs: number
   logLevel: LogLevel
-  /** Take the client address from X-Forwarded-For (per: ip, and the X-Forwarded-For sent upstream). */
-  trustProxy: boolean
+  /** The proxies trusted to say who the client is (per: ip, the access log, and whether the
+   * X-Forwarded-* headers that came in are kept and extended upstream). */
+  trustProxy: TrustProxy
+  logFormat: LogFormat
+  /** The lean HTTP paths (docs/gateway.md, "Lean paths"): on by default; false serves every request
+   * through Node's http.Server and undici only. */
+  lean: boolean
   /** How request paths are made canonical before routing (docs/gateway.md, "Paths"). */
   paths: PathOptions
   /** Share of successful (status < 400) requests written to the access log; the others always are. */
@@ -128,7 +143,9 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   ttlMs: 30_000,
   shutdownGraceMs: 10_000,
   logLevel: 'info' as LogLevel,
-  trustProxy: false,
+  trustProxy: false as TrustProxy,
+  logFormat: 'json' as LogFormat,
+  lean: true,
   permits: 10,
   per: 'global' as Per,
   tenantHeader: 'x-tenant-id',

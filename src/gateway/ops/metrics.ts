@@ -8,7 +8,10 @@
 // gateway's own cost per request in profiles (docs/gateway.md, "Performance").
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import type { RejectReason } from '../../admission/admission.js'
+import { HistogramSeries, histogramValues, type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
+
+export type { Observer } from '../../admission/histogram.js'
 
 export interface GatewayMetrics {
   readonly registry: Registry
@@ -64,10 +67,6 @@ export interface RouteMetrics {
   readonly responses: Float64Array
 }
 
-export interface Observer {
-  observe(value: number): void
-}
-
 /**
  * A histogram whose series are plain arrays, one per label value, bound once (`series(value)`):
  * observe() is a bucket search and three additions, where prom-client's hashes its labels on every
@@ -100,47 +99,13 @@ export class PlainHistogram extends Histogram<string> {
 
   override async get(): Promise<Awaited<ReturnType<Histogram<string>['get']>>> {
     const { name, help, label } = this.config
-    const values: { labels: Record<string, string | number>; value: number; metricName: string }[] = []
-    for (const [labelValue, series] of this.all) {
-      let cumulative = 0
-      for (let i = 0; i < this.bounds.length; i++) {
-        cumulative += series.counts[i] as number
-        const labels = { le: this.bounds[i] as number, [label]: labelValue }
-        values.push({ labels, value: cumulative, metricName: `${name}_bucket` })
-      }
-      const inf = { le: '+Inf', [label]: labelValue }
-      values.push({ labels: inf, value: series.count, metricName: `${name}_bucket` })
-      values.push({ labels: { [label]: labelValue }, value: series.sum, metricName: `${name}_sum` })
-      values.push({ labels: { [label]: labelValue }, value: series.count, metricName: `${name}_count` })
-    }
+    const values = histogramValues(name, label, this.bounds, this.all)
     return { name, help, type: 'histogram' as never, values, aggregator: 'sum', collect() {} }
   }
 
   /** What the registry reads for the text format (prom-client's own histogram has this method). */
   getForPromString(): ReturnType<PlainHistogram['get']> {
     return this.get()
-  }
-}
-
-class HistogramSeries implements Observer {
-  /** Observations per bucket (not cumulative); the last slot counts those above every bound. */
-  readonly counts: Float64Array
-  sum = 0
-  count = 0
-
-  constructor(private readonly bounds: readonly number[]) {
-    this.counts = new Float64Array(bounds.length + 1)
-  }
-
-  observe(value: number): void {
-    // prom-client throws on these; on the request path a bad sample is dropped instead.
-    if (!Number.isFinite(value)) return
-    const bounds = this.bounds
-    let i = 0
-    while (i < bounds.length && value > (bounds[i] as number)) i++
-    this.counts[i] = (this.counts[i] ?? 0) + 1
-    this.sum += value
-    this.count++
   }
 }
 
@@ -209,7 +174,7 @@ export function createMetrics(
     }),
     rejected: new Counter({
       name: 'tollgate_rejected_total',
-      help: 'Requests rejected without a permit, by reason (timeout, queue_full, store_unavailable)',
+      help: 'Requests rejected without a permit, by reason (busy, timeout, queue_full, store_unavailable)',
       labelNames: ['route', 'reason'],
       registers,
     }),
@@ -223,7 +188,7 @@ export function createMetrics(
       name: 'tollgate_wait_seconds',
       help: 'Time an admitted request waited for its permit',
       label: 'route',
-      buckets: [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      buckets: [...WAIT_BUCKETS],
       registers,
     }),
     leaseLost: new Counter({
@@ -349,7 +314,7 @@ export function createMetrics(
 
   function start(names: readonly string[]): void {
     // Known series start at 0, so a dashboard sees them before the first event.
-    const reasons: RejectReason[] = ['timeout', 'queue_full', 'store_unavailable']
+    const reasons: RejectReason[] = ['busy', 'timeout', 'queue_full', 'store_unavailable']
     const kinds: UpstreamErrorKind[] = ['refused', 'unresolved', 'timeout', 'reset', 'other']
     for (const route of names) {
       metrics.route(route)

@@ -43,15 +43,22 @@ export interface AdapterApp {
   port: number
   probe: Probe
   counters: AdmissionCounters
-  /** onRejected hook calls (the app's own hook, wrapping any the test passed). */
+  /** onRejected hook calls (the app's own hook, wrapping any the test passed), and the reasons it saw. */
   rejectedHook: number
+  hookReasons: string[]
 }
 
 export interface AppSetup {
   /** Tollgate options, with stand-ins for the framework-specific ones: `key: 'tenant'` is the
    * adapter's own byHeader('x-tenant'), `skip: 'x-skip'` skips requests with that header, and
-   * `handler: 'teapot'` answers rejections 418 `custom:<reason>` in the framework's own way. */
-  options: Record<string, unknown> & { key?: 'tenant'; skip?: 'x-skip'; handler?: 'teapot' }
+   * `handler: 'teapot'` answers rejections 418 `custom:<reason>` in the framework's own way;
+   * `onRejected: 'answer'` answers them 420 `hook:<reason>` from the hook, the framework's way. */
+  options: Record<string, unknown> & {
+    key?: 'tenant'
+    skip?: 'x-skip'
+    handler?: 'teapot'
+    onRejected?: 'answer' | ((...args: never[]) => void)
+  }
   /** Mount a second, outer semaphore with these options before the one under test. */
   outer?: Record<string, unknown>
 }
@@ -171,6 +178,26 @@ const teapot = {
     c.text(`custom:${rejection.reason}`, 418),
 } as const
 
+/** An onRejected hook that answers, as a user of each framework would write it. */
+const answering = {
+  express: (_req: unknown, rejection: Rejection, res: http.ServerResponse) => {
+    res.writeHead(420, { 'Content-Type': 'text/plain' })
+    res.end(`hook:${rejection.reason}`)
+  },
+  koa: (ctx: Koa3.Context, rejection: Rejection) => {
+    ctx.status = 420
+    ctx.body = `hook:${rejection.reason}`
+  },
+  fastify: (
+    _request: unknown,
+    rejection: Rejection,
+    reply: { code(n: number): { send(b: string): unknown } },
+  ) => void reply.code(420).send(`hook:${rejection.reason}`),
+  hono: (c: { res: Response; text(t: string, s: 420): Response }, rejection: Rejection) => {
+    c.res = c.text(`hook:${rejection.reason}`, 420)
+  },
+} as const
+
 const tenantKey = {
   express: () => tgExpress.byHeader('x-tenant'),
   koa: () => tgKoa.byHeader('x-tenant'),
@@ -190,8 +217,10 @@ function family(adapter: Adapter): keyof typeof tenantKey {
 export async function startAdapterApp(adapter: Adapter, setup: AppSetup): Promise<AdapterApp> {
   const probe: Probe = { inside: 0, max: 0, entered: 0, order: [], fences: [], holders: [], socketsClosed: 0 }
   const routes = new Routes(probe)
-  const app = { rejectedHook: 0 } as AdapterApp
-  const userHook = setup.options.onRejected as ((...args: unknown[]) => void) | undefined
+  const app = { rejectedHook: 0, hookReasons: [] as string[] } as AdapterApp
+  const userHook = (
+    setup.options.onRejected === 'answer' ? answering[family(adapter)] : setup.options.onRejected
+  ) as ((...args: unknown[]) => void) | undefined
   const options = {
     ...setup.options,
     key: setup.options.key === 'tenant' ? tenantKey[family(adapter)]() : undefined,
@@ -199,6 +228,7 @@ export async function startAdapterApp(adapter: Adapter, setup: AppSetup): Promis
     handler: setup.options.handler === 'teapot' ? teapot[family(adapter)] : undefined,
     onRejected: (...args: unknown[]) => {
       app.rejectedHook++
+      app.hookReasons.push((args[1] as Rejection).reason)
       userHook?.(...args)
     },
   }

@@ -82,8 +82,12 @@ export function testStore(kind: StoreKind): TestStore {
 }
 
 /** The store's view of a policy's global bucket: live holders and waiters. */
-export function bucketStats(ts: TestStore, policy: string): Promise<{ holders: number; queued: number }> {
-  return createSemaphore(ts.raw, bucketName(policy, GLOBAL_KEY), { permits: 1 }).stats()
+export function bucketStats(
+  ts: TestStore,
+  policy: string,
+  key = GLOBAL_KEY,
+): Promise<{ holders: number; queued: number }> {
+  return createSemaphore(ts.raw, bucketName(policy, key), { permits: 1 }).stats()
 }
 
 /** Take the leases of a policy's global bucket away behind the app's back (a failover that lost
