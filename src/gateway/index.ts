@@ -8,6 +8,7 @@ export {
   type GatewayFlags,
   GATEWAY_DEFAULTS,
   loadConfig,
+  type LogFormat,
   type LogLevel,
   parseFlags,
   type Per,
@@ -16,8 +17,15 @@ export {
   type RouteConfig,
   type RwLockConfig,
   type StoreConfig,
+  type TrustProxy,
   validateConfigFile,
 } from './config/index.js'
 export type { GatewayMetrics } from './ops/metrics.js'
 export type { UpstreamError, UpstreamErrorKind } from './http/proxy.js'
-export { createGateway, FENCING_HEADER, type Gateway, type GatewayOptions } from './server.js'
+export {
+  createGateway,
+  FENCING_HEADER,
+  type Gateway,
+  type GatewayOptions,
+  type StoreState,
+} from './server.js'

@@ -79,7 +79,7 @@ export function rwlock(options: ExpressRwlockOptions = {}): ExpressMiddleware {
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Koa, Fastify and Hono). */
-export function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddleware {
+function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as ExpressRejectionHandler | undefined
   const middleware = (req: ExpressLikeRequest, res: ServerResponse, next: Next): void => {

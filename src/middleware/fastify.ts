@@ -88,7 +88,7 @@ export function rwlock(options: FastifyRwlockOptions = {}): FastifyTollgatePlugi
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Express, Koa and Hono). */
-export function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTollgatePlugin {
+function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTollgatePlugin {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as FastifyRejectionHandler | undefined
   const onRequest: TollgateOnRequest = (request, reply, done) => {

@@ -65,7 +65,7 @@ const CLIENT_CLOSED = 499
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Express, Koa and Fastify). */
-export function honoAdapter(admission: Admission<Context>): HonoMiddleware {
+function honoAdapter(admission: Admission<Context>): HonoMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as HonoRejectionHandler | undefined
   const middleware: MiddlewareHandler = async (c, next) => {
@@ -123,7 +123,7 @@ function nodeResponse(c: Context): WatchedResponse | undefined {
  * errors the body stream. Whether an abandoned download is noticed depends on the runtime cancelling
  * the body or aborting the request signal.
  */
-export class FetchResponseWatch implements WatchedResponse {
+class FetchResponseWatch implements WatchedResponse {
   closed = false
   writableFinished = false
   private listeners: (() => void)[] = []

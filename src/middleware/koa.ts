@@ -67,7 +67,7 @@ export function rwlock(options: KoaRwlockOptions = {}): KoaMiddleware {
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Express, Fastify and Hono). */
-export function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware {
+function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as KoaRejectionHandler | undefined
   const middleware = async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {

@@ -103,6 +103,50 @@ async function serve(
 
 const undated = (text: string) => text.replace(/\r\nDate: [^\r]+/g, '\r\nDate: -')
 
+/**
+ * The responses in `text` with each chunked body re-framed as one chunk: chunk boundaries carry no
+ * meaning (RFC 9112, 7.1), and Node 26's http.Server merges the chunks written in one tick where
+ * Node 20 to 25 did not (scripts/test-node-majors.mjs found it). Everything else stays byte for byte;
+ * a body that is not valid chunking is left as it is.
+ */
+function rechunked(text: string): string {
+  let out = ''
+  let at = 0
+  while (at < text.length) {
+    const headEnd = text.indexOf('\r\n\r\n', at)
+    if (headEnd < 0) return out + text.slice(at)
+    const head = text.slice(at, headEnd + 4)
+    out += head
+    at = headEnd + 4
+    if (!/\r\nTransfer-Encoding: chunked\r\n/i.test(head)) {
+      const length = /\r\nContent-Length: (\d+)\r\n/i.exec(head)
+      if (!length) continue
+      out += text.slice(at, at + Number(length[1]))
+      at += Number(length[1])
+      continue
+    }
+    let body = ''
+    let pos = at
+    for (;;) {
+      const lineEnd = text.indexOf('\r\n', pos)
+      const size = lineEnd < 0 ? Number.NaN : Number.parseInt(text.slice(pos, lineEnd), 16)
+      if (!Number.isFinite(size)) return out + text.slice(at)
+      pos = lineEnd + 2
+      if (size === 0) {
+        pos += 2 // the CRLF after the last chunk (no trailers here)
+        break
+      }
+      body += text.slice(pos, pos + size)
+      pos += size + 2
+    }
+    out +=
+      (body.length > 0 ? `${Buffer.byteLength(body, 'latin1').toString(16)}\r\n${body}\r\n` : '') +
+      '0\r\n\r\n'
+    at = pos
+  }
+  return out
+}
+
 /** The same bytes to Node and to the lean path: the same bytes back, and who served what. */
 async function both(text: string, quietMs = 150) {
   const node = await serve(false)
@@ -111,7 +155,7 @@ async function both(text: string, quietMs = 150) {
     rawExchange(node.port, text, quietMs),
     rawExchange(lean.port, text, quietMs),
   ])
-  return { node: undated(fromNode), lean: undated(fromLean), seen: lean.seen }
+  return { node: rechunked(undated(fromNode)), lean: rechunked(undated(fromLean)), seen: lean.seen }
 }
 
 const get = (path: string, extra = '') => `GET ${path} HTTP/1.1\r\nHost: x\r\n${extra}\r\n`
@@ -298,17 +342,20 @@ describe('lean front end: connections', () => {
     expect(Math.abs(lean.ms - node.ms)).toBeLessThan(300)
   })
 
-  it('draining: a new connection that has not sent its first request yet is not cut (as http.Server)', async () => {
+  it('draining: a new connection that has not sent its first request yet is kept or cut, as http.Server on this Node', async () => {
     const drained = async (lean: boolean) => {
       const { port, server } = await serve(lean)
       const fresh = await rawConnect(port)
       await new Promise((resolve) => setTimeout(resolve, 50))
       server.closeIdleConnections()
       fresh.write(get('/plain'))
-      return statuses(await fresh.waitFor(/ok\n$/))
+      return fresh.waitFor(/ok\n$/).then(statuses, () => 'cut')
     }
-    expect(await drained(true)).toEqual(await drained(false))
-    expect(await drained(true)).toEqual([200])
+    // Node 20 to 25 keep such a connection; Node 26's http.Server counts it idle and cuts it. The lean
+    // front end does what http.Server does on the Node it runs on.
+    const expected = Number(process.versions.node.split('.')[0]) >= 26 ? 'cut' : [200]
+    expect(await drained(false)).toEqual(expected)
+    expect(await drained(true)).toEqual(expected)
   })
 
   it("draining: a connection whose response ends is idle in that response's close (closed there, as http.Server)", async () => {

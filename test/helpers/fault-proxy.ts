@@ -15,13 +15,14 @@
 //   - waitForRequest(match): resolves once a request containing `match` has been forwarded to Redis;
 //   - rewriteReplies(from, to): replace `from` by `to` (same length) in replies, e.g. the version INFO
 //     reports (the RESP lengths stay right).
-// Replies are parsed as RESP2 so that "a reply" is exact, whatever the TCP chunking.
+// Replies are parsed (RESP2 and RESP3) so that "a reply" is exact, whatever the TCP chunking.
 // No vitest import: child processes use it too. Whoever starts a proxy stops it.
 import net from 'node:net'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import type { RedisEndpoint } from './redis-server.js'
 
-/** Length of the first complete RESP2 value in `buf` from `at`, or -1 if it is not complete yet. */
+/** Length of the first complete RESP2 or RESP3 value in `buf` from `at`, or -1 if it is not complete
+ * yet. (ioredis 6 speaks RESP3: maps, sets, nulls, doubles, booleans, big numbers, verbatim strings.) */
 export function respLength(buf: Buffer, at = 0): number {
   if (at >= buf.length) return -1
   const lineEnd = buf.indexOf('\r\n', at)
@@ -33,14 +34,24 @@ export function respLength(buf: Buffer, at = 0): number {
     case '+':
     case '-':
     case ':':
+    case '_':
+    case ',':
+    case '#':
+    case '(':
       return afterLine - at
-    case '$': {
+    case '$':
+    case '=':
+    case '!': {
       const n = Number(header)
       if (n < 0) return afterLine - at
       return buf.length >= afterLine + n + 2 ? afterLine + n + 2 - at : -1
     }
-    case '*': {
-      const n = Number(header)
+    case '*':
+    case '~':
+    case '>':
+    case '%': {
+      // A map holds a key and a value per entry.
+      const n = Number(header) * (type === '%' ? 2 : 1)
       let pos = afterLine
       for (let i = 0; i < n; i++) {
         const len = respLength(buf, pos)

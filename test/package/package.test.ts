@@ -9,7 +9,7 @@
 //   lib/   tollgate + ioredis only, as a library user would like it: the library entry points load,
 //          so none of them needs a gateway dependency (the gateway entry names the missing one).
 // @arethetypeswrong/cli checks every entry point of the tarball under node10, node16 and bundler.
-import { execFile } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
 import {
   cpSync,
   mkdirSync,
@@ -385,6 +385,72 @@ main().catch((error: unknown) => {
     const bin = path.join(tmp, 'full/node_modules/tollgate/dist/gateway/main.js')
     const { stdout } = await run(process.execPath, [bin, '--version'], tmp)
     expect(stdout.trim()).toBe(PKG.version)
+  })
+
+  it('prints the example config from the bin, and the gateway starts on it (the first run the README gives)', async () => {
+    const bin = path.join(tmp, 'full/node_modules/tollgate/dist/gateway/main.js')
+    const { stdout } = await run(process.execPath, [bin, '--example-config'], tmp)
+    expect(stdout).toBe(readFileSync(path.join(ROOT, 'examples/gateway.yaml'), 'utf8').trimEnd() + '\n')
+    const file = path.join(tmp, 'first-run/tollgate.yaml')
+    write(file, stdout)
+    // --help exits after reading flags; a config check needs a start: start it and stop it.
+    const child = spawn(process.execPath, [bin, '--config', file, '--port', '0', '--admin-port', '0'], {
+      cwd: path.dirname(file),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    try {
+      let out = ''
+      child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()))
+      await new Promise<void>((resolve, reject) => {
+        child.once('exit', (code) => reject(new Error(`exited ${code} before listening`)))
+        child.stdout.on('data', () => {
+          if (/tollgate listening on http:\/\/127\.0\.0\.1:\d+/.test(out)) resolve()
+        })
+      })
+    } finally {
+      child.kill('SIGKILL')
+    }
+  }, 30_000)
+
+  it('ioredis 6 as the installed peer: the primitives run on it', async () => {
+    const project = path.join(tmp, 'ioredis6')
+    const modules = path.join(project, 'node_modules')
+    await unpackInto(modules)
+    symlinkSync(path.join(REPO_MODULES, 'ioredis6'), path.join(modules, 'ioredis'), 'dir')
+    write(
+      path.join(project, 'app.mjs'),
+      `import assert from 'node:assert/strict'
+import { createRequire } from 'node:module'
+import { Redis } from 'ioredis'
+import { createRedisStore, createSemaphore, createMutex } from 'tollgate'
+const version = createRequire(import.meta.url)('ioredis/package.json').version
+assert.match(version, /^6\\./)
+const redis = new Redis({ host: process.env.REDIS_HOST, port: Number(process.env.REDIS_PORT) })
+const store = createRedisStore(redis, { prefix: process.env.PREFIX })
+const sem = createSemaphore(store, 'six', { permits: 1 })
+const first = await sem.acquire()
+const waiting = sem.acquire({ timeoutMs: 3000 })
+await first.release()
+await (await waiting).release()
+await (await createMutex(store, 'six-mutex').acquire({ timeoutMs: 2000 })).release()
+await store.close()
+await redis.quit()
+console.log(JSON.stringify({ ok: true, version }))
+`,
+    )
+    const { host, port } = topology().standalone
+    const env = { REDIS_HOST: host, REDIS_PORT: String(port), PREFIX: uniquePrefix().slice(0, -1) }
+    expect(await report(project, ['app.mjs'], env)).toMatchObject({
+      ok: true,
+      version: expect.stringMatching(/^6\./),
+    })
+    // The peer range admits it: npm would not refuse this install (ERESOLVE before).
+    const { peerDependencies } = JSON.parse(
+      readFileSync(path.join(modules, 'tollgate/package.json'), 'utf8'),
+    ) as {
+      peerDependencies: Record<string, string>
+    }
+    expect(peerDependencies.ioredis).toBe('^5.11.1 || ^6.0.0')
   })
 
   it('a library-only install (tollgate and ioredis) loads tollgate, /express and /koa', async () => {

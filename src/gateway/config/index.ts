@@ -9,6 +9,7 @@ export {
   GATEWAY_DEFAULTS,
   type GatewayConfig,
   GatewayConfigError,
+  type LogFormat,
   type LogLevel,
   type Per,
   type RedisAuth,
@@ -17,4 +18,5 @@ export {
   type RwLockConfig,
   type StoreConfig,
   type TimeoutsConfig,
+  type TrustProxy,
 } from './types.js'

