@@ -16,12 +16,13 @@
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (n = holders + waiters), plus O(k) for a reentrant owner's list of
--- k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
--- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
--- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders = live
---         holders of the name right after, for RateLimit headers and metrics) | {0, position,
+-- Cost: O(t log n) for t tokens (n = held permits + waiters; a token of weight w counts w), plus
+-- O(k) for a reentrant owner's list of k acquisitions, plus the queue work of lib/permits.lua: at
+-- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
+-- of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
+-- then `now` (look again at once).
+-- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders =
+--         permits held of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
 local ttl, mode, waiter_ttl = tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5])
 local op = ARGV[6] ~= '' and ARGV[6] or nil
@@ -29,8 +30,8 @@ local tokens = { unpack(ARGV, 7) }
 local n = #tokens
 local out = { NOW }
 
--- The tokens at `picked` (indexes into tokens) take a permit each. `count` = ZCARD H before, so H
--- is new exactly when it is 0. `alone`: nothing is held or queued, so M guards nothing else either.
+-- The tokens at `picked` (indexes into tokens) take their permits (one each, w for a weight of w:
+-- see lib/permits.lua). `count` = ZCARD H before, so H is new exactly when it is 0. `alone`: nothing is held or queued, so M guards nothing else either.
 -- Only a reentrant owner's hold writes M (its acquisitions, and its fence for re-entries): a plain
 -- grant is one ZADD, so a batch of n grants costs no hash writes (a field per grant in M cost ~1/3
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
@@ -39,12 +40,12 @@ local function take(picked, count, alone)
   local exp_s = int(exp)
   local holds = {}
   local fence
-  for j, i in ipairs(picked) do
+  local used = count
+  for _, i in ipairs(picked) do
     -- One SET ... GET reads and writes the fence for a single grant; a batch reads once, writes once.
     fence = #picked == 1 and take_fence(exp) or next_fence(exp)
-    holds[#holds + 1] = exp_s
-    holds[#holds + 1] = tokens[i]
-    out[i + 1] = { 1, fence, exp, count + j }
+    used = used + add_hold(holds, exp_s, tokens[i])
+    out[i + 1] = { 1, fence, exp, used }
   end
   save_fence()
   redis.call('ZADD', H, unpack(holds))
@@ -63,7 +64,7 @@ end
 -- Fast path: nobody waits and nobody holds, so any limit (always >= 1) has room and no token can be
 -- a resend: no need to read P, H or Q.
 local state = redis.call('EXISTS', Q, Q, H)
-if state == 0 and n == 1 then
+if state == 0 and n == 1 and weight(tokens[1]) == 1 then
   take({ 1 }, 0, true)
   return out
 end
@@ -134,9 +135,16 @@ if #fresh == 0 then return out end
 
 local first = 1
 if not queued and count < permits then
-  local room = math.min(#fresh, permits - count)
-  take({ unpack(fresh, 1, room) }, count, false)
-  first = room + 1
+  -- In order, as many as their weights fit: the first that does not fit queues, and so do the rest.
+  local room, fits = permits - count, 0
+  for k = 1, #fresh do
+    local w = weight(tokens[fresh[k]])
+    if w > room then break end
+    room = room - w
+    fits = k
+  end
+  if fits > 0 then take({ unpack(fresh, 1, fits) }, count, false) end
+  first = fits + 1
   if first > #fresh then return out end
 end
 

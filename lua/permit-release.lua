@@ -10,7 +10,7 @@
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens, plus O(k) for a reentrant owner's list of k acquisitions, plus the
+-- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's list of k acquisitions, plus the
 -- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000
 -- more dead waiters skipped at the head of the queue, 1000 grants made: the rest is left to the
 -- next call, and a reply's nextExpiry is then `now` (look again at once).
@@ -57,18 +57,19 @@ if op then
   -- The owner's last acquisition: free the permit or leave the queue, below.
 end
 
-local freed, others = {}, {}
+local freed, others, members = {}, {}, {}
 local held = redis.call('ZMSCORE', H, unpack(tokens))
 for i, tok in ipairs(tokens) do
   if held[i] and tonumber(held[i]) > NOW then
     freed[#freed + 1] = tok
+    add_members(members, tok) -- a weighted hold's w members
     out[i + 1] = 1
   else
     others[#others + 1] = i
     out[i + 1] = 0
   end
 end
-if #freed > 0 then redis.call('ZREM', H, unpack(freed)) end
+if #members > 0 then redis.call('ZREM', H, unpack(members)) end
 
 local has_q, has_m, has_h = presence()
 if has_q and #others > 0 then

@@ -4,7 +4,7 @@
 -- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases, plus O(k) per reentrant lease's list of k acquisitions.
+-- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -15,7 +15,9 @@ for i = 3, #ARGV, 2 do
   local held = redis.call('ZSCORE', H, tok)
   if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
     local at = math.max(tonumber(held), exp)
-    redis.call('ZADD', H, at, tok)
+    local holds = {}
+    add_hold(holds, at, tok) -- a weighted hold's w members keep one expiry
+    redis.call('ZADD', H, unpack(holds))
     out[#out + 1] = at
     any = true
   else

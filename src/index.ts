@@ -37,5 +37,6 @@ export {
   createSemaphore,
   type Semaphore,
   type SemaphoreOptions,
+  type SemaphoreAcquireOptions,
   type SemaphoreStats,
 } from './primitives/semaphore.js'

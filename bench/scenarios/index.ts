@@ -6,11 +6,13 @@ import { mutexScenarios } from './mutex.js'
 import { redlockScenarios } from './redlock.js'
 import { semaphoreScenarios } from './semaphore.js'
 import { rwlockScenarios } from './rwlock.js'
+import { weightedScenarios } from './weighted.js'
 
 export const scenarios: Scenario[] = [
   ...mutexScenarios,
   ...redlockScenarios,
   ...semaphoreScenarios,
+  ...weightedScenarios,
   ...rwlockScenarios,
   ...gatewayScenarios,
   ...middlewareScenarios,

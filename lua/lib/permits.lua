@@ -25,8 +25,39 @@
 -- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
 -- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
 -- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
+--
+-- Weights (a semaphore's acquire({ weight })): a token `<id>*<w>` counts for w permits. Its hold is w
+-- members of H, the token and `<token>#2` .. `<token>#w`, with one expiry, so that ZCARD H is the
+-- permits in use, an expiry frees all w at once, and a token without '*' (every unweighted call)
+-- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
+-- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
+-- never overtaken by light ones, G5).
 local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local CHANNEL = ARGV[1]
+
+-- The permits a token counts for.
+local function weight(tok)
+  local star = string.find(tok, '*', 1, true)
+  return star and (tonumber(string.sub(tok, star + 1)) or 1) or 1
+end
+
+-- Append `tok`'s hold to a ZADD argument list (score, member, ...): w members for a weight of w.
+local function add_hold(holds, score, tok)
+  holds[#holds + 1] = score
+  holds[#holds + 1] = tok
+  local w = weight(tok)
+  for k = 2, w do
+    holds[#holds + 1] = score
+    holds[#holds + 1] = tok .. '#' .. k
+  end
+  return w
+end
+
+-- Append the members of `tok`'s hold to a list (ZREM arguments).
+local function add_members(list, tok)
+  list[#list + 1] = tok
+  for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
+end
 
 -- The permits in force: the run-time override when one is set, else the caller's.
 local function limit(requested)
@@ -168,7 +199,7 @@ end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. `count` is
 -- ZCARD H (0 exactly when H does not exist). Returns the published message ('' for none), a table
--- token -> { fence, expiresAt } of the grants, and how many it made.
+-- token -> { fence, expiresAt } of the grants, and how many permits they took (their weights).
 local function admit(permits, count)
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
   local free = math.min(permits - count, 1000)
@@ -200,14 +231,29 @@ local function admit(permits, count)
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
   local specs = redis.call('HMGET', M, unpack(spec_fields))
+  -- Weights: the head takes as many waiters as their permits fit in `free`, in order; the first that
+  -- does not fit, and everyone behind it, waits (FIFO, G5).
+  local room = free
+  for i, tok in ipairs(head) do
+    local w = weight(tok)
+    if w > room then
+      for k = #head, i, -1 do
+        head[k] = nil
+        spec_fields[k] = nil
+      end
+      break
+    end
+    room = room - w
+  end
+  if #head == 0 then return '', {}, 0 end
   local granted, lines, holds, fields = {}, {}, {}, {}
   local last_exp = 0
+  local taken = 0
   for i, tok in ipairs(head) do
     local ttl, ops = parse_spec(specs[i])
     local exp = NOW + ttl
     local fence = next_fence(exp)
-    holds[#holds + 1] = exp
-    holds[#holds + 1] = tok
+    taken = taken + add_hold(holds, exp, tok)
     fields[#fields + 1] = 'g:' .. tok
     fields[#fields + 1] = int(fence)
     local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
@@ -236,7 +282,7 @@ local function admit(permits, count)
   save_fence()
   local message = table.concat(lines, '\n')
   redis.call('PUBLISH', CHANNEL, message)
-  return message, granted, #head
+  return message, granted, taken
 end
 
 -- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.

@@ -41,8 +41,10 @@ export interface Gate {
     signal: AbortSignalLike
     timeoutMs: number
     onQueued: () => boolean | void
+    /** Permits the request counts for (a semaphore's; a read/write lock ignores it). */
+    weight?: number
   }): Promise<Lease>
-  tryAcquire(): Promise<Lease | undefined>
+  tryAcquire(options?: { weight?: number }): Promise<Lease | undefined>
 }
 
 /**
@@ -80,7 +82,7 @@ export class Admission<Req> {
     private readonly gateFor: (req: Req) => Bucket,
     /** A lease taken from a gate at once without a promise, when its store can (the memory store);
      * undefined when it cannot or no permit is free right now. */
-    private readonly acquireNow?: (gate: Gate) => Lease | undefined,
+    private readonly acquireNow?: (gate: Gate, weight: number) => Lease | undefined,
     /** Permit keep-alive: how long a lease the store granted may serve this process's requests of
      * its bucket (keep-alive.ts); 0 = off, every request takes and gives back its own permit. */
     keepAliveMs = 0,
@@ -103,10 +105,11 @@ export class Admission<Req> {
    */
   admitNow(bucket: Bucket): AdmitResult | undefined {
     if (this.health.down) return undefined
-    const kept = this.kept?.take(bucket.key)
+    // Kept leases are of weight 1 (the gateway's permit keep-alive; see release()).
+    const kept = bucket.weight === 1 ? this.kept?.take(bucket.key) : undefined
     if (kept) return this.admitted(bucket, kept, undefined, false)
     if (!this.acquireNow) return undefined
-    const lease = this.acquireNow(bucket.gate)
+    const lease = this.acquireNow(bucket.gate, bucket.weight)
     return lease && this.admitted(bucket, lease, undefined)
   }
 
@@ -117,7 +120,7 @@ export class Admission<Req> {
       this.health.failedFast++
       return this.storeFailed(bucket, started)
     }
-    const kept = this.kept?.take(bucket.key)
+    const kept = bucket.weight === 1 ? this.kept?.take(bucket.key) : undefined
     if (kept) return this.admitted(bucket, kept, started, false)
     const { gate } = bucket
     let lease: Lease | undefined
@@ -126,11 +129,13 @@ export class Admission<Req> {
     const place = this.config.maxWaitMs === 0 ? undefined : new QueuePlace(this, bucket.key)
     try {
       if (!place) {
-        lease = await gate.tryAcquire()
+        lease = await gate.tryAcquire(bucket.weight === 1 ? undefined : { weight: bucket.weight })
         if (!lease) return this.reject(bucket, 'busy', started) // it was not to wait
       } else {
         try {
-          lease = await gate.acquire({ signal, timeoutMs: this.config.maxWaitMs, onQueued: place.onQueued })
+          const options = { signal, timeoutMs: this.config.maxWaitMs, onQueued: place.onQueued }
+          // (A weight only where there is one: a read/write lock's gate takes none.)
+          lease = await gate.acquire(bucket.weight === 1 ? options : { ...options, weight: bucket.weight })
         } finally {
           place.leave()
         }
@@ -148,7 +153,7 @@ export class Admission<Req> {
   /** `started` undefined: admitted at once, without waiting. `fresh`: the store just granted the
    * lease (false: a kept one, see keep-alive.ts). */
   private admitted(bucket: Bucket, lease: Lease, started: number | undefined, fresh = true): AdmitResult {
-    if (fresh) this.kept?.grant(bucket.key, lease)
+    if (fresh && bucket.weight === 1) this.kept?.grant(bucket.key, lease)
     this.counters.admitted++
     this.counters.inFlight++
     this.waits?.observe(started === undefined ? 0 : (Date.now() - started) / 1000)
@@ -168,6 +173,7 @@ export class Admission<Req> {
       fencingToken: this.kept ? undefined : lease?.fencingToken,
       lease,
       waitedMs: started === undefined ? 0 : Date.now() - started,
+      weight: bucket.weight,
     }
   }
 
@@ -219,7 +225,7 @@ export class Admission<Req> {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
-    if (this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
+    if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
     return this.giveBack(lease)
   }
 
@@ -308,11 +314,13 @@ export class Admission<Req> {
   }
 }
 
-/** The bucket of a request: its key and gate, and whether a key function chose it. */
+/** The bucket of a request: its key and gate, whether a key function chose it, and the permits the
+ * request counts for in it (`weight`, 1 unless a semaphore's `weight` option says otherwise). */
 export interface Bucket {
   key: string
   gate: Gate
   keyed: boolean
+  weight: number
 }
 
 /** A request's place in its bucket's queue: taken when the store queues it (bounded by maxQueue),

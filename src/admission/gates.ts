@@ -59,7 +59,7 @@ export function semaphoreAdmission<Req>(
     throw new ConfigError('options', 'a number of permits or an options object', input)
   }
   isPlainObjectOrUndefined('options', options)
-  rejectUnknownOptions(options, ['permits', 'key', 'permitsFor'])
+  rejectUnknownOptions(options, ['permits', 'key', 'permitsFor', 'weight'])
   const permits = positiveInt('permits', options.permits, 1_000_000)
   const keyFn = options.key
   if (keyFn !== undefined && typeof keyFn !== 'function') throw new ConfigError('key', 'a function', keyFn)
@@ -67,6 +67,9 @@ export function semaphoreAdmission<Req>(
   if (permitsFor !== undefined && typeof permitsFor !== 'function') {
     throw new ConfigError('permitsFor', 'a function', permitsFor)
   }
+  const weightFn = options.weight
+  if (weightFn !== undefined && typeof weightFn !== 'function')
+    throw new ConfigError('weight', 'a function of the request returning the permits it counts for', weightFn)
   const config = resolveCommon(options, 'semaphore')
   // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
   parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
@@ -88,10 +91,32 @@ export function semaphoreAdmission<Req>(
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
     })
   })
+  /** The permits a request counts for in `gate`: the `weight` option's answer, at most the bucket's
+   * permits (a heavier request could never be admitted); 1 without the option or when it fails. */
+  const weightIn = (req: Req, gate: Semaphore): number => {
+    if (!weightFn) return 1
+    let weight: unknown
+    try {
+      weight = weightFn(req)
+    } catch (error) {
+      config.logger.error('tollgate: weight() threw; counting the request as 1', { error })
+      return 1
+    }
+    if (!(typeof weight === 'number' && Number.isInteger(weight) && weight >= 1)) {
+      config.logger.error('tollgate: weight() returned no positive integer; counting the request as 1', {
+        weight,
+      })
+      return 1
+    }
+    return Math.min(weight, gate.permits)
+  }
   const admission = new Admission(
     config,
     (req: Req) => {
-      if (!keyFn) return { key: GLOBAL_KEY, gate: gates.get(GLOBAL_KEY), keyed: false }
+      if (!keyFn) {
+        const gate = gates.get(GLOBAL_KEY)
+        return { key: GLOBAL_KEY, gate, keyed: false, weight: weightIn(req, gate) }
+      }
       let key: string
       try {
         key = normalizeKey(keyFn(req))
@@ -101,9 +126,10 @@ export function semaphoreAdmission<Req>(
         config.logger.warn('tollgate: key() threw; using the default bucket', { error })
         key = DEFAULT_BUCKET
       }
-      return { key, gate: gates.get(key), keyed: true }
+      const gate = gates.get(key)
+      return { key, gate, keyed: true, weight: weightIn(req, gate) }
     },
-    (gate) => acquireNow(gate as Semaphore),
+    (gate, weight) => acquireNow(gate as Semaphore, weight),
     keepAliveMs,
   )
   admission.semaphoreOf = (key) => gates.get(key)
@@ -156,8 +182,9 @@ export function rwlockAdmission<Req>(
     const side = reads.has(shape.method(req).toUpperCase()) ? lock.read : lock.write
     return {
       key,
-      gate: { permits: undefined, acquire: side.acquire, tryAcquire: side.tryAcquire },
+      gate: { permits: undefined, acquire: side.acquire, tryAcquire: () => side.tryAcquire() },
       keyed: true,
+      weight: 1,
     }
   })
 }

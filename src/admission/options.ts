@@ -28,6 +28,8 @@ export interface TollgateInfo {
   lease: Lease | undefined
   /** How long the request waited for its permit, ms. */
   waitedMs: number
+  /** The permits the request counts for (the `weight` option; 1 by default). */
+  weight: number
 }
 
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait
@@ -125,6 +127,11 @@ export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
   key?: (req: Req) => string | undefined | null
   /** Per-bucket permits (e.g. a premium tenant); undefined = `permits`. */
   permitsFor?: (key: string) => number | undefined
+  /** How many permits a request counts for (an export 5, a health check 1), as Redisson's
+   * `acquire(permits)` and Bottleneck's `weight`: a positive integer, at most the bucket's permits
+   * (more is counted as all of them). FIFO holds: a heavy request at the head of the queue is not
+   * overtaken by light ones. A throwing or invalid answer is logged and counted as 1. @default 1 */
+  weight?: (req: Req) => number
 }
 
 export interface RwlockMiddlewareOptions<Req> extends CommonOptions<Req> {

@@ -183,13 +183,17 @@ export function parseLockOptions(
 /** Validate per-call acquire options. */
 export function checkAcquireOptions(
   options: { signal?: AbortSignalLike; timeoutMs?: number; onQueued?: () => boolean | void } | undefined,
+  /** Options of this primitive's own (a semaphore's `weight`). */
+  own: readonly string[] = [],
 ): void {
   if (options === undefined) return
   isPlainObjectOrUndefined('acquire options', options)
-  rejectUnknown(options, ['signal', 'timeoutMs', 'onQueued'], {
+  rejectUnknown(options, ['signal', 'timeoutMs', 'onQueued', ...own], {
     timeout: 'it is `timeoutMs`',
     acquireTimeoutMs: 'one call’s wait is `timeoutMs`',
     waitTime: 'it is `timeoutMs`',
+    weight: 'only a semaphore’s acquire takes a `weight`',
+    permits: 'a semaphore’s acquire takes a `weight` (the permits it counts for)',
   })
   const { timeoutMs, signal } = options
   if (

@@ -148,8 +148,10 @@ export function understand(ctx: GatewayContext, req: ClientRequest): Understood 
     match: target.match,
     headers: req.headers,
     clientAddress: trustOf(config).clientAddress(req),
+    weight: 1,
   }
   const route = matchRoute(ctx.routes, method, target.match, host)
+  if (route?.config.concurrency) facts.weight = route.config.concurrency.weight
   return {
     ok: true,
     config,

@@ -17,6 +17,8 @@ export interface RequestFacts {
   headers: Record<string, string | string[] | undefined>
   /** The client address the buckets of `per: ip` use. */
   clientAddress: string | undefined
+  /** The permits the request counts for in its route's concurrency cap (the route's `weight`). */
+  weight: number
 }
 
 export interface LiveRoute {
@@ -34,9 +36,11 @@ export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger)
     const concurrency = route.concurrency
     let cap: Admission<RequestFacts> | undefined
     if (concurrency?.per === 'global') {
-      cap = global ??= semaphoreFor('global', concurrency, config, store, logger)
+      // One bucket for every global route; each route's requests count their own route's weight.
+      const weighted = config.routes.some((r) => r.concurrency?.per === 'global' && r.concurrency.weight > 1)
+      cap = global ??= semaphoreFor('global', concurrency, config, store, logger, weighted)
     } else if (concurrency) {
-      cap = semaphoreFor(route.name, concurrency, config, store, logger)
+      cap = semaphoreFor(route.name, concurrency, config, store, logger, concurrency.weight > 1)
     }
     if (cap) admissions.push(cap)
     return { config: route, admissions, concurrency: cap }
@@ -68,6 +72,9 @@ function semaphoreFor(
   config: GatewayConfig,
   store: Store,
   logger: Logger,
+  /** Some route of this cap has a weight: read it per request (else every request counts 1, and
+   * pays nothing for weights). */
+  weighted: boolean,
 ): Admission<RequestFacts> {
   const { per, overrides } = concurrency
   const header = concurrency.tenantHeader
@@ -94,6 +101,7 @@ function semaphoreFor(
       ttlMs: config.ttlMs,
       statusCode: concurrency.statusCode,
       failOpen: concurrency.failOpen,
+      weight: weighted ? (req: RequestFacts) => req.weight : undefined,
       logger,
     },
     concurrency.keepAliveMs,

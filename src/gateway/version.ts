@@ -51,6 +51,7 @@ defaults: # what every route inherits; a route's own fields win
     statusCode: 503 # rejection status; default 503 for global/route, 429 for tenant/ip
     failOpen: false # true: let requests through while Redis is unavailable (--fail-open)
     overrides: {} # bucket -> permits, e.g. { premium-tenant: 50 }
+    weight: 1 # permits one request counts for (e.g. 5 for an export route), at most permits
   rwlock: false # \`rwlock: {...}\` = read/write lock per resource on every route (--rwlock)
   timeouts:
     upstreamMs: 30000 # upstream silent this long -> 504, default 30000 (--timeout-ms)

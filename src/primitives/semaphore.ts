@@ -4,9 +4,15 @@ import { positiveInt } from '../core/options.js'
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
 import type { Store } from '../core/protocol/store.js'
-import { freshOwnerCalls } from './mutex.js'
+import { runHolding } from './mutex.js'
 import { claimName } from './names.js'
-import { type LockOptions, parseLockOptions } from '../core/options.js'
+import {
+  checkAcquireOptions,
+  isPlainObjectOrUndefined,
+  type LockOptions,
+  parseLockOptions,
+  rejectUnknown,
+} from '../core/options.js'
 
 /** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
 const MAX_PERMITS = 1_000_000
@@ -16,8 +22,17 @@ export interface SemaphoreOptions extends LockOptions {
   permits: number
 }
 
+/** A semaphore's acquire options: AcquireOptions and the permits the lease counts for. */
+export interface SemaphoreAcquireOptions extends AcquireOptions {
+  /** How many permits this lease counts for (Redisson's `acquire(permits)`, Bottleneck's `weight`): an
+   * export may count for 5 where a health check counts for 1. An integer from 1 to `permits`. The
+   * queue stays FIFO: a waiter is admitted once its weight is free, and nobody behind it is admitted
+   * before it, so a heavy head is never overtaken by light calls (G5). @default 1 */
+  weight?: number
+}
+
 export interface SemaphoreStats {
-  /** Live leases across every process. */
+  /** Permits held across every process (a lease of weight w counts w). */
   holders: number
   /** Live waiters across every process. */
   queued: number
@@ -33,11 +48,12 @@ export interface Semaphore {
   readonly permits: number
   /** Wait for a permit in the fair FIFO queue (G5). Rejects with AcquireTimeoutError after
    * `timeoutMs` or with the signal's reason; either way nothing is left in the queue. */
-  acquire(options?: AcquireOptions): Promise<Lease>
-  /** Take a permit only if one is free and nobody queues ahead; contention is not an error. */
-  tryAcquire(): Promise<Lease | undefined>
+  acquire(options?: SemaphoreAcquireOptions): Promise<Lease>
+  /** Take a permit (`weight` of them) only if free and nobody queues ahead; contention is not an
+   * error. */
+  tryAcquire(options?: { weight?: number }): Promise<Lease | undefined>
   /** Run `fn` holding a permit and always release it; `fn`'s own error is never masked. */
-  withLease<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>
+  withLease<T>(fn: (lease: Lease) => T | Promise<T>, options?: SemaphoreAcquireOptions): Promise<T>
   /** Change the permits of this name for every process sharing the store. Raising admits waiters at
    * once; lowering never evicts a holder, it stops admissions until holders drain below it. */
   setPermits(permits: number): Promise<void>
@@ -79,7 +95,10 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
     get permits() {
       return client.permits()
     },
-    ...freshOwnerCalls(client),
+    // (The options go on as given: LockClient reads `weight`, checked here, itself.)
+    acquire: (opts) => (weightOf(opts), client.acquire(undefined, opts)),
+    tryAcquire: (opts) => client.tryAcquire(undefined, weightOf(opts, ['weight'])),
+    withLease: async (fn, opts) => (weightOf(opts), runHolding(await client.acquire(undefined, opts), fn)),
     setPermits: async (next) => {
       positiveInt('permits', next, MAX_PERMITS)
       // Only the store's override changes: this instance keeps asking for its own permits, like
@@ -94,6 +113,19 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
   }
   clients.set(semaphore, client)
   return semaphore
+
+  /** The acquire options checked (ConfigError naming one), and the weight asked for (1 by default). */
+  function weightOf(options: SemaphoreAcquireOptions | undefined, only?: readonly string[]): number {
+    if (only && options !== undefined) {
+      isPlainObjectOrUndefined('tryAcquire options', options)
+      rejectUnknown(options, only)
+    } else checkAcquireOptions(options, ['weight'])
+    const weight = options?.weight
+    if (weight === undefined || weight === 1) return 1
+    if (!(Number.isInteger(weight) && weight >= 1 && weight <= permits))
+      throw new ConfigError('weight', `an integer from 1 to ${permits} (the semaphore's permits)`, weight)
+    return weight
+  }
 }
 
 const clients = new WeakMap<Semaphore, PermitClient>()
@@ -103,6 +135,6 @@ const clients = new WeakMap<Semaphore, PermitClient>()
  * memory store) and a permit is free with nobody queued; undefined otherwise (then acquire()). For
  * the admission engine's hot path; not part of the public API.
  */
-export function acquireNow(semaphore: Semaphore): Lease | undefined {
-  return clients.get(semaphore)?.acquireNow(undefined)
+export function acquireNow(semaphore: Semaphore, weight = 1): Lease | undefined {
+  return clients.get(semaphore)?.acquireNow(undefined, weight)
 }

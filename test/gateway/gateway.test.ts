@@ -130,6 +130,33 @@ describe('createGateway()', () => {
     )
   })
 
+  it('G1: a per-route weight: routes of one global bucket each count their own weight', async () => {
+    const upstream = await startUpstream()
+    const concurrency = { permits: 3, per: 'global', maxWaitMs: 0 }
+    const { url } = await start({
+      defaults: { upstream: upstream.url },
+      routes: [
+        { name: 'export', match: { pathPrefix: '/export' }, concurrency: { ...concurrency, weight: 3 } },
+        { name: 'health', match: { pathPrefix: '/health' }, concurrency },
+      ],
+    })
+    const exporting = get(`${url}/export/work?ms=400`)
+    await eventually(() => upstream.probe.inside === 1)
+    const health = await get(`${url}/health/work?ms=1`)
+    expect([health.status, JSON.parse(health.body).reason]).toEqual([503, 'busy']) // all 3 are the export's
+    expect((await exporting).status).toBe(200)
+    const checks = [get(`${url}/health/work?ms=400`)]
+    await eventually(() => upstream.probe.inside === 1)
+    expect((await get(`${url}/export/work?ms=1`)).status).toBe(503) // 2 free: not enough for 3
+    expect((await get(`${url}/health/work?ms=1`)).headers.get('ratelimit')).toBe('"global";r=1')
+    expect((await Promise.all(checks)).map((r) => r.status)).toEqual([200])
+    const refused = await start({
+      defaults: { upstream: upstream.url },
+      routes: [{ name: 'big', match: { pathPrefix: '/' }, concurrency: { permits: 2, weight: 3 } }],
+    }).catch((error: Error) => error.message)
+    expect(refused).toContain('routes[0].concurrency.weight: expected at most permits (2)')
+  })
+
   it('G13: routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {
     const [a, b, c] = await Promise.all([startUpstream(), startUpstream(), startUpstream()])
     const { url } = await start({

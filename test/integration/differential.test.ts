@@ -56,9 +56,15 @@ function actorsOf(family: Family, store: Store): Record<string, Side> {
     }
   }
   if (family === 'sem') {
+    // W asks for both permits at once (weight 2): FIFO with weights (issue 28 #12).
+    const heavy = createSemaphore(store, NAME, { permits: 2, ...long })
     return {
       S: createSemaphore(store, NAME, { permits: 2, ...long }),
       T: createSemaphore(store, NAME, { permits: 2, ...long, waiterTtlMs: 3000 }),
+      W: {
+        acquire: (options) => heavy.acquire({ ...options, weight: 2 }),
+        tryAcquire: () => heavy.tryAcquire({ weight: 2 }),
+      },
       M: createSemaphore(store, NAME, { permits: 2, ...mortal }),
     }
   }
@@ -116,7 +122,8 @@ class Run {
   }
 
   /** What the store must report, derived from the calls alone: one holder per owner with a granted
-   * call (a reader per owner with a granted read), one queued per owner with a waiting call. */
+   * call (a reader per owner with a granted read; W's calls hold two permits each), one queued per
+   * owner with a waiting call. */
   expected(): string {
     const owners = (status: string, mode?: 'r' | 'w') =>
       new Set(
@@ -126,7 +133,8 @@ class Run {
       ).size
     if (this.family === 'rw')
       return `readers=${owners('granted', 'r')} writer=${owners('granted', 'w') > 0} queued=${owners('pending')}`
-    return `holders=${owners('granted')} queued=${owners('pending')}`
+    const heavy = this.calls.filter((c) => c.status === 'granted' && c.actor === 'W').length
+    return `holders=${owners('granted') + heavy} queued=${owners('pending')}`
   }
 
   async stats(): Promise<string> {
@@ -162,7 +170,7 @@ function sequence(family: Family, seed: number): { label: string; apply(run: Run
     family === 'rmutex'
       ? ['A', 'B', 'F']
       : family === 'sem'
-        ? ['S', 'T']
+        ? ['S', 'T', 'W']
         : ['Ar', 'Aw', 'Br', 'Bw', 'Fr', 'Fw']
   const steps: { label: string; apply(run: Run): Promise<void> }[] = []
   for (let i = 0; i < STEPS; i++) {

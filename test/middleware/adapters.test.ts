@@ -488,6 +488,23 @@ for (const adapter of ADAPTERS) {
       await done(held)
     })
 
+    it('weight: a request of weight 2 takes both permits; the RateLimit header counts permits', async () => {
+      const { app, saturate, done } = await start({ permits: 2, maxWaitMs: 0, weight: 'x-weight' })
+      const light = await saturate() // one of two permits held
+      const heavy = await get(`${app.url}/fast`, { 'x-weight': '2' })
+      expect([heavy.status, JSON.parse(heavy.body).reason]).toEqual([503, 'busy'])
+      await done(light)
+      const held = get(`${app.url}/hold`, { 'x-weight': '2' })
+      await eventually(() => app.probe.holders.length === 1)
+      expect((await get(`${app.url}/fast`)).status).toBe(503) // both permits are the heavy one's
+      app.probe.holders.splice(0).forEach((release) => release())
+      const answer = await held
+      expect(answer.headers.get('ratelimit')).toMatch(/;r=0$/)
+      // A weight above the permits counts as all of them; a bad one as 1.
+      expect((await get(`${app.url}/fast`, { 'x-weight': '9' })).headers.get('ratelimit')).toMatch(/;r=0$/)
+      expect((await get(`${app.url}/fast`, { 'x-weight': 'x' })).headers.get('ratelimit')).toMatch(/;r=1$/)
+    })
+
     it('requestPropertyName: the handler finds the lease info under that name', async () => {
       const { app } = await start({ permits: 1, requestPropertyName: 'limits' })
       expect((await get(`${app.url}/fast`)).status).toBe(200)

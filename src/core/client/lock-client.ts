@@ -7,6 +7,7 @@ import { emit, observed, traceName } from '../events.js'
 import type { KeySpace } from '../keys.js'
 import type { LockSettings } from '../options.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
+import { weightedToken } from '../weight.js'
 import type { AcquireReply, Grant, RecheckReply, RenewReply, Store, Acquisition } from '../protocol/store.js'
 import { type WaitClient, type WaitGroup, type Waiter, waitGroup } from './wait-group.js'
 
@@ -86,8 +87,11 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    * neither (G3, G12). */
   abstract releaseToken(token: string, op?: string): Promise<unknown>
 
-  private acquisition(owner: string | undefined): Acquisition {
-    return owner === undefined ? { token: newToken(), op: undefined } : { token: owner, op: newToken() }
+  /** `weight`: the permits a fresh token counts for (a semaphore's acquire({ weight }); weight.ts). */
+  private acquisition(owner: string | undefined, weight = 1): Acquisition {
+    return owner === undefined
+      ? { token: weight === 1 ? newToken() : weightedToken(newToken(), weight), op: undefined }
+      : { token: owner, op: newToken() }
   }
 
   /** The local deadline (clock.ts) of a grant a call asked at `askedAt` got in its reply. */
@@ -111,8 +115,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     return new PermitLease(this, acquisition.token, fence, expiresAt, deadline, holders, acquisition.op)
   }
 
-  async tryAcquire(owner: string | undefined): Promise<Lease | undefined> {
-    const acquisition = this.acquisition(owner)
+  async tryAcquire(owner: string | undefined, weight = 1): Promise<Lease | undefined> {
+    const acquisition = this.acquisition(owner, weight)
     const askedAt = monoNow()
     const reply = await this.attempt(acquisition, false)
     const deadline = reply.granted ? this.deadlineOf(askedAt, reply) : 0
@@ -131,8 +135,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    * right now (then acquire() or tryAcquire(), which queue or answer for a busy set as usual). Never
    * jumps the queue: a fresh token is granted only while nobody waits (G5).
    */
-  acquireNow(owner: string | undefined): Lease | undefined {
-    const acquisition = this.acquisition(owner)
+  acquireNow(owner: string | undefined, weight = 1): Lease | undefined {
+    const acquisition = this.acquisition(owner, weight)
     const askedAt = monoNow()
     const reply = this.attemptNow(acquisition)
     if (!reply?.granted) return undefined
@@ -149,7 +153,10 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     )
   }
 
-  async acquire(owner: string | undefined, options: AcquireOptions = {}): Promise<Lease> {
+  async acquire(
+    owner: string | undefined,
+    options: AcquireOptions & { weight?: number } = {},
+  ): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
     if (signal?.aborted) throw abortReason(signal)
@@ -170,7 +177,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           if (monoNow() - started >= timeoutMs)
             throw new AcquireTimeoutError(this.space.name, waitedSince(started))
         }
-        const acquisition = this.acquisition(owner)
+        const acquisition = this.acquisition(owner, options.weight)
         const askedAt = monoNow()
         const reply = await this.attempt(acquisition, true)
         if (reply.granted) {

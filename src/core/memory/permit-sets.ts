@@ -16,10 +16,13 @@ import type {
 } from '../protocol/store.js'
 import { nowMs, nowUs } from './clock.js'
 import { queuePosition } from './rwlocks.js'
+import { tokenWeight } from '../weight.js'
 
 interface Holder {
   expiresAt: number
   fence: number
+  /** Permits the hold counts for (its token's weight). */
+  weight: number
   /** A reentrant owner's acquisitions holding through the token (lua a:<tok>); undefined for a fresh
    * token, which is its own acquisition. */
   ops: string[] | undefined
@@ -33,6 +36,8 @@ interface Waiter {
 /** One name's state: the in-memory twin of the H, Q, W and M keys. */
 interface PermitSet {
   holders: Map<string, Holder>
+  /** Permits held: the holders' weights (lua ZCARD H). */
+  used: number
   /** Insertion order is ticket order (FIFO). */
   queue: Map<string, Waiter>
   lastFence: number
@@ -71,7 +76,7 @@ export class MemoryPermitSets implements PermitFamily {
         held.ops = [...(held.ops ?? []), r.op]
         held.expiresAt = Math.max(held.expiresAt, now + r.ttlMs)
       }
-      return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now, holders: set.holders.size }
+      return { granted: true, fence: held.fence, expiresAt: held.expiresAt, now, holders: set.used }
     }
     const waiting = set.queue.get(r.token)
     if (waiting) {
@@ -85,20 +90,23 @@ export class MemoryPermitSets implements PermitFamily {
       }
       return { granted: false, position, nextExpiry: nextExpiry(set), now }
     }
-    if (set.queue.size === 0 && set.holders.size < permits) {
+    const weight = tokenWeight(r.token)
+    if (set.queue.size === 0 && set.used + weight <= permits) {
       const holder = {
         expiresAt: now + r.ttlMs,
         fence: nextFence(set),
+        weight,
         ops: r.op === undefined ? undefined : [r.op],
       }
       set.holders.set(r.token, holder)
+      set.used += weight
       set.purgeAt = Math.min(set.purgeAt, holder.expiresAt)
       return {
         granted: true,
         fence: holder.fence,
         expiresAt: holder.expiresAt,
         now,
-        holders: set.holders.size,
+        holders: set.used,
       }
     }
     if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
@@ -135,6 +143,7 @@ export class MemoryPermitSets implements PermitFamily {
         if (held.ops.length > 0) return 'decremented'
       }
       set.holders.delete(token)
+      set.used -= held.weight
       result = 'freed'
     } else {
       const waiter = set.queue.get(token)
@@ -196,7 +205,7 @@ export class MemoryPermitSets implements PermitFamily {
     if (!set) return { holders: 0, queued: 0, limit }
     let holders = 0
     let queued = 0
-    for (const h of set.holders.values()) if (h.expiresAt > now) holders++
+    for (const h of set.holders.values()) if (h.expiresAt > now) holders += h.weight
     for (const w of set.queue.values()) if (w.heartbeat > now) queued++
     return { holders, queued, limit }
   }
@@ -228,7 +237,13 @@ export class MemoryPermitSets implements PermitFamily {
   private open(space: KeySpace, now: number): PermitSet {
     let set = this.sets.get(space.base)
     if (!set) {
-      set = { holders: new Map(), queue: new Map(), lastFence: 0, purgeAt: Number.POSITIVE_INFINITY }
+      set = {
+        holders: new Map(),
+        used: 0,
+        queue: new Map(),
+        lastFence: 0,
+        purgeAt: Number.POSITIVE_INFINITY,
+      }
       this.sets.set(space.base, set)
       return set
     }
@@ -239,16 +254,19 @@ export class MemoryPermitSets implements PermitFamily {
   /** lua admit(): hand free permits to the head of the queue and notify asynchronously. */
   private admit(space: KeySpace, set: PermitSet, permits: number, now: number): void {
     const granted: Grant[] = []
-    let free = permits - set.holders.size
+    let free = permits - set.used
     for (const [token, waiter] of set.queue) {
-      if (free <= 0) break
+      // FIFO with weights: a head whose permits are not free yet waits, and everyone behind it.
+      const weight = tokenWeight(token)
+      if (weight > free) break
       set.queue.delete(token)
-      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), ops: waiter.ops }
+      const holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), weight, ops: waiter.ops }
       set.holders.set(token, holder)
+      set.used += weight
       set.purgeAt = Math.min(set.purgeAt, holder.expiresAt)
       for (const op of waiter.ops ?? [token])
         granted.push({ token, op, fence: holder.fence, expiresAt: holder.expiresAt })
-      free--
+      free -= weight
     }
     if (granted.length > 0) this.publish(space, granted)
   }
@@ -268,8 +286,10 @@ function purge(set: PermitSet, now: number): void {
   if (now < set.purgeAt) return
   let next = Number.POSITIVE_INFINITY
   for (const [token, h] of set.holders) {
-    if (h.expiresAt <= now) set.holders.delete(token)
-    else if (h.expiresAt < next) next = h.expiresAt
+    if (h.expiresAt <= now) {
+      set.holders.delete(token)
+      set.used -= h.weight
+    } else if (h.expiresAt < next) next = h.expiresAt
   }
   for (const [token, w] of set.queue) {
     if (w.heartbeat <= now) set.queue.delete(token)

@@ -92,8 +92,39 @@ end
 -- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
 -- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
 -- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
+--
+-- Weights (a semaphore's acquire({ weight })): a token \`<id>*<w>\` counts for w permits. Its hold is w
+-- members of H, the token and \`<token>#2\` .. \`<token>#w\`, with one expiry, so that ZCARD H is the
+-- permits in use, an expiry frees all w at once, and a token without '*' (every unweighted call)
+-- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
+-- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
+-- never overtaken by light ones, G5).
 local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local CHANNEL = ARGV[1]
+
+-- The permits a token counts for.
+local function weight(tok)
+  local star = string.find(tok, '*', 1, true)
+  return star and (tonumber(string.sub(tok, star + 1)) or 1) or 1
+end
+
+-- Append \`tok\`'s hold to a ZADD argument list (score, member, ...): w members for a weight of w.
+local function add_hold(holds, score, tok)
+  holds[#holds + 1] = score
+  holds[#holds + 1] = tok
+  local w = weight(tok)
+  for k = 2, w do
+    holds[#holds + 1] = score
+    holds[#holds + 1] = tok .. '#' .. k
+  end
+  return w
+end
+
+-- Append the members of \`tok\`'s hold to a list (ZREM arguments).
+local function add_members(list, tok)
+  list[#list + 1] = tok
+  for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
+end
 
 -- The permits in force: the run-time override when one is set, else the caller's.
 local function limit(requested)
@@ -235,7 +266,7 @@ end
 
 -- Hand free permits to the head of the queue, in ticket order, and tell their processes. \`count\` is
 -- ZCARD H (0 exactly when H does not exist). Returns the published message ('' for none), a table
--- token -> { fence, expiresAt } of the grants, and how many it made.
+-- token -> { fence, expiresAt } of the grants, and how many permits they took (their weights).
 local function admit(permits, count)
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
   local free = math.min(permits - count, 1000)
@@ -267,14 +298,29 @@ local function admit(permits, count)
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
   local specs = redis.call('HMGET', M, unpack(spec_fields))
+  -- Weights: the head takes as many waiters as their permits fit in \`free\`, in order; the first that
+  -- does not fit, and everyone behind it, waits (FIFO, G5).
+  local room = free
+  for i, tok in ipairs(head) do
+    local w = weight(tok)
+    if w > room then
+      for k = #head, i, -1 do
+        head[k] = nil
+        spec_fields[k] = nil
+      end
+      break
+    end
+    room = room - w
+  end
+  if #head == 0 then return '', {}, 0 end
   local granted, lines, holds, fields = {}, {}, {}, {}
   local last_exp = 0
+  local taken = 0
   for i, tok in ipairs(head) do
     local ttl, ops = parse_spec(specs[i])
     local exp = NOW + ttl
     local fence = next_fence(exp)
-    holds[#holds + 1] = exp
-    holds[#holds + 1] = tok
+    taken = taken + add_hold(holds, exp, tok)
     fields[#fields + 1] = 'g:' .. tok
     fields[#fields + 1] = int(fence)
     local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
@@ -303,7 +349,7 @@ local function admit(permits, count)
   save_fence()
   local message = table.concat(lines, '\\n')
   redis.call('PUBLISH', CHANNEL, message)
-  return message, granted, #head
+  return message, granted, taken
 end
 
 -- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.
@@ -577,12 +623,13 @@ end
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (n = holders + waiters), plus O(k) for a reentrant owner's list of
--- k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
--- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
--- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
--- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders = live
---         holders of the name right after, for RateLimit headers and metrics) | {0, position,
+-- Cost: O(t log n) for t tokens (n = held permits + waiters; a token of weight w counts w), plus
+-- O(k) for a reentrant owner's list of k acquisitions, plus the queue work of lib/permits.lua: at
+-- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
+-- of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
+-- then \`now\` (look again at once).
+-- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders =
+--         permits held of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
 local ttl, mode, waiter_ttl = tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5])
 local op = ARGV[6] ~= '' and ARGV[6] or nil
@@ -590,8 +637,8 @@ local tokens = { unpack(ARGV, 7) }
 local n = #tokens
 local out = { NOW }
 
--- The tokens at \`picked\` (indexes into tokens) take a permit each. \`count\` = ZCARD H before, so H
--- is new exactly when it is 0. \`alone\`: nothing is held or queued, so M guards nothing else either.
+-- The tokens at \`picked\` (indexes into tokens) take their permits (one each, w for a weight of w:
+-- see lib/permits.lua). \`count\` = ZCARD H before, so H is new exactly when it is 0. \`alone\`: nothing is held or queued, so M guards nothing else either.
 -- Only a reentrant owner's hold writes M (its acquisitions, and its fence for re-entries): a plain
 -- grant is one ZADD, so a batch of n grants costs no hash writes (a field per grant in M cost ~1/3
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
@@ -600,12 +647,12 @@ local function take(picked, count, alone)
   local exp_s = int(exp)
   local holds = {}
   local fence
-  for j, i in ipairs(picked) do
+  local used = count
+  for _, i in ipairs(picked) do
     -- One SET ... GET reads and writes the fence for a single grant; a batch reads once, writes once.
     fence = #picked == 1 and take_fence(exp) or next_fence(exp)
-    holds[#holds + 1] = exp_s
-    holds[#holds + 1] = tokens[i]
-    out[i + 1] = { 1, fence, exp, count + j }
+    used = used + add_hold(holds, exp_s, tokens[i])
+    out[i + 1] = { 1, fence, exp, used }
   end
   save_fence()
   redis.call('ZADD', H, unpack(holds))
@@ -624,7 +671,7 @@ end
 -- Fast path: nobody waits and nobody holds, so any limit (always >= 1) has room and no token can be
 -- a resend: no need to read P, H or Q.
 local state = redis.call('EXISTS', Q, Q, H)
-if state == 0 and n == 1 then
+if state == 0 and n == 1 and weight(tokens[1]) == 1 then
   take({ 1 }, 0, true)
   return out
 end
@@ -695,9 +742,16 @@ if #fresh == 0 then return out end
 
 local first = 1
 if not queued and count < permits then
-  local room = math.min(#fresh, permits - count)
-  take({ unpack(fresh, 1, room) }, count, false)
-  first = room + 1
+  -- In order, as many as their weights fit: the first that does not fit queues, and so do the rest.
+  local room, fits = permits - count, 0
+  for k = 1, #fresh do
+    local w = weight(tokens[fresh[k]])
+    if w > room then break end
+    room = room - w
+    fits = k
+  end
+  if fits > 0 then take({ unpack(fresh, 1, fits) }, count, false) end
+  first = fits + 1
   if first > #fresh then return out end
 end
 
@@ -815,7 +869,7 @@ return out
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens, plus O(k) for a reentrant owner's list of k acquisitions, plus the
+-- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's list of k acquisitions, plus the
 -- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000
 -- more dead waiters skipped at the head of the queue, 1000 grants made: the rest is left to the
 -- next call, and a reply's nextExpiry is then \`now\` (look again at once).
@@ -862,18 +916,19 @@ if op then
   -- The owner's last acquisition: free the permit or leave the queue, below.
 end
 
-local freed, others = {}, {}
+local freed, others, members = {}, {}, {}
 local held = redis.call('ZMSCORE', H, unpack(tokens))
 for i, tok in ipairs(tokens) do
   if held[i] and tonumber(held[i]) > NOW then
     freed[#freed + 1] = tok
+    add_members(members, tok) -- a weighted hold's w members
     out[i + 1] = 1
   else
     others[#others + 1] = i
     out[i + 1] = 0
   end
 end
-if #freed > 0 then redis.call('ZREM', H, unpack(freed)) end
+if #members > 0 then redis.call('ZREM', H, unpack(members)) end
 
 local has_q, has_m, has_h = presence()
 if has_q and #others > 0 then
@@ -918,7 +973,7 @@ return out
 -- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases, plus O(k) per reentrant lease's list of k acquisitions.
+-- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -929,7 +984,9 @@ for i = 3, #ARGV, 2 do
   local held = redis.call('ZSCORE', H, tok)
   if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
     local at = math.max(tonumber(held), exp)
-    redis.call('ZADD', H, at, tok)
+    local holds = {}
+    add_hold(holds, at, tok) -- a weighted hold's w members keep one expiry
+    redis.call('ZADD', H, unpack(holds))
     out[#out + 1] = at
     any = true
   else

@@ -283,6 +283,11 @@ function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issue
     const concurrencyInput = merged(base.concurrency, route.concurrency)
     const concurrency = concurrencyInput === false ? undefined : resolveConcurrency(concurrencyInput)
     if (concurrency?.per === 'global') globalBuckets.push({ index, concurrency })
+    if (concurrency && concurrency.weight > concurrency.permits)
+      issues.push({
+        path: `${at}.concurrency.weight`,
+        message: `expected at most permits (${concurrency.permits}): a heavier request could never be admitted`,
+      })
     const rwlockInput = merged(base.rwlock, route.rwlock)
     routes.push({
       name,
@@ -299,8 +304,10 @@ function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issue
   })
   // per: global is one bucket for several routes: they must agree on what it is.
   const first = globalBuckets[0]
+  // (Each route keeps its own weight: what its requests count for in the shared bucket.)
+  const bucketOf = (c: ConcurrencyConfig | undefined) => JSON.stringify(c && { ...c, weight: undefined })
   for (const other of globalBuckets.slice(1)) {
-    if (JSON.stringify(other.concurrency) !== JSON.stringify(first?.concurrency)) {
+    if (bucketOf(other.concurrency) !== bucketOf(first?.concurrency)) {
       issues.push({
         path: `routes[${other.index}].concurrency`,
         message: `per: global routes share one bucket, so their concurrency settings must equal those of routes[${first?.index}]`,
@@ -321,6 +328,7 @@ function resolveConcurrency(input: ConcurrencyInput): ConcurrencyConfig {
     statusCode: input.statusCode,
     failOpen: input.failOpen ?? d.failOpen,
     keepAliveMs: input.keepAliveMs ?? d.keepAliveMs,
+    weight: input.weight ?? 1,
     overrides: { ...input.overrides },
   }
 }

@@ -119,6 +119,7 @@ const concurrencySchema = z.strictObject({
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
   keepAliveMs: keepAlive.optional(),
+  weight: positiveInt(1_000_000).optional(),
   overrides: z
     .record(z.string().min(1, { error: 'expected a non-empty bucket name' }), positiveInt(1_000_000), {
       error: 'expected a map of bucket -> permits',

@@ -33,6 +33,9 @@ export interface ConcurrencyConfig {
   /** Permit keep-alive: a lease serves this replica's requests of its bucket for up to this long
    * before it goes back to the store (docs/gateway.md, "Permit keep-alive"); 0 = off. */
   keepAliveMs: number
+  /** The permits one request of the route counts for (an export 5, a health check 1); at most
+   * `permits`. Routes of `per: global` share one bucket, each with its own weight. */
+  weight: number
 }
 
 export interface RwLockConfig {

@@ -58,6 +58,7 @@ export interface AppSetup {
     skip?: 'x-skip'
     handler?: 'teapot'
     onRejected?: 'answer' | ((...args: never[]) => void)
+    weight?: 'x-weight'
   }
   /** Mount a second, outer semaphore with these options before the one under test. */
   outer?: Record<string, unknown>
@@ -198,6 +199,14 @@ const answering = {
   },
 } as const
 
+/** The `weight` option from the x-weight header (1 without it), in each framework's terms. */
+const weigher = {
+  express: (req: http.IncomingMessage) => Number(req.headers['x-weight'] ?? 1),
+  koa: (ctx: Koa3.Context) => Number(ctx.headers['x-weight'] ?? 1),
+  fastify: (request: { headers: http.IncomingHttpHeaders }) => Number(request.headers['x-weight'] ?? 1),
+  hono: (c: { req: { header(name: string): string | undefined } }) => Number(c.req.header('x-weight') ?? 1),
+} as const
+
 const tenantKey = {
   express: () => tgExpress.byHeader('x-tenant'),
   koa: () => tgKoa.byHeader('x-tenant'),
@@ -226,6 +235,7 @@ export async function startAdapterApp(adapter: Adapter, setup: AppSetup): Promis
     key: setup.options.key === 'tenant' ? tenantKey[family(adapter)]() : undefined,
     skip: setup.options.skip === 'x-skip' ? skipper[family(adapter)] : undefined,
     handler: setup.options.handler === 'teapot' ? teapot[family(adapter)] : undefined,
+    weight: setup.options.weight === 'x-weight' ? weigher[family(adapter)] : undefined,
     onRejected: (...args: unknown[]) => {
       app.rejectedHook++
       app.hookReasons.push((args[1] as Rejection).reason)
