@@ -135,17 +135,21 @@ if #fresh == 0 then return out end
 
 local first = 1
 if not queued and count < permits then
-  -- In order, as many as their weights fit: the first that does not fit queues, and so do the rest.
-  local room, fits = permits - count, 0
+  -- In order, as many as their weights fit. Queueing, the first that does not fit queues, and so do the
+  -- rest behind it (FIFO); trying, each is on its own, as one call per token would be.
+  local room, picked, rest = permits - count, {}, {}
   for k = 1, #fresh do
     local w = weight(tokens[fresh[k]])
-    if w > room then break end
-    room = room - w
-    fits = k
+    if w <= room and (mode ~= '1' or #rest == 0) then
+      picked[#picked + 1] = fresh[k]
+      room = room - w
+    else
+      rest[#rest + 1] = fresh[k]
+    end
   end
-  if fits > 0 then take({ unpack(fresh, 1, fits) }, count, false) end
-  first = fits + 1
-  if first > #fresh then return out end
+  if #picked > 0 then take(picked, count, false) end
+  if #rest == 0 then return out end
+  fresh = rest
 end
 
 -- fresh[first..] found no free permit.

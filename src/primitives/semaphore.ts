@@ -5,6 +5,7 @@ import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
 import type { Store } from '../core/protocol/store.js'
 import { runHolding } from './mutex.js'
+import { MAX_WEIGHT } from '../core/weight.js'
 import { claimName } from './names.js'
 import {
   checkAcquireOptions,
@@ -25,7 +26,7 @@ export interface SemaphoreOptions extends LockOptions {
 /** A semaphore's acquire options: AcquireOptions and the permits the lease counts for. */
 export interface SemaphoreAcquireOptions extends AcquireOptions {
   /** How many permits this lease counts for (Redisson's `acquire(permits)`, Bottleneck's `weight`): an
-   * export may count for 5 where a health check counts for 1. An integer from 1 to `permits`. The
+   * export may count for 5 where a health check counts for 1. An integer from 1 to `permits`, at most 1000. The
    * queue stays FIFO: a waiter is admitted once its weight is free, and nobody behind it is admitted
    * before it, so a heavy head is never overtaken by light calls (G5). @default 1 */
   weight?: number
@@ -95,10 +96,10 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
     get permits() {
       return client.permits()
     },
-    // (The options go on as given: LockClient reads `weight`, checked here, itself.)
-    acquire: (opts) => (weightOf(opts), client.acquire(undefined, opts)),
+    // The weight checked here is the one used (an options object is read once).
+    acquire: (opts) => client.acquire(undefined, opts, weightOf(opts)),
     tryAcquire: (opts) => client.tryAcquire(undefined, weightOf(opts, ['weight'])),
-    withLease: async (fn, opts) => (weightOf(opts), runHolding(await client.acquire(undefined, opts), fn)),
+    withLease: async (fn, opts) => runHolding(await client.acquire(undefined, opts, weightOf(opts)), fn),
     setPermits: async (next) => {
       positiveInt('permits', next, MAX_PERMITS)
       // Only the store's override changes: this instance keeps asking for its own permits, like
@@ -122,8 +123,13 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
     } else checkAcquireOptions(options, ['weight'])
     const weight = options?.weight
     if (weight === undefined || weight === 1) return 1
-    if (!(Number.isInteger(weight) && weight >= 1 && weight <= permits))
-      throw new ConfigError('weight', `an integer from 1 to ${permits} (the semaphore's permits)`, weight)
+    const most = Math.min(permits, MAX_WEIGHT)
+    if (!(typeof weight === 'number' && Number.isInteger(weight) && weight >= 1 && weight <= most))
+      throw new ConfigError(
+        'weight',
+        `an integer from 1 to ${most} (the semaphore's permits, at most ${MAX_WEIGHT})`,
+        weight,
+      )
     return weight
   }
 }

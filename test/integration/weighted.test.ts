@@ -117,6 +117,66 @@ describeStores('weighted semaphore', (fx, kind) => {
   })
 })
 
+describeStores('weighted semaphore, large and batched (review of 9ffb7f3)', (fx) => {
+  it('G5: a head of weight 1000 (the most) is admitted once 1000 permits are free, and blocks the light one behind it until then', async () => {
+    const { store } = fx()
+    const sem = createSemaphore(store, 'big', { permits: 2000 })
+    const held = [await sem.acquire({ weight: 1000 }), await sem.acquire()] // 1001 held, 999 free
+    const order: string[] = []
+    const heavy = sem.acquire({ weight: 1000, timeoutMs: 10_000 }).then((l) => (order.push('heavy'), l))
+    await eventually(async () => (await sem.stats()).queued === 1)
+    const light = sem.acquire({ timeoutMs: 10_000 }).then((l) => (order.push('light'), l))
+    await eventually(async () => (await sem.stats()).queued === 2)
+    await held[1]!.release() // 1000 free: the head fits (it never did before the fix: a 1000 cap)
+    const heavyLease = await heavy
+    expect(order).toEqual(['heavy'])
+    await held[0]!.release()
+    await (await light).release()
+    await heavyLease.release()
+    expect(await sem.stats()).toMatchObject({ holders: 0, queued: 0 })
+    expect(() => sem.acquire({ weight: 1001 })).toThrow('an integer from 1 to 1000')
+  })
+
+  it('G1 G11: 80 concurrent acquires of weight 100, then 80 concurrent releases (batched calls stay within the script limits)', async () => {
+    const { store } = fx()
+    const sem = createSemaphore(store, 'batched', { permits: 10_000 })
+    const leases = await Promise.all(
+      Array.from({ length: 80 }, () => sem.acquire({ weight: 100, timeoutMs: 5000 })),
+    )
+    expect(await sem.stats()).toMatchObject({ holders: 8000 })
+    await Promise.all(leases.map((lease) => lease.release()))
+    expect(await sem.stats()).toMatchObject({ holders: 0, queued: 0 })
+  })
+
+  it('G11: tryAcquires merged into one call are each on their own: a light one after a heavy refused one gets in', async () => {
+    const { store } = fx()
+    const sem = createSemaphore(store, 'tries', { permits: 3 })
+    const held = await sem.acquire()
+    const tries = await Promise.all([
+      sem.tryAcquire({ weight: 3 }),
+      sem.tryAcquire({ weight: 3 }),
+      sem.tryAcquire(),
+    ])
+    expect(tries.map((lease) => lease !== undefined)).toEqual([false, false, true])
+    await Promise.all([held.release(), tries[2]!.release()])
+  })
+
+  it('the weight is read once from the options (a getter cannot change it after the check)', async () => {
+    const { store } = fx()
+    const sem = createSemaphore(store, 'getter', { permits: 2 })
+    let reads = 0
+    const options = {
+      get weight() {
+        return reads++ === 0 ? 1 : -4
+      },
+    }
+    const lease = await sem.acquire(options)
+    expect(lease.token).not.toContain('*')
+    expect(await sem.stats()).toMatchObject({ holders: 1 })
+    await lease.release()
+  })
+})
+
 describe('weighted semaphore: an unweighted acquire is unchanged', () => {
   it('weight 1 is a plain token (no marker), the same path as before', async () => {
     const store = createMemoryStore()

@@ -153,10 +153,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     )
   }
 
-  async acquire(
-    owner: string | undefined,
-    options: AcquireOptions & { weight?: number } = {},
-  ): Promise<Lease> {
+  /** `weight`: the permits a fresh token counts for (a semaphore's; checked by the caller). */
+  async acquire(owner: string | undefined, options: AcquireOptions = {}, weight = 1): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
     if (signal?.aborted) throw abortReason(signal)
@@ -177,7 +175,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           if (monoNow() - started >= timeoutMs)
             throw new AcquireTimeoutError(this.space.name, waitedSince(started))
         }
-        const acquisition = this.acquisition(owner, options.weight)
+        const acquisition = this.acquisition(owner, weight)
         const askedAt = monoNow()
         const reply = await this.attempt(acquisition, true)
         if (reply.granted) {

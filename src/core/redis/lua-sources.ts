@@ -102,10 +102,13 @@ end
 local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local CHANNEL = ARGV[1]
 
--- The permits a token counts for.
+-- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
   local star = string.find(tok, '*', 1, true)
-  return star and (tonumber(string.sub(tok, star + 1)) or 1) or 1
+  if not star then return 1 end
+  local w = tonumber(string.sub(tok, star + 1))
+  if not w or w < 1 or w > 1000 or w ~= math.floor(w) then return 1 end
+  return w
 end
 
 -- Append \`tok\`'s hold to a ZADD argument list (score, member, ...): w members for a weight of w.
@@ -268,51 +271,51 @@ end
 -- ZCARD H (0 exactly when H does not exist). Returns the published message ('' for none), a table
 -- token -> { fence, expiresAt } of the grants, and how many permits they took (their weights).
 local function admit(permits, count)
+  local room = permits - count
+  if room <= 0 then return '', {}, 0 end
   -- At most 1000 grants per call keeps unpack() within Lua's limits; the rest follow on the next call.
-  local free = math.min(permits - count, 1000)
-  if free <= 0 then return '', {}, 0 end
-  -- The first \`free\` live waiters in ticket order. A waiter whose heartbeat has lapsed is not waiting
-  -- any more (G5): one that the purge did not reach is dropped here, never handed a permit (it would
-  -- keep it min(ttl, waiter ttl) and then pass it on to the next dead one).
+  local most = math.min(room, 1000)
+  -- Live waiters in ticket order, as many as their weights fit in \`room\`: the first live one that does
+  -- not fit, and everyone behind it, waits (FIFO with weights, G5). A waiter whose heartbeat has
+  -- lapsed is not waiting any more (G5): one that the purge did not reach is dropped here, never
+  -- handed a permit (it would keep it min(ttl, waiter ttl) and then pass it on to the next dead one).
+  -- Read in batches growing from 16, so that a heavy head that blocks costs O(1), not O(room).
   local head, dead = {}, {}
-  local from = 0
-  while #head < free do
+  local from, want = 0, math.min(most, 16)
+  local stop = false
+  while not stop and #head < most do
     if #dead >= DEAD_PER_CALL then
       backlog = true
       break
     end
-    local batch = redis.call('ZRANGE', Q, from, from + free - #head - 1)
+    local batch = redis.call('ZRANGE', Q, from, from + want - 1)
     if #batch == 0 then break end
     from = from + #batch
     local beats = redis.call('ZMSCORE', W, unpack(batch))
     for i, tok in ipairs(batch) do
       if beats[i] and tonumber(beats[i]) > NOW then
+        local w = weight(tok)
+        if w > room then
+          stop = true
+          break
+        end
         head[#head + 1] = tok
+        room = room - w
+        if room == 0 or #head >= most then
+          stop = true
+          break
+        end
       else
         dead[#dead + 1] = tok
       end
     end
+    want = math.max(1, math.min(most - #head, want * 2))
   end
   if #dead > 0 then purge_waiters(dead) end
   if #head == 0 then return '', {}, 0 end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
   local specs = redis.call('HMGET', M, unpack(spec_fields))
-  -- Weights: the head takes as many waiters as their permits fit in \`free\`, in order; the first that
-  -- does not fit, and everyone behind it, waits (FIFO, G5).
-  local room = free
-  for i, tok in ipairs(head) do
-    local w = weight(tok)
-    if w > room then
-      for k = #head, i, -1 do
-        head[k] = nil
-        spec_fields[k] = nil
-      end
-      break
-    end
-    room = room - w
-  end
-  if #head == 0 then return '', {}, 0 end
   local granted, lines, holds, fields = {}, {}, {}, {}
   local last_exp = 0
   local taken = 0
@@ -742,17 +745,21 @@ if #fresh == 0 then return out end
 
 local first = 1
 if not queued and count < permits then
-  -- In order, as many as their weights fit: the first that does not fit queues, and so do the rest.
-  local room, fits = permits - count, 0
+  -- In order, as many as their weights fit. Queueing, the first that does not fit queues, and so do the
+  -- rest behind it (FIFO); trying, each is on its own, as one call per token would be.
+  local room, picked, rest = permits - count, {}, {}
   for k = 1, #fresh do
     local w = weight(tokens[fresh[k]])
-    if w > room then break end
-    room = room - w
-    fits = k
+    if w <= room and (mode ~= '1' or #rest == 0) then
+      picked[#picked + 1] = fresh[k]
+      room = room - w
+    else
+      rest[#rest + 1] = fresh[k]
+    end
   end
-  if fits > 0 then take({ unpack(fresh, 1, fits) }, count, false) end
-  first = fits + 1
-  if first > #fresh then return out end
+  if #picked > 0 then take(picked, count, false) end
+  if #rest == 0 then return out end
+  fresh = rest
 end
 
 -- fresh[first..] found no free permit.
