@@ -25,7 +25,23 @@ export function bucketName(policy: string, key: string): string {
   return `${policy}:${key.replace(/[%:]/g, encodeURIComponent)}`
 }
 
-/** Normalise a request path into a resource name: `/docs//42/../42/` -> `/docs/42`. */
+/**
+ * A path's percent-escapes of printable ASCII decoded, and the rest upper-cased, for naming the
+ * resource of a lock: `/users/bob%40x.org` and `/users/bob@x.org`, `/docs/4%32` and `/docs/42`,
+ * `%c3%a9` and `%C3%A9` are one resource, as Express and Spring decode them into one id. `%2F`,
+ * `%5C` and `%25` stay escaped: decoding them would change what the path says.
+ */
+export function decodeForResource(path: string): string {
+  if (!path.includes('%')) return path
+  return path.replace(/%([0-9A-Fa-f]{2})/g, (escape, hex: string) => {
+    const code = Number.parseInt(hex, 16)
+    const keep = code < 0x21 || code > 0x7e || code === 0x2f || code === 0x5c || code === 0x25
+    return keep ? escape.toUpperCase() : String.fromCharCode(code)
+  })
+}
+
+/** Normalise a request path into a resource name: `/docs//42/../42/` -> `/docs/42`, escapes
+ * decoded as decodeForResource() does. */
 export function normalizePath(path: string): string {
   let pathname: string
   try {
@@ -34,7 +50,7 @@ export function normalizePath(path: string): string {
   } catch {
     return normalizeKey(path)
   }
-  const collapsed = pathname.replace(/\/{2,}/g, '/')
+  const collapsed = decodeForResource(pathname).replace(/\/{2,}/g, '/')
   return normalizeKey(collapsed.length > 1 ? collapsed.replace(/\/$/, '') : collapsed)
 }
 

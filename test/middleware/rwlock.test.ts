@@ -72,4 +72,29 @@ describe('rwlock() options and resources', () => {
     expect(normalizePath('/')).toBe('/')
     expect(normalizePath(`/${'a'.repeat(5000)}`)).toMatch(/^sha256:/)
   })
+
+  it('G13: names a resource as the gateway does: every spelling Express decodes to one id is one lock', async () => {
+    // A hostile review: the middleware kept /docs/4%32 and /docs/42 apart (a read ran during the
+    // write), while the gateway joined them; and neither decoded %40 or %3A, which Express does.
+    const { canonicalTarget, resourceOf } = await import('../../src/gateway/http/target.js')
+    const gateway = (path: string) => {
+      const target = canonicalTarget(path, 'GET')
+      if (target.kind !== 'path') throw new Error(`not a path: ${path}`)
+      return resourceOf(target.match)
+    }
+    const same = [
+      ['/docs/42', '/docs/4%32', '/docs/%34%32/', '/docs//42', '/docs/x/../42/'],
+      ['/users/bob@x.org', '/users/bob%40x.org', '/users/bob%40x.org/'],
+      ['/keys/a:b', '/keys/a%3Ab', '/keys/a%3ab'],
+      ['/docs/a+b', '/docs/a%2Bb'],
+      ['/d/%C3%A9', '/d/%c3%a9'],
+    ]
+    for (const spellings of same) {
+      const names = new Set(spellings.flatMap((s) => [normalizePath(s), gateway(s)]))
+      expect([...names], spellings.join(' ')).toHaveLength(1)
+    }
+    // What would change the path stays escaped: an encoded slash is not a separator.
+    expect(normalizePath('/a%2Fb')).not.toBe(normalizePath('/a/b'))
+    expect(normalizePath('/a%25b')).toBe('/a%25b')
+  })
 })

@@ -2,7 +2,8 @@
 // request it has started has arrived whole, a connection is not read until their responses are done.
 // Node's http.Server parses every pipelined request it reads while the first is in flight, and keeps
 // each one's request, response and gateway state: 8 MB of pipelined requests grew a gateway by
-// 666 MB. Here, at most one read (up to 64 KB) of requests is parsed ahead, and a connection with
+// 666 MB. Here, the connection is read only while its oldest request's body is arriving, so at most
+// one read (up to 64 KB) of the requests behind it is parsed ahead, and a connection with
 // more than MAX_WAITING requests waiting for their responses is cut (a flood, not a client: no
 // pipelining client waits for 256 answers at once).
 // One case differs from nginx: a request whose head arrived in part behind a response still in
@@ -27,11 +28,14 @@ interface Held {
 
 const held = new WeakMap<Socket, Held>()
 
-/** Whether the connection may read: something it started still has body bytes to come. */
+/** Whether the connection may read: nothing waits, or the oldest request (the one whose response
+ * goes out first) still has body bytes to come. A request parsed behind it is not read on for: its
+ * body waits in the socket until it is the oldest (one request at a time; a client that ended each
+ * body in the write that began the next head kept the connection read for ever, and 20 MB of
+ * one-byte chunks held 1.3 GB). */
 function mayRead(h: Held): boolean {
-  if (h.waiting.size === 0) return true
-  for (const req of h.waiting) if (!req.complete) return true
-  return false
+  for (const oldest of h.waiting) return !oldest.complete
+  return true
 }
 
 /**

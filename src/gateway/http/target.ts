@@ -1,6 +1,7 @@
 // The canonical request target (G13): decided once, before routing, and what the upstream receives.
 // Routing, locking and forwarding all use the result, so no spelling of a path reaches the upstream as
 // a path the gateway did not match. Pure functions; every rule is in docs/gateway.md ("Paths").
+import { decodeForResource } from '../../admission/keys.js'
 
 export interface PathOptions {
   /** Collapse runs of '/' into one (Envoy's merge_slashes). @default true */
@@ -139,12 +140,14 @@ function withoutParameters(path: string): string {
     .join('/')
 }
 
-/** The resource a canonical path names, for its read/write lock: runs of '/' merged and a trailing '/'
- * dropped, so that every spelling an upstream serves as one resource is one lock (Express 5 and
- * Spring route `/docs/42/` and `/docs//42` as `/docs/42`; the library's middleware names resources
- * the same way). */
+/** The resource a canonical path names, for its read/write lock: escapes of printable ASCII decoded
+ * (decodeForResource: `/users/bob%40x.org` is `/users/bob@x.org`), runs of '/' merged and a trailing
+ * '/' dropped, so that every spelling an upstream serves as one resource is one lock (Express 5 and
+ * Spring route `/docs/42/` and `/docs//42` as `/docs/42`, and decode `%40` into the id; the library's
+ * middleware names resources the same way). */
 export function resourceOf(path: string): string {
-  const merged = path.includes('//') ? path.replace(/\/{2,}/g, '/') : path
+  const decoded = decodeForResource(path)
+  const merged = decoded.includes('//') ? decoded.replace(/\/{2,}/g, '/') : decoded
   return merged.length > 1 && merged.endsWith('/') ? merged.slice(0, -1) : merged
 }
 
