@@ -31,7 +31,8 @@ local n = #tokens
 local out = { NOW }
 
 -- The tokens at `picked` (indexes into tokens) take their permits (one each, w for a weight of w:
--- see lib/permits.lua). `count` = ZCARD H before, so H is new exactly when it is 0. `alone`: nothing is held or queued, so M guards nothing else either.
+-- see lib/permits.lua). `count` = ZCARD H before, so H is new exactly when it is 0. `alone`:
+-- nothing is held or queued, so M guards nothing else either.
 -- Only a reentrant owner's hold writes M (its acquisitions, and its fence for re-entries): a plain
 -- grant is one ZADD, so a batch of n grants costs no hash writes (a field per grant in M cost ~1/3
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).

@@ -10,10 +10,11 @@
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's list of k acquisitions, plus the
--- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000
--- more dead waiters skipped at the head of the queue, 1000 grants made: the rest is left to the
--- next call, and a reply's nextExpiry is then `now` (look again at once).
+-- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's
+-- list of k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and
+-- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
+-- made: the rest is left to the next call, and a reply's nextExpiry is then `now` (look again at
+-- once).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:

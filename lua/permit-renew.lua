@@ -4,7 +4,8 @@
 -- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's list of k acquisitions.
+-- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's
+-- list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }

@@ -4,6 +4,7 @@ import { ConfigError } from '../core/errors.js'
 import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core/options.js'
 import { bucketReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
 import { acquireNow, bucketSemaphore, type Semaphore } from '../primitives/semaphore.js'
+import { MAX_WEIGHT } from '../core/weight.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
 import {
@@ -108,7 +109,7 @@ export function semaphoreAdmission<Req>(
       })
       return 1
     }
-    return Math.min(weight, gate.permits)
+    return Math.min(weight, gate.permits, MAX_WEIGHT)
   }
   const admission = new Admission(
     config,

@@ -129,7 +129,7 @@ export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
   permitsFor?: (key: string) => number | undefined
   /** How many permits a request counts for (an export 5, a health check 1), as Redisson's
    * `acquire(permits)` and Bottleneck's `weight`: a positive integer, at most the bucket's permits
-   * (more is counted as all of them). FIFO holds: a heavy request at the head of the queue is not
+   * and 1000 (more is counted as that). FIFO holds: a heavy request at the head of the queue is not
    * overtaken by light ones. A throwing or invalid answer is logged and counted as 1. @default 1 */
   weight?: (req: Req) => number
 }

@@ -155,6 +155,11 @@ describe('createGateway()', () => {
       routes: [{ name: 'big', match: { pathPrefix: '/' }, concurrency: { permits: 2, weight: 3 } }],
     }).catch((error: Error) => error.message)
     expect(refused).toContain('routes[0].concurrency.weight: expected at most permits (2)')
+    const tooHeavy = await start({
+      defaults: { upstream: upstream.url },
+      routes: [{ name: 'big', match: { pathPrefix: '/' }, concurrency: { permits: 5000, weight: 1001 } }],
+    }).catch((error: Error) => error.message)
+    expect(tooHeavy).toContain('routes[0].concurrency.weight: expected an integer from 1 to 1000')
   })
 
   it('G13: routes by path prefix on a segment boundary, method and host; strips the prefix when asked', async () => {

@@ -641,7 +641,8 @@ local n = #tokens
 local out = { NOW }
 
 -- The tokens at \`picked\` (indexes into tokens) take their permits (one each, w for a weight of w:
--- see lib/permits.lua). \`count\` = ZCARD H before, so H is new exactly when it is 0. \`alone\`: nothing is held or queued, so M guards nothing else either.
+-- see lib/permits.lua). \`count\` = ZCARD H before, so H is new exactly when it is 0. \`alone\`:
+-- nothing is held or queued, so M guards nothing else either.
 -- Only a reentrant owner's hold writes M (its acquisitions, and its fence for re-entries): a plain
 -- grant is one ZADD, so a batch of n grants costs no hash writes (a field per grant in M cost ~1/3
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
@@ -876,10 +877,11 @@ return out
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's list of k acquisitions, plus the
--- queue work of lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000
--- more dead waiters skipped at the head of the queue, 1000 grants made: the rest is left to the
--- next call, and a reply's nextExpiry is then \`now\` (look again at once).
+-- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's
+-- list of k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and
+-- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
+-- made: the rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at
+-- once).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:
@@ -980,7 +982,8 @@ return out
 -- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's list of k acquisitions.
+-- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's
+-- list of k acquisitions.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }

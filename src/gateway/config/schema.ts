@@ -119,7 +119,7 @@ const concurrencySchema = z.strictObject({
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
   keepAliveMs: keepAlive.optional(),
-  weight: positiveInt(1_000_000).optional(),
+  weight: intIn(1, 1000, 'expected an integer from 1 to 1000').optional(),
   overrides: z
     .record(z.string().min(1, { error: 'expected a non-empty bucket name' }), positiveInt(1_000_000), {
       error: 'expected a map of bucket -> permits',
