@@ -35,7 +35,8 @@ export interface TollgateInfo {
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait
  * (`maxWaitMs: 0`); `timeout`, it waited `maxWaitMs` without one; `queue_full`, `maxQueue` requests of
  * its bucket were waiting already; `store_unavailable`, the store failed and `failOpen` is off. */
-export type RejectReason = 'busy' | 'queue_full' | 'timeout' | 'store_unavailable'
+export const REJECT_REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable'] as const
+export type RejectReason = (typeof REJECT_REASONS)[number]
 
 export interface Rejection {
   reason: RejectReason

@@ -4,7 +4,6 @@
 // Each case runs on both paths: the lean front end and upstream pool (lean: true), and Node's
 // http.Server with undici (lean: false). Raw sockets on the client side; a recording upstream judges.
 import http from 'node:http'
-import net from 'node:net'
 import { pino } from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { readAheadHeld } from '../../src/gateway/http/front.js'
@@ -20,6 +19,7 @@ import { eventually, sleep } from '../helpers/contract.js'
 import { type RawConnection, rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
 import { startRecorder } from '../helpers/recorder.js'
 import { uniquePrefix } from '../helpers/redis.js'
+import { freePort } from '../helpers/redis-server.js'
 
 const gateways: Gateway[] = []
 afterEach(async () => {
@@ -38,15 +38,6 @@ async function start(
   gateways.push(gateway)
   const { url } = await gateway.listen()
   return { port: Number(new URL(url).port), gateway }
-}
-
-/** A port nothing listens on: an upstream that refuses every connection (502). */
-async function closedPort(): Promise<number> {
-  const server = net.createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as net.AddressInfo
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
 }
 
 const get = (path: string, headers = '') => `GET ${path} HTTP/1.1\r\nHost: gw\r\n${headers}\r\n`
@@ -86,7 +77,7 @@ for (const lean of [true, false]) {
           {
             name: 'fail',
             match: { pathPrefix: '/fail' },
-            upstream: `http://127.0.0.1:${await closedPort()}`,
+            upstream: `http://127.0.0.1:${await freePort()}`,
             concurrency: { per: 'route', permits: 1, maxWaitMs: 5000 },
           },
           { name: 'rest', match: { pathPrefix: '/' } },

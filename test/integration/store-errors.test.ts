@@ -1,29 +1,20 @@
 // What a user sees when things go wrong around the store: errors in the user's words with the cause
 // attached, no noise on the console from a client the store owns, and no warning for a signal that
 // many waits share.
-import net from 'node:net'
 import { afterEach, expect, it, vi } from 'vitest'
 import { createMutex, createRedisStore, createSemaphore, StoreUnavailableError } from '../../src/index.js'
 import { describeStores, keysUnder, REDIS_KINDS } from '../helpers/contract.js'
 import { proxiedStore } from '../helpers/proxied.js'
 import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
+import { freePort } from '../helpers/redis-server.js'
 
 afterEach(() => {
   vi.restoreAllMocks()
 })
 
-/** A port nothing listens on (taken from the OS, then closed). */
-async function closedPort(): Promise<number> {
-  const server = net.createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as net.AddressInfo
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
-
 it('a store from a URL with Redis down: the error says what could not be done and why, with the cause; ioredis prints nothing', async () => {
   const printed = vi.spyOn(console, 'error').mockImplementation(() => {})
-  const port = await closedPort()
+  const port = await freePort()
   const store = createRedisStore(`redis://127.0.0.1:${port}`, { commandTimeoutMs: 1000 })
   try {
     const error = await createMutex(store, 'orders')

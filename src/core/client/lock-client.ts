@@ -90,7 +90,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
   /** `weight`: the permits a fresh token counts for (a semaphore's acquire({ weight }); weight.ts). */
   private acquisition(owner: string | undefined, weight = 1): Acquisition {
     return owner === undefined
-      ? { token: weight === 1 ? newToken() : weightedToken(newToken(), weight), op: undefined }
+      ? { token: weightedToken(newToken(), weight), op: undefined }
       : { token: owner, op: newToken() }
   }
 

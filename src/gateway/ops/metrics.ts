@@ -7,7 +7,7 @@
 // labels on every observe(), also through a bound child, and that was the largest item of the
 // gateway's own cost per request in profiles (docs/gateway.md, "Performance").
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import type { RejectReason } from '../../admission/admission.js'
+import { REJECT_REASONS } from '../../admission/options.js'
 import { HistogramSeries, histogramValues, type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
 
@@ -314,7 +314,7 @@ export function createMetrics(
 
   function start(names: readonly string[]): void {
     // Known series start at 0, so a dashboard sees them before the first event.
-    const reasons: RejectReason[] = ['busy', 'timeout', 'queue_full', 'store_unavailable']
+    const reasons = REJECT_REASONS
     const kinds: UpstreamErrorKind[] = ['refused', 'unresolved', 'timeout', 'reset', 'other']
     for (const route of names) {
       metrics.route(route)
