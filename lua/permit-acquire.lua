@@ -38,7 +38,7 @@ local out = { NOW }
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
 local function take(picked, count, alone)
   local exp = NOW + ttl
-  local exp_s = int(exp)
+  local exp_s = exp
   local holds = {}
   local fence
   local used = count
@@ -56,7 +56,7 @@ local function take(picked, count, alone)
     redis.call('PEXPIREAT', H, exp_s, 'GT')
   end
   if op then
-    redis.call('HSET', M, 'g:' .. tokens[1], int(fence), 'a:' .. tokens[1], op)
+    redis.call('HSET', M, 'g:' .. tokens[1], fence, 'a:' .. tokens[1], op)
     if alone then redis.call('PEXPIREAT', M, exp_s) else expire_at_least(M, exp) end
   end
   first_expiry = nil
@@ -103,7 +103,7 @@ for i, tok in ipairs(tokens) do
         redis.call('HSET', M, 'a:' .. tok, ops and (ops .. ' ' .. op) or op)
         exp = math.max(score, NOW + ttl)
         redis.call('ZADD', H, exp, tok)
-        redis.call('PEXPIREAT', H, int(exp), 'GT')
+        redis.call('PEXPIREAT', H, exp, 'GT')
         expire_at_least(M, exp)
       end
     end
@@ -121,9 +121,9 @@ for i, tok in ipairs(tokens) do
           local base = spec or int(math.min(ttl, waiter_ttl))
           redis.call('HSET', M, 't:' .. tok, base .. ' ' .. op)
           redis.call('ZADD', W, 'GT', beat, tok)
-          redis.call('PEXPIREAT', W, int(beat), 'GT')
-          redis.call('PEXPIREAT', Q, int(beat), 'GT')
-          redis.call('PEXPIREAT', M, int(beat), 'GT')
+          redis.call('PEXPIREAT', W, beat, 'GT')
+          redis.call('PEXPIREAT', Q, beat, 'GT')
+          redis.call('PEXPIREAT', M, beat, 'GT')
         end
       end
     end
@@ -180,12 +180,12 @@ redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))
 redis.call('HSET', M, unpack(specs))
 if queued then
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 else
-  redis.call('PEXPIREAT', Q, int(beat))
-  redis.call('PEXPIREAT', W, int(beat))
+  redis.call('PEXPIREAT', Q, beat)
+  redis.call('PEXPIREAT', W, beat)
   expire_at_least(M, beat)
 end
 return out

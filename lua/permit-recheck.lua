@@ -43,9 +43,9 @@ for i = 4, #ARGV, 2 do
 end
 if queued then
   -- Q, W and M exist (with their expiry) while anybody waits.
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 end
 out[2] = backlog and NOW or next_expiry()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end

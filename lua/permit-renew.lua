@@ -28,7 +28,7 @@ end
 if any then
   -- H exists with an expiry whenever a live holder does; M, when it keeps fences or acquisitions of
   -- holders, lives as long as their leases (and stays absent when it keeps none).
-  redis.call('PEXPIREAT', H, int(exp), 'GT')
+  redis.call('PEXPIREAT', H, exp, 'GT')
   expire_at_least(M, exp)
 end
 return out

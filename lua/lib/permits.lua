@@ -32,8 +32,8 @@
 -- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
 -- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
 -- never overtaken by light ones, G5).
-local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local CHANNEL = ARGV[1]
+local H, Q, W, M, P, F -- this call's keys, set by begin()
+local CHANNEL
 
 -- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
@@ -90,14 +90,14 @@ local function save_fence()
   if not fence_dirty then return end
   -- Until the clock has passed the token (a burst may run a few µs ahead of it), and while the lease runs.
   local keep = math.max(math.floor(fence_last / 1000) + 2, fence_until)
-  redis.call('SET', F, int(fence_last), 'PXAT', int(keep))
+  redis.call('SET', F, fence_last, 'PXAT', keep)
   fence_dirty = false
 end
 
 -- The fast path's single grant: one SET ... GET both reads and writes the last token (a second SET only
 -- when a burst left the last token at or ahead of the clock).
 local function take_fence(lease_end)
-  local old = redis.call('SET', F, int(NOW_US), 'PXAT', int(math.max(math.floor(NOW_US / 1000) + 2, lease_end)), 'GET')
+  local old = redis.call('SET', F, NOW_US, 'PXAT', math.max(math.floor(NOW_US / 1000) + 2, lease_end), 'GET')
   if not old or tonumber(old) < NOW_US then
     fence_last = NOW_US
     return NOW_US
@@ -118,7 +118,7 @@ local function holder_fence(tok, lease_end)
   if kept then return tonumber(kept) end
   local fence = next_fence(lease_end)
   save_fence()
-  redis.call('HSET', M, 'g:' .. tok, int(fence))
+  redis.call('HSET', M, 'g:' .. tok, fence)
   expire_at_least(M, lease_end)
   return fence
 end
@@ -155,8 +155,7 @@ end
 -- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond `most`. The
 -- reply's nextExpiry is then `now` (`backlog and NOW or next_expiry()`), so the waiters' processes
 -- call again at once instead of at their next heartbeat: each call stays bounded, and the crowd is
--- gone within a few round trips, however large (G2, G5). (Helpers are few on purpose: every local
--- function of a prelude is a closure made again at every call.)
+-- gone within a few round trips, however large (G2, G5).
 local backlog = false
 
 -- Live holders, given `count` = ZCARD H: drops those whose lease ran out (G2), at most `most`
@@ -191,7 +190,7 @@ local function purge_waiters(dead)
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
     if #dead == 0 then return end
     dead_left = dead_left - #dead
-    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then backlog = true end
+    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then backlog = true end
   end
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
@@ -272,9 +271,9 @@ local function admit(permits, count)
   end
   redis.call('ZADD', H, unpack(holds))
   if count == 0 then
-    redis.call('PEXPIREAT', H, int(last_exp))
+    redis.call('PEXPIREAT', H, last_exp)
   else
-    redis.call('PEXPIREAT', H, int(last_exp), 'GT')
+    redis.call('PEXPIREAT', H, last_exp, 'GT')
   end
   redis.call('HDEL', M, unpack(spec_fields))
   redis.call('HSET', M, unpack(fields))
@@ -305,15 +304,26 @@ local function settle(left, has_m, has_h)
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     local fence = tonumber(redis.call('GET', F) or '0')
     if fence >= NOW_US then
-      redis.call('PEXPIREAT', F, int(math.floor(fence / 1000) + 2))
+      redis.call('PEXPIREAT', F, math.floor(fence / 1000) + 2)
     elseif fence > 0 then
       redis.call('DEL', F)
     end
     return
   end
-  redis.call('PEXPIREAT', H, int(tonumber(last)))
+  redis.call('PEXPIREAT', H, tonumber(last))
   if has_m ~= false then
     if left and #left > 0 then drop_holder_fields(left) end
-    redis.call('PEXPIREAT', M, int(tonumber(last)))
+    redis.call('PEXPIREAT', M, tonumber(last))
   end
+end
+
+-- Every permit script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  H, Q, W, M, P, F = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  CHANNEL = argv[1]
+  fence_last, fence_dirty, fence_until = nil, false, 0
+  first_expiry = nil
+  backlog = false
+  dead_left = DEAD_PER_CALL
 end

@@ -26,11 +26,11 @@
 -- carries its own acquisition id, so a resent call (G12) finds its id in place and changes nothing.
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the lock's keys are
 -- deleted when nothing is held or queued, so idle names leave no keys behind.
-local R, X, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local CHANNEL = ARGV[1]
+local R, X, Q, W, M -- this call's keys, set by begin()
+local CHANNEL
 
--- mode letter -> the holders' key
-local HOLDS = { r = R, w = X }
+-- mode letter -> the holders' key (of this call)
+local HOLDS = {}
 
 local function next_fence()
   return bump_fence(M)
@@ -54,10 +54,10 @@ local function hold(mode, tok, exp, fence, ops)
   local key = HOLDS[mode]
   redis.call('ZADD', key, exp, tok)
   if ops ~= '' then
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence), 'a' .. mode .. ':' .. tok, ops)
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence, 'a' .. mode .. ':' .. tok, ops)
   else
     -- (Only when a waiter's spec was lost: without a list, the hold is released as a whole.)
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence)
     redis.call('HDEL', M, 'a' .. mode .. ':' .. tok)
   end
   expire_at_least(key, exp)
@@ -90,8 +90,7 @@ end
 -- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
 -- grants one call makes. The reply's nextExpiry is then `now` (`backlog and NOW or next_expiry()`),
 -- so the waiters' processes call again at once instead of at their next heartbeat: each call stays
--- bounded, and the rest follows within a few round trips, however much there is (G2, G5). (Helpers
--- are few on purpose: every local function of a prelude is a closure made again at every call.)
+-- bounded, and the rest follows within a few round trips, however much there is (G2, G5).
 local backlog = false
 -- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
 -- never keeps it from serving a live head), and grants it makes at most.
@@ -107,7 +106,7 @@ local function purge(dead)
       local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
       if #expired > 0 then
         redis.call('ZREM', key, unpack(expired))
-        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then
+        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', NOW) > 0 then
           backlog = true
         end
         local fields = {}
@@ -120,7 +119,7 @@ local function purge(dead)
     end
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
     if #dead == 0 then return end
-    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then
       backlog = true
     end
   end
@@ -201,8 +200,8 @@ local function settle()
     local fence = tonumber(redis.call('HGET', M, 'f') or '0')
     if fence >= NOW_US then
       redis.call('DEL', M)
-      redis.call('HSET', M, 'f', int(fence))
-      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
+      redis.call('HSET', M, 'f', fence)
+      redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
     else
       redis.call('DEL', M)
     end
@@ -213,10 +212,19 @@ local function settle()
     local score = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
     if score then
       local at = tonumber(score)
-      redis.call('PEXPIREAT', key, int(at))
-      if key == W then redis.call('PEXPIREAT', Q, int(at)) end
+      redis.call('PEXPIREAT', key, at)
+      if key == W then redis.call('PEXPIREAT', Q, at) end
       if at > last then last = at end
     end
   end
-  if last > 0 then redis.call('PEXPIREAT', M, int(last)) end
+  if last > 0 then redis.call('PEXPIREAT', M, last) end
+end
+
+-- Every rwlock script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  R, X, Q, W, M = keys[1], keys[2], keys[3], keys[4], keys[5]
+  CHANNEL = argv[1]
+  HOLDS.r, HOLDS.w = R, X
+  backlog = false
 end

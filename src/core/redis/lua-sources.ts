@@ -21,10 +21,22 @@ export type LuaFile =
 export const LUA_SOURCES: Readonly<Record<LuaFile, string>> = {
   'lib/common.lua': `-- lua/lib/common.lua: first prelude of every script (lib/permits.lua or lib/rwlock.lua follows it).
 -- The server clock (G9) and the key helpers both families of scripts share.
+--
+-- The preludes run once, when their library is loaded (FUNCTION LOAD, src/core/redis/scripts.ts):
+-- helpers are made once, not at every call (a prelude's closures cost ~2.4 us a call when each
+-- script was an EVAL of its own). So nothing here reads KEYS, ARGV or the clock at load time: every
+-- script starts with its family's begin(KEYS, ARGV), which sets the call's keys, channel and clock
+-- and resets the per-call state the helpers share (upvalues of the library: scripts run one at a
+-- time, so one call's state is never seen by another).
 
-local clock = redis.call('TIME')
-local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- The server clock of this call (G9), in ms and µs.
+local NOW, NOW_US
+
+local function read_clock()
+  local clock = redis.call('TIME')
+  NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
 
 local function int(n)
   return string.format('%.0f', n)
@@ -36,14 +48,14 @@ end
 local function bump_fence(meta)
   local last = tonumber(redis.call('HGET', meta, 'f') or '0')
   local fence = math.max(last + 1, NOW_US)
-  redis.call('HSET', meta, 'f', int(fence))
+  redis.call('HSET', meta, 'f', fence)
   return fence
 end
 
 -- Push a key's expiry out to \`at\` (never pulls it in).
 local function expire_at_least(key, at)
-  if redis.call('PEXPIREAT', key, int(at), 'GT') == 0 then
-    redis.call('PEXPIREAT', key, int(at), 'NX')
+  if redis.call('PEXPIREAT', key, at, 'GT') == 0 then
+    redis.call('PEXPIREAT', key, at, 'NX')
   end
 end
 
@@ -99,8 +111,8 @@ end
 -- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
 -- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
 -- never overtaken by light ones, G5).
-local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local CHANNEL = ARGV[1]
+local H, Q, W, M, P, F -- this call's keys, set by begin()
+local CHANNEL
 
 -- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
@@ -157,14 +169,14 @@ local function save_fence()
   if not fence_dirty then return end
   -- Until the clock has passed the token (a burst may run a few µs ahead of it), and while the lease runs.
   local keep = math.max(math.floor(fence_last / 1000) + 2, fence_until)
-  redis.call('SET', F, int(fence_last), 'PXAT', int(keep))
+  redis.call('SET', F, fence_last, 'PXAT', keep)
   fence_dirty = false
 end
 
 -- The fast path's single grant: one SET ... GET both reads and writes the last token (a second SET only
 -- when a burst left the last token at or ahead of the clock).
 local function take_fence(lease_end)
-  local old = redis.call('SET', F, int(NOW_US), 'PXAT', int(math.max(math.floor(NOW_US / 1000) + 2, lease_end)), 'GET')
+  local old = redis.call('SET', F, NOW_US, 'PXAT', math.max(math.floor(NOW_US / 1000) + 2, lease_end), 'GET')
   if not old or tonumber(old) < NOW_US then
     fence_last = NOW_US
     return NOW_US
@@ -185,7 +197,7 @@ local function holder_fence(tok, lease_end)
   if kept then return tonumber(kept) end
   local fence = next_fence(lease_end)
   save_fence()
-  redis.call('HSET', M, 'g:' .. tok, int(fence))
+  redis.call('HSET', M, 'g:' .. tok, fence)
   expire_at_least(M, lease_end)
   return fence
 end
@@ -222,8 +234,7 @@ end
 -- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond \`most\`. The
 -- reply's nextExpiry is then \`now\` (\`backlog and NOW or next_expiry()\`), so the waiters' processes
 -- call again at once instead of at their next heartbeat: each call stays bounded, and the crowd is
--- gone within a few round trips, however large (G2, G5). (Helpers are few on purpose: every local
--- function of a prelude is a closure made again at every call.)
+-- gone within a few round trips, however large (G2, G5).
 local backlog = false
 
 -- Live holders, given \`count\` = ZCARD H: drops those whose lease ran out (G2), at most \`most\`
@@ -258,7 +269,7 @@ local function purge_waiters(dead)
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
     if #dead == 0 then return end
     dead_left = dead_left - #dead
-    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then backlog = true end
+    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then backlog = true end
   end
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
@@ -339,9 +350,9 @@ local function admit(permits, count)
   end
   redis.call('ZADD', H, unpack(holds))
   if count == 0 then
-    redis.call('PEXPIREAT', H, int(last_exp))
+    redis.call('PEXPIREAT', H, last_exp)
   else
-    redis.call('PEXPIREAT', H, int(last_exp), 'GT')
+    redis.call('PEXPIREAT', H, last_exp, 'GT')
   end
   redis.call('HDEL', M, unpack(spec_fields))
   redis.call('HSET', M, unpack(fields))
@@ -372,17 +383,28 @@ local function settle(left, has_m, has_h)
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     local fence = tonumber(redis.call('GET', F) or '0')
     if fence >= NOW_US then
-      redis.call('PEXPIREAT', F, int(math.floor(fence / 1000) + 2))
+      redis.call('PEXPIREAT', F, math.floor(fence / 1000) + 2)
     elseif fence > 0 then
       redis.call('DEL', F)
     end
     return
   end
-  redis.call('PEXPIREAT', H, int(tonumber(last)))
+  redis.call('PEXPIREAT', H, tonumber(last))
   if has_m ~= false then
     if left and #left > 0 then drop_holder_fields(left) end
-    redis.call('PEXPIREAT', M, int(tonumber(last)))
+    redis.call('PEXPIREAT', M, tonumber(last))
   end
+end
+
+-- Every permit script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  H, Q, W, M, P, F = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  CHANNEL = argv[1]
+  fence_last, fence_dirty, fence_until = nil, false, 0
+  first_expiry = nil
+  backlog = false
+  dead_left = DEAD_PER_CALL
 end
 `,
   'lib/rwlock.lua': `-- lua/lib/rwlock.lua: shared prelude of every rwlock-*.lua script, after lib/common.lua.
@@ -413,11 +435,11 @@ end
 -- carries its own acquisition id, so a resent call (G12) finds its id in place and changes nothing.
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the lock's keys are
 -- deleted when nothing is held or queued, so idle names leave no keys behind.
-local R, X, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local CHANNEL = ARGV[1]
+local R, X, Q, W, M -- this call's keys, set by begin()
+local CHANNEL
 
--- mode letter -> the holders' key
-local HOLDS = { r = R, w = X }
+-- mode letter -> the holders' key (of this call)
+local HOLDS = {}
 
 local function next_fence()
   return bump_fence(M)
@@ -441,10 +463,10 @@ local function hold(mode, tok, exp, fence, ops)
   local key = HOLDS[mode]
   redis.call('ZADD', key, exp, tok)
   if ops ~= '' then
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence), 'a' .. mode .. ':' .. tok, ops)
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence, 'a' .. mode .. ':' .. tok, ops)
   else
     -- (Only when a waiter's spec was lost: without a list, the hold is released as a whole.)
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence)
     redis.call('HDEL', M, 'a' .. mode .. ':' .. tok)
   end
   expire_at_least(key, exp)
@@ -477,8 +499,7 @@ end
 -- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
 -- grants one call makes. The reply's nextExpiry is then \`now\` (\`backlog and NOW or next_expiry()\`),
 -- so the waiters' processes call again at once instead of at their next heartbeat: each call stays
--- bounded, and the rest follows within a few round trips, however much there is (G2, G5). (Helpers
--- are few on purpose: every local function of a prelude is a closure made again at every call.)
+-- bounded, and the rest follows within a few round trips, however much there is (G2, G5).
 local backlog = false
 -- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
 -- never keeps it from serving a live head), and grants it makes at most.
@@ -494,7 +515,7 @@ local function purge(dead)
       local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
       if #expired > 0 then
         redis.call('ZREM', key, unpack(expired))
-        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then
+        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', NOW) > 0 then
           backlog = true
         end
         local fields = {}
@@ -507,7 +528,7 @@ local function purge(dead)
     end
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
     if #dead == 0 then return end
-    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then
       backlog = true
     end
   end
@@ -588,8 +609,8 @@ local function settle()
     local fence = tonumber(redis.call('HGET', M, 'f') or '0')
     if fence >= NOW_US then
       redis.call('DEL', M)
-      redis.call('HSET', M, 'f', int(fence))
-      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
+      redis.call('HSET', M, 'f', fence)
+      redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
     else
       redis.call('DEL', M)
     end
@@ -600,12 +621,21 @@ local function settle()
     local score = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
     if score then
       local at = tonumber(score)
-      redis.call('PEXPIREAT', key, int(at))
-      if key == W then redis.call('PEXPIREAT', Q, int(at)) end
+      redis.call('PEXPIREAT', key, at)
+      if key == W then redis.call('PEXPIREAT', Q, at) end
       if at > last then last = at end
     end
   end
-  if last > 0 then redis.call('PEXPIREAT', M, int(last)) end
+  if last > 0 then redis.call('PEXPIREAT', M, last) end
+end
+
+-- Every rwlock script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  R, X, Q, W, M = keys[1], keys[2], keys[3], keys[4], keys[5]
+  CHANNEL = argv[1]
+  HOLDS.r, HOLDS.w = R, X
+  backlog = false
 end
 `,
   'permit-acquire.lua': `-- lua/permit-acquire.lua: for each token, in order, take a permit now or join the FIFO queue. One
@@ -648,7 +678,7 @@ local out = { NOW }
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
 local function take(picked, count, alone)
   local exp = NOW + ttl
-  local exp_s = int(exp)
+  local exp_s = exp
   local holds = {}
   local fence
   local used = count
@@ -666,7 +696,7 @@ local function take(picked, count, alone)
     redis.call('PEXPIREAT', H, exp_s, 'GT')
   end
   if op then
-    redis.call('HSET', M, 'g:' .. tokens[1], int(fence), 'a:' .. tokens[1], op)
+    redis.call('HSET', M, 'g:' .. tokens[1], fence, 'a:' .. tokens[1], op)
     if alone then redis.call('PEXPIREAT', M, exp_s) else expire_at_least(M, exp) end
   end
   first_expiry = nil
@@ -713,7 +743,7 @@ for i, tok in ipairs(tokens) do
         redis.call('HSET', M, 'a:' .. tok, ops and (ops .. ' ' .. op) or op)
         exp = math.max(score, NOW + ttl)
         redis.call('ZADD', H, exp, tok)
-        redis.call('PEXPIREAT', H, int(exp), 'GT')
+        redis.call('PEXPIREAT', H, exp, 'GT')
         expire_at_least(M, exp)
       end
     end
@@ -731,9 +761,9 @@ for i, tok in ipairs(tokens) do
           local base = spec or int(math.min(ttl, waiter_ttl))
           redis.call('HSET', M, 't:' .. tok, base .. ' ' .. op)
           redis.call('ZADD', W, 'GT', beat, tok)
-          redis.call('PEXPIREAT', W, int(beat), 'GT')
-          redis.call('PEXPIREAT', Q, int(beat), 'GT')
-          redis.call('PEXPIREAT', M, int(beat), 'GT')
+          redis.call('PEXPIREAT', W, beat, 'GT')
+          redis.call('PEXPIREAT', Q, beat, 'GT')
+          redis.call('PEXPIREAT', M, beat, 'GT')
         end
       end
     end
@@ -790,12 +820,12 @@ redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))
 redis.call('HSET', M, unpack(specs))
 if queued then
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 else
-  redis.call('PEXPIREAT', Q, int(beat))
-  redis.call('PEXPIREAT', W, int(beat))
+  redis.call('PEXPIREAT', Q, beat)
+  redis.call('PEXPIREAT', W, beat)
   expire_at_least(M, beat)
 end
 return out
@@ -857,9 +887,9 @@ for i = 4, #ARGV, 2 do
 end
 if queued then
   -- Q, W and M exist (with their expiry) while anybody waits.
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 end
 out[2] = backlog and NOW or next_expiry()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
@@ -1006,7 +1036,7 @@ end
 if any then
   -- H exists with an expiry whenever a live holder does; M, when it keeps fences or acquisitions of
   -- holders, lives as long as their leases (and stays absent when it keeps none).
-  redis.call('PEXPIREAT', H, int(exp), 'GT')
+  redis.call('PEXPIREAT', H, exp, 'GT')
   expire_at_least(M, exp)
 end
 return out
