@@ -38,10 +38,11 @@ local function expire_at_least(key, at)
   end
 end
 
--- Acquisition lists (G12): the acquisitions of one reentrant owner's hold or wait, as operation ids
--- separated by spaces. Every acquire call of a reentrant owner has its own id, so an id is added and
--- dropped at most once: a resent call finds its id already there (or already gone) and changes
--- nothing, where a count would count it twice.
+-- Acquisition lists (G12): the acquisitions of one reentrant owner waiting together on its token, as
+-- operation ids separated by spaces (a hold keeps its acquisitions in A instead: see the family
+-- preludes). Every acquire call of a reentrant owner has its own id, so an id is added and dropped at
+-- most once: a resent call finds its id already there (or already gone) and changes nothing, where a
+-- count would count it twice.
 local function has_op(list, op)
   if not list then return false end
   return string.find(' ' .. list .. ' ', ' ' .. op .. ' ', 1, true) ~= nil

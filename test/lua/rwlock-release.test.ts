@@ -238,7 +238,9 @@ describe('rwlock-release.lua', () => {
         await n.acquire('t', mode, 'a1')
         await n.acquire('t', mode, 'a2')
         expect(await n.release('t', mode, 'a1')).toBe(2)
-        expect((await n.hash('m'))[`a${mode}:t`]).toBe('a2')
+        // The first acquisition is marked given back; the other still holds (a member of A).
+        expect(await n.hash('m')).toMatchObject({ [`a${mode}:t`]: '', [`c${mode}:t`]: '1' })
+        expect(Object.keys(await n.zset('a'))).toEqual([`a2 ${(await n.hash('m'))[`g${mode}:t`]} ${mode}t`])
         const before = await n.snapshot()
         expect(await n.release('t', mode, 'a1')).toBe(0)
         expect(await n.snapshot()).toEqual(before)

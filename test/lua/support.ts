@@ -10,8 +10,8 @@ import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 export type Arg = string | number
 
-export const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
-export const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
+export const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f', 'a'] as const
+export const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 export type PermitPart = (typeof PERMIT_PARTS)[number]
 export type RwPart = (typeof RW_PARTS)[number]
 

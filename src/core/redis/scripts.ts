@@ -20,17 +20,17 @@ type Family = keyof typeof PRELUDES
 
 /** Every script: command name -> file and prelude family. */
 export const SCRIPTS = {
-  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 6, lib: 'permits' },
-  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 6, lib: 'permits' },
-  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 6, lib: 'permits' },
-  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 6, lib: 'permits' },
-  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 6, lib: 'permits' },
-  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 6, lib: 'permits' },
-  tgRwAcquire: { file: 'rwlock-acquire.lua', numberOfKeys: 5, lib: 'rwlock' },
-  tgRwRelease: { file: 'rwlock-release.lua', numberOfKeys: 5, lib: 'rwlock' },
-  tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 5, lib: 'rwlock' },
-  tgRwRecheck: { file: 'rwlock-recheck.lua', numberOfKeys: 5, lib: 'rwlock' },
-  tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 5, lib: 'rwlock' },
+  tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 7, lib: 'permits' },
+  tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 7, lib: 'permits' },
+  tgPermitRenew: { file: 'permit-renew.lua', numberOfKeys: 7, lib: 'permits' },
+  tgPermitRecheck: { file: 'permit-recheck.lua', numberOfKeys: 7, lib: 'permits' },
+  tgPermitInspect: { file: 'permit-inspect.lua', numberOfKeys: 7, lib: 'permits' },
+  tgPermitSetLimit: { file: 'permit-set-limit.lua', numberOfKeys: 7, lib: 'permits' },
+  tgRwAcquire: { file: 'rwlock-acquire.lua', numberOfKeys: 6, lib: 'rwlock' },
+  tgRwRelease: { file: 'rwlock-release.lua', numberOfKeys: 6, lib: 'rwlock' },
+  tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 6, lib: 'rwlock' },
+  tgRwRecheck: { file: 'rwlock-recheck.lua', numberOfKeys: 6, lib: 'rwlock' },
+  tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 6, lib: 'rwlock' },
 } as const satisfies Record<string, { file: LuaFile; numberOfKeys: number; lib: Family }>
 
 export type ScriptName = keyof typeof SCRIPTS

@@ -55,8 +55,8 @@ const GIVE_BACK_RETRY_MS = 100
 const GIVE_BACK_RETRY_MAX_MS = 2000
 
 /** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
-const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
-const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
+const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f', 'a'] as const
+const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 
 /**
  * A store on Redis standalone or Redis Cluster. Pass the ioredis client you already have (it stays
