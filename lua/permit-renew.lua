@@ -40,6 +40,8 @@ if any then
   -- holders, lives as long as their leases (and stays absent when it keeps none); A likewise.
   redis.call('PEXPIREAT', H, exp, 'GT')
   expire_at_least(M, exp)
-  if in_a then expire_at_least(A, exp) end
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

@@ -28,12 +28,13 @@ if mine then
   local first = redis.call('HGET', M, 'a' .. mode .. ':' .. token)
   local fence = redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'
   local exp = mine
-  if first ~= op and not (first and redis.call('ZSCORE', A, op .. ' ' .. fence .. ' ' .. mode .. token)) then
+  local member = first and (op .. ' ' .. hold_id(first) .. ' ' .. mode .. token)
+  if first ~= op and not (member and redis.call('ZSCORE', A, member)) then
     -- Re-entry by the same owner: one more acquisition (O(log n) however many it holds), lease
     -- pushed out to now + ttl.
     exp = math.max(mine, NOW + ttl)
     if first then
-      redis.call('ZADD', A, exp, op .. ' ' .. fence .. ' ' .. mode .. token)
+      redis.call('ZADD', A, exp, member)
       redis.call('HINCRBY', M, 'c' .. mode .. ':' .. token, 1)
       expire_at_least(A, exp)
     else

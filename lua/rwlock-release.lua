@@ -18,23 +18,23 @@ local key = HOLDS[mode]
 local function give_back()
   if redis.call('ZSCORE', key, token) then
     local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
-    local fields = redis.call('HMGET', M, field, count, 'g' .. mode .. ':' .. token)
+    local fields = redis.call('HMGET', M, field, count)
     local first = fields[1]
     -- (No bookkeeping: a hold without it is freed as a whole.)
     if first then
       local more = tonumber(fields[2] or '0')
       if first == op then
         if more > 0 then
-          redis.call('HSET', M, field, '')
+          redis.call('HSET', M, field, ' ' .. op) -- released; still the hold's name (hold_id)
           return 2
         end
-      elseif fields[3] and redis.call('ZREM', A, op .. ' ' .. fields[3] .. ' ' .. mode .. token) == 1 then
+      elseif redis.call('ZREM', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. token) == 1 then
         if more > 1 then
           redis.call('HINCRBY', M, count, -1)
           return 2
         end
         redis.call('HDEL', M, count)
-        if first ~= '' then return 2 end
+        if first == hold_id(first) then return 2 end -- the first still holds
       else
         return 0
       end

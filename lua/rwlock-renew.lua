@@ -36,6 +36,8 @@ end
 if any then
   expire_at_least(key, exp)
   expire_at_least(M, exp)
-  if in_a then expire_at_least(A, exp) end
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

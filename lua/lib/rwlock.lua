@@ -13,10 +13,10 @@
 --                    waiting on the token, "r:<ms> <acquisition> ..." or "w:<ms> <acquisition> ...";
 --                    gr:<tok> / gw:<tok> = fencing token of a read / write hold;
 --                    ar:<tok> / aw:<tok> = the first acquisition holding through a read / write
---                    hold ('' once released while others hold); cr:<tok> / cw:<tok> = how many
+--                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
 --                    more hold, each a member of A (see holds_op: the hold is freed when its last
 --                    acquisition is released).
---   KEYS[6] A  ZSET  "<acquisition> <fence of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
 --                    a hold's acquisitions after its first, so that one more, one fewer, or asking
 --                    whether one holds costs O(log n) however many the owner holds. Members of a hold
 --                    that ran out are swept, at most 100 a call (sweep_acquisitions).
@@ -68,7 +68,7 @@ local function hold(mode, tok, exp, fence, ops)
         first = id
       else
         more[#more + 1] = exp
-        more[#more + 1] = id .. ' ' .. int(fence) .. ' ' .. mode .. tok
+        more[#more + 1] = id .. ' ' .. first .. ' ' .. mode .. tok
       end
     end
     redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence, 'a' .. mode .. ':' .. tok, first)
@@ -88,16 +88,23 @@ local function hold(mode, tok, exp, fence, ops)
   expire_at_least(M, exp)
 end
 
+-- A hold is named by its first acquisition (unique: every acquire call has its own id). `a<mode>:`
+-- keeps that id, with a space in front once that acquisition was released while others still hold
+-- (ids have no spaces); hold_id() reads the name back either way.
+local function hold_id(first)
+  if first and string.sub(first, 1, 1) == ' ' then return string.sub(first, 2) end
+  return first
+end
+
 -- Whether acquisition `op` holds through `tok`'s live hold of `mode`: 1 when it is the hold's first
--- (a<mode>:), 2 when one of the others (a member of A), false when not. A member names its hold's
--- fence, so one left by an earlier hold of the same token never counts for a later one. O(log n):
--- the owner's other acquisitions are never read.
+-- (a<mode>:), 2 when one of the others (a member of A), false when not. A member names its hold, so
+-- one left by an earlier hold of the same token (one that ran out; a read hold inside a write hold
+-- shares the write's fence, so a fence would not tell them apart) never counts for a later one.
+-- O(log n): the owner's other acquisitions are never read.
 local function holds_op(mode, tok, op)
-  local fields = redis.call('HMGET', M, 'a' .. mode .. ':' .. tok, 'g' .. mode .. ':' .. tok)
-  if fields[1] == op then return 1 end
-  if fields[1] and fields[2] and redis.call('ZSCORE', A, op .. ' ' .. fields[2] .. ' ' .. mode .. tok) then
-    return 2
-  end
+  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  if first == op then return 1 end
+  if first and redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok) then return 2 end
   return false
 end
 
@@ -108,10 +115,10 @@ local function sweep_acquisitions()
   for _, member in ipairs(due) do
     local at = string.find(member, ' ', 1, true) or 0
     local after = string.find(member, ' ', at + 1, true) or at
-    local fence = string.sub(member, at + 1, after - 1)
+    local fence = string.sub(member, at + 1, after - 1) -- the hold's name
     local mode, tok = string.sub(member, after + 1, after + 1), string.sub(member, after + 2)
     local held = HOLDS[mode] and redis.call('ZSCORE', HOLDS[mode], tok)
-    if held and tonumber(held) > NOW and redis.call('HGET', M, 'g' .. mode .. ':' .. tok) == fence then
+    if held and tonumber(held) > NOW and hold_id(redis.call('HGET', M, 'a' .. mode .. ':' .. tok)) == fence then
       redis.call('ZADD', A, held, member)
     else
       redis.call('ZREM', A, member)

@@ -237,6 +237,18 @@ describe('permit-release.lua', () => {
       expect(await n.release('o', 1, 'new2')).toEqual(['', 1])
     })
 
+    it('a hold renewed through its first acquisition only keeps its other acquisitions (A lives as long as the hold)', async () => {
+      const n = new PermitName()
+      await n.acquire('o', { op: 'a1', ttl: 300 })
+      await n.acquire('o', { op: 'a2', ttl: 300 })
+      const [, extended] = await n.renew(3_000, ['o', 'a1'])
+      expect(extended).toBeGreaterThan(0)
+      await sleep(400) // past the first ttl: A must not have run out under the live hold
+      expect((await n.renew(3_000, ['o', 'a2']))[1]).toBeGreaterThan(0)
+      expect(await n.release('o', 1, 'a2')).toEqual(['', 2])
+      expect(await n.release('o', 1, 'a1')).toEqual(['', 1])
+    })
+
     it('G12: with acquisition ids, each acquisition is given back once (2), the last frees the permit (1)', async () => {
       const n = new PermitName()
       await n.acquire('o', { op: 'a1' })

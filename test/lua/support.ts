@@ -247,7 +247,7 @@ export interface RwAcquireOptions {
   waiterTtl?: number
 }
 
-/** A fresh read/write lock name (KEYS R X Q W M) on the shared client. */
+/** A fresh read/write lock name (KEYS R X Q W M A) on the shared client. */
 export class RwName extends NameFixture<RwPart> {
   constructor(redis: Redis = client(), name = 'n') {
     super('rw', RW_PARTS, redis, name)

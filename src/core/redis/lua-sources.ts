@@ -490,10 +490,10 @@ end
 --                    waiting on the token, "r:<ms> <acquisition> ..." or "w:<ms> <acquisition> ...";
 --                    gr:<tok> / gw:<tok> = fencing token of a read / write hold;
 --                    ar:<tok> / aw:<tok> = the first acquisition holding through a read / write
---                    hold ('' once released while others hold); cr:<tok> / cw:<tok> = how many
+--                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
 --                    more hold, each a member of A (see holds_op: the hold is freed when its last
 --                    acquisition is released).
---   KEYS[6] A  ZSET  "<acquisition> <fence of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
 --                    a hold's acquisitions after its first, so that one more, one fewer, or asking
 --                    whether one holds costs O(log n) however many the owner holds. Members of a hold
 --                    that ran out are swept, at most 100 a call (sweep_acquisitions).
@@ -545,7 +545,7 @@ local function hold(mode, tok, exp, fence, ops)
         first = id
       else
         more[#more + 1] = exp
-        more[#more + 1] = id .. ' ' .. int(fence) .. ' ' .. mode .. tok
+        more[#more + 1] = id .. ' ' .. first .. ' ' .. mode .. tok
       end
     end
     redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence, 'a' .. mode .. ':' .. tok, first)
@@ -565,16 +565,23 @@ local function hold(mode, tok, exp, fence, ops)
   expire_at_least(M, exp)
 end
 
+-- A hold is named by its first acquisition (unique: every acquire call has its own id). \`a<mode>:\`
+-- keeps that id, with a space in front once that acquisition was released while others still hold
+-- (ids have no spaces); hold_id() reads the name back either way.
+local function hold_id(first)
+  if first and string.sub(first, 1, 1) == ' ' then return string.sub(first, 2) end
+  return first
+end
+
 -- Whether acquisition \`op\` holds through \`tok\`'s live hold of \`mode\`: 1 when it is the hold's first
--- (a<mode>:), 2 when one of the others (a member of A), false when not. A member names its hold's
--- fence, so one left by an earlier hold of the same token never counts for a later one. O(log n):
--- the owner's other acquisitions are never read.
+-- (a<mode>:), 2 when one of the others (a member of A), false when not. A member names its hold, so
+-- one left by an earlier hold of the same token (one that ran out; a read hold inside a write hold
+-- shares the write's fence, so a fence would not tell them apart) never counts for a later one.
+-- O(log n): the owner's other acquisitions are never read.
 local function holds_op(mode, tok, op)
-  local fields = redis.call('HMGET', M, 'a' .. mode .. ':' .. tok, 'g' .. mode .. ':' .. tok)
-  if fields[1] == op then return 1 end
-  if fields[1] and fields[2] and redis.call('ZSCORE', A, op .. ' ' .. fields[2] .. ' ' .. mode .. tok) then
-    return 2
-  end
+  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  if first == op then return 1 end
+  if first and redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok) then return 2 end
   return false
 end
 
@@ -585,10 +592,10 @@ local function sweep_acquisitions()
   for _, member in ipairs(due) do
     local at = string.find(member, ' ', 1, true) or 0
     local after = string.find(member, ' ', at + 1, true) or at
-    local fence = string.sub(member, at + 1, after - 1)
+    local fence = string.sub(member, at + 1, after - 1) -- the hold's name
     local mode, tok = string.sub(member, after + 1, after + 1), string.sub(member, after + 2)
     local held = HOLDS[mode] and redis.call('ZSCORE', HOLDS[mode], tok)
-    if held and tonumber(held) > NOW and redis.call('HGET', M, 'g' .. mode .. ':' .. tok) == fence then
+    if held and tonumber(held) > NOW and hold_id(redis.call('HGET', M, 'a' .. mode .. ':' .. tok)) == fence then
       redis.call('ZADD', A, held, member)
     else
       redis.call('ZREM', A, member)
@@ -1188,7 +1195,9 @@ if any then
   -- holders, lives as long as their leases (and stays absent when it keeps none); A likewise.
   redis.call('PEXPIREAT', H, exp, 'GT')
   expire_at_least(M, exp)
-  if in_a then expire_at_least(A, exp) end
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,
@@ -1248,12 +1257,13 @@ if mine then
   local first = redis.call('HGET', M, 'a' .. mode .. ':' .. token)
   local fence = redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'
   local exp = mine
-  if first ~= op and not (first and redis.call('ZSCORE', A, op .. ' ' .. fence .. ' ' .. mode .. token)) then
+  local member = first and (op .. ' ' .. hold_id(first) .. ' ' .. mode .. token)
+  if first ~= op and not (member and redis.call('ZSCORE', A, member)) then
     -- Re-entry by the same owner: one more acquisition (O(log n) however many it holds), lease
     -- pushed out to now + ttl.
     exp = math.max(mine, NOW + ttl)
     if first then
-      redis.call('ZADD', A, exp, op .. ' ' .. fence .. ' ' .. mode .. token)
+      redis.call('ZADD', A, exp, member)
       redis.call('HINCRBY', M, 'c' .. mode .. ':' .. token, 1)
       expire_at_least(A, exp)
     else
@@ -1394,23 +1404,23 @@ local key = HOLDS[mode]
 local function give_back()
   if redis.call('ZSCORE', key, token) then
     local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
-    local fields = redis.call('HMGET', M, field, count, 'g' .. mode .. ':' .. token)
+    local fields = redis.call('HMGET', M, field, count)
     local first = fields[1]
     -- (No bookkeeping: a hold without it is freed as a whole.)
     if first then
       local more = tonumber(fields[2] or '0')
       if first == op then
         if more > 0 then
-          redis.call('HSET', M, field, '')
+          redis.call('HSET', M, field, ' ' .. op) -- released; still the hold's name (hold_id)
           return 2
         end
-      elseif fields[3] and redis.call('ZREM', A, op .. ' ' .. fields[3] .. ' ' .. mode .. token) == 1 then
+      elseif redis.call('ZREM', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. token) == 1 then
         if more > 1 then
           redis.call('HINCRBY', M, count, -1)
           return 2
         end
         redis.call('HDEL', M, count)
-        if first ~= '' then return 2 end
+        if first == hold_id(first) then return 2 end -- the first still holds
       else
         return 0
       end
@@ -1481,7 +1491,9 @@ end
 if any then
   expire_at_least(key, exp)
   expire_at_least(M, exp)
-  if in_a then expire_at_least(A, exp) end
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,

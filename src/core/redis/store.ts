@@ -451,8 +451,9 @@ function replyMessage(error: unknown): string | undefined {
  * Cluster node, FUNCTION FLUSH): load the libraries and call again; the call did not run. */
 const FUNCTION_MISSING = /function not found/i
 /** FUNCTION LOAD or FCALL refused for good (an ACL without them, a server or proxy without functions):
- * run the same code as scripts (EVALSHA) from then on. */
-const FUNCTIONS_REFUSED = /NOPERM|unknown command|not allowed|disabled/i
+ * run the same code as scripts (EVALSHA) from then on. (OOM and MISCONF refusals are passing: they fail
+ * the call, as they would an EVALSHA, and functions stay.) */
+const FUNCTIONS_REFUSED = /NOPERM|unknown command|unknown subcommand/i
 
 /** What each script does, in the words of an error message: "Could not <verb> "<name>"". */
 const VERBS: Record<ScriptName, string> = {
