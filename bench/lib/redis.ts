@@ -21,15 +21,15 @@ export interface ServerDelta {
   calls: Record<string, number>
   /** All calls except INFO (our own probes and ioredis' ready checks). */
   totalCalls: number
-  /** FCALL + EVALSHA + EVAL (+ their read-only variants). */
+  /** EVALSHA + EVAL (+ their read-only variants). */
   scriptCalls: number
   /** µs the server spent executing scripts (commandstats usec of the script commands). */
   scriptUsec: number
   cpuSeconds: number
 }
 
-const SCRIPT_COMMANDS = new Set(['fcall', 'fcall_ro', 'evalsha', 'eval', 'evalsha_ro', 'eval_ro'])
-const IGNORED_COMMANDS = new Set(['info', 'function|load'])
+const SCRIPT_COMMANDS = new Set(['evalsha', 'eval', 'evalsha_ro', 'eval_ro'])
+const IGNORED_COMMANDS = new Set(['info'])
 
 export function parseInfo(text: string): Record<string, string> {
   const fields: Record<string, string> = {}
