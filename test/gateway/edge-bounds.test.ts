@@ -4,21 +4,14 @@
 // Each case runs on both paths: the lean front end and upstream pool (lean: true), and Node's
 // http.Server with undici (lean: false). Raw sockets on the client side; a recording upstream judges.
 import http from 'node:http'
-import { pino } from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
 import { readAheadHeld } from '../../src/gateway/http/front.js'
-import {
-  createGateway,
-  type Gateway,
-  type GatewayFile,
-  parseFlags,
-  resolveConfig,
-  validateConfigFile,
-} from '../../src/gateway/index.js'
+import type { Gateway } from '../../src/gateway/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { type RawConnection, rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
+import { startInProcess } from '../helpers/in-process-gateway.js'
 import { startRecorder } from '../helpers/recorder.js'
-import { uniquePrefix } from '../helpers/redis.js'
+
 import { freePort } from '../helpers/redis-server.js'
 
 const gateways: Gateway[] = []
@@ -26,18 +19,8 @@ afterEach(async () => {
   await Promise.all(gateways.splice(0).map((g) => g.close()))
 })
 
-async function start(
-  lean: boolean,
-  file: Record<string, unknown>,
-): Promise<{ port: number; gateway: Gateway }> {
-  const config = resolveConfig(
-    validateConfigFile({ admin: false, ...file }) as GatewayFile,
-    parseFlags(['--port', '0', '--prefix', uniquePrefix().slice(0, -1)]),
-  )
-  const gateway = createGateway(config, { logger: pino({ level: 'silent' }), processMetrics: false, lean })
-  gateways.push(gateway)
-  const { url } = await gateway.listen()
-  return { port: Number(new URL(url).port), gateway }
+function start(lean: boolean, file: Record<string, unknown>): Promise<{ port: number; gateway: Gateway }> {
+  return startInProcess(gateways, file, [], lean)
 }
 
 const get = (path: string, headers = '') => `GET ${path} HTTP/1.1\r\nHost: gw\r\n${headers}\r\n`

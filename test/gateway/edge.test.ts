@@ -1,20 +1,14 @@
 // The hostile edge (G13, G14), on raw sockets, against the gateway in-process on the in-memory store
 // and on Redis. Every test names the RFC section or the nginx/Envoy behaviour it follows; a recording
 // upstream (helpers/recorder.ts) is the judge of what got through.
-import { pino } from 'pino'
 import { afterEach, describe, expect, it } from 'vitest'
-import {
-  createGateway,
-  type Gateway,
-  type GatewayFile,
-  parseFlags,
-  resolveConfig,
-  validateConfigFile,
-} from '../../src/gateway/index.js'
+import type { Gateway } from '../../src/gateway/index.js'
 import { sleep } from '../helpers/contract.js'
 import { rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
+import { redisUrl } from '../helpers/gateway.js'
+import { startInProcess } from '../helpers/in-process-gateway.js'
 import { type Recorder, startRecorder } from '../helpers/recorder.js'
-import { topology, uniquePrefix } from '../helpers/redis.js'
+import { topology } from '../helpers/redis.js'
 
 const gateways: Gateway[] = []
 afterEach(async () => {
@@ -23,21 +17,14 @@ afterEach(async () => {
 
 type Kind = 'memory' | 'redis'
 
-async function start(
+function start(
   kind: Kind,
   file: Record<string, unknown>,
   flags: string[] = [],
 ): Promise<{ port: number; gateway: Gateway }> {
   const redis = topology().standalone
-  const storeFlags = kind === 'redis' ? ['--redis', `redis://${redis.host}:${redis.port}`] : []
-  const config = resolveConfig(
-    validateConfigFile({ admin: false, ...file }) as GatewayFile,
-    parseFlags(['--port', '0', '--prefix', uniquePrefix().slice(0, -1), ...storeFlags, ...flags]),
-  )
-  const gateway = createGateway(config, { logger: pino({ level: 'silent' }), processMetrics: false })
-  gateways.push(gateway)
-  const { url } = await gateway.listen()
-  return { port: Number(new URL(url).port), gateway }
+  const storeFlags = kind === 'redis' ? ['--redis', redisUrl(redis)] : []
+  return startInProcess(gateways, file, [...storeFlags, ...flags])
 }
 
 const get = (path: string, headers = '') => `GET ${path} HTTP/1.1\r\nHost: gw\r\n${headers}\r\n`

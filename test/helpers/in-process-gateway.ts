@@ -1,0 +1,34 @@
+// A gateway in this process, from a config file's object and CLI flags, with a silent logger and no
+// process metrics: what the raw-socket edge suites (edge.test.ts, edge-bounds.test.ts) run against.
+import { pino } from 'pino'
+import {
+  createGateway,
+  type Gateway,
+  type GatewayFile,
+  parseFlags,
+  resolveConfig,
+  validateConfigFile,
+} from '../../src/gateway/index.js'
+import { uniquePrefix } from './redis.js'
+
+/**
+ * Start a gateway on a free port under a fresh key prefix (`admin: false` unless `file` says
+ * otherwise). It joins `gateways`, which the suite closes after each test. `lean` picks the front
+ * end (undefined: the gateway's default).
+ */
+export async function startInProcess(
+  gateways: Gateway[],
+  file: Record<string, unknown>,
+  flags: string[] = [],
+  lean?: boolean,
+): Promise<{ port: number; gateway: Gateway }> {
+  const config = resolveConfig(
+    validateConfigFile({ admin: false, ...file }) as GatewayFile,
+    parseFlags(['--port', '0', '--prefix', uniquePrefix().slice(0, -1), ...flags]),
+  )
+  const options = { logger: pino({ level: 'silent' }), processMetrics: false }
+  const gateway = createGateway(config, lean === undefined ? options : { ...options, lean })
+  gateways.push(gateway)
+  const { url } = await gateway.listen()
+  return { port: Number(new URL(url).port), gateway }
+}
