@@ -11,13 +11,14 @@
 -- increasing fences (G7) are all a fence promises. With an acquisition id, the one token is a
 -- reentrant owner's: a new id re-enters the owner's hold or joins its wait (and is handed the permit
 -- with it); an id already there is a resent call.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] lease ttl ms  ARGV[3] permits
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (n = held permits + waiters; a token of weight w counts w), plus
--- O(k) for a reentrant owner's list of k acquisitions, plus the queue work of lib/permits.lua: at
+-- Cost: O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
+-- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
+-- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permits.lua: at
 -- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
 -- of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
 -- then `now` (look again at once).
@@ -38,7 +39,7 @@ local out = { NOW }
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
 local function take(picked, count, alone)
   local exp = NOW + ttl
-  local exp_s = int(exp)
+  local exp_s = exp
   local holds = {}
   local fence
   local used = count
@@ -56,7 +57,8 @@ local function take(picked, count, alone)
     redis.call('PEXPIREAT', H, exp_s, 'GT')
   end
   if op then
-    redis.call('HSET', M, 'g:' .. tokens[1], int(fence), 'a:' .. tokens[1], op)
+    redis.call('HSET', M, 'g:' .. tokens[1], fence, 'a:' .. tokens[1], op)
+    redis.call('HDEL', M, 'c:' .. tokens[1]) -- a count an earlier hold of the token may have left
     if alone then redis.call('PEXPIREAT', M, exp_s) else expire_at_least(M, exp) end
   end
   first_expiry = nil
@@ -97,13 +99,13 @@ for i, tok in ipairs(tokens) do
     local fence = holder_fence(tok, score)
     local exp = score
     if op then
-      local ops = redis.call('HGET', M, 'a:' .. tok)
-      if not has_op(ops, op) then
+      local first = redis.call('HGET', M, 'a:' .. tok)
+      if first ~= op and not (first and redis.call('ZSCORE', A, op .. ' ' .. int(fence) .. ' ' .. tok)) then
         -- Re-entry by the same owner: one more acquisition, lease pushed out to now + ttl.
-        redis.call('HSET', M, 'a:' .. tok, ops and (ops .. ' ' .. op) or op)
         exp = math.max(score, NOW + ttl)
+        add_op(tok, op, first, fence, exp)
         redis.call('ZADD', H, exp, tok)
-        redis.call('PEXPIREAT', H, int(exp), 'GT')
+        redis.call('PEXPIREAT', H, exp, 'GT')
         expire_at_least(M, exp)
       end
     end
@@ -121,9 +123,9 @@ for i, tok in ipairs(tokens) do
           local base = spec or int(math.min(ttl, waiter_ttl))
           redis.call('HSET', M, 't:' .. tok, base .. ' ' .. op)
           redis.call('ZADD', W, 'GT', beat, tok)
-          redis.call('PEXPIREAT', W, int(beat), 'GT')
-          redis.call('PEXPIREAT', Q, int(beat), 'GT')
-          redis.call('PEXPIREAT', M, int(beat), 'GT')
+          redis.call('PEXPIREAT', W, beat, 'GT')
+          redis.call('PEXPIREAT', Q, beat, 'GT')
+          redis.call('PEXPIREAT', M, beat, 'GT')
         end
       end
     end
@@ -180,12 +182,12 @@ redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))
 redis.call('HSET', M, unpack(specs))
 if queued then
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 else
-  redis.call('PEXPIREAT', Q, int(beat))
-  redis.call('PEXPIREAT', W, int(beat))
+  redis.call('PEXPIREAT', Q, beat)
+  redis.call('PEXPIREAT', W, beat)
   expire_at_least(M, beat)
 end
 return out

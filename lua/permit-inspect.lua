@@ -1,5 +1,5 @@
 -- lua/permit-inspect.lua: live holders and queue length of one name, without a scan.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel
 -- Cost: O(log n).
 -- Returns {holders, queued, permits override (0 = none), now}

@@ -5,10 +5,11 @@
 -- earlier grant of the same owner as this wait's (G12). A granted wait's fence is the one kept for
 -- its token (holder_fence: a fresh one, kept, for a permit granted at once, whose reply this caller
 -- never saw).
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
--- Cost: O(w log n) for w waits, plus O(k) per reentrant wait's list, plus the queue work of
+-- Cost: O(w log n) for w waits (one look-up per reentrant acquisition, however many the owner
+-- holds), plus O(k) per reentrant wait's list of k acquisitions waiting on its token, plus the queue work of
 -- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then `now` (look again at once).
@@ -24,7 +25,7 @@ local queued = false
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   local held = redis.call('ZSCORE', H, tok)
-  if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
+  if held and tonumber(held) > NOW and (op == '' or holds_op(tok, op)) then
     out[#out + 1] = { 1, holder_fence(tok, tonumber(held)), tonumber(held) }
   else
     local rank = redis.call('ZRANK', Q, tok)
@@ -43,9 +44,9 @@ for i = 4, #ARGV, 2 do
 end
 if queued then
   -- Q, W and M exist (with their expiry) while anybody waits.
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 end
 out[2] = backlog and NOW or next_expiry()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end

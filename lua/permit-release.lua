@@ -7,11 +7,12 @@
 -- release (ioredis resends after a reconnect) does nothing more. With an acquisition id, the one
 -- token is a reentrant owner's: only that acquisition is given back, once; the permit is freed (or
 -- the queue left) when the owner's last acquisition goes.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's
--- list of k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and
+-- Cost: O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
+-- is O(log n) however many the owner holds), plus O(k) for a reentrant owner's k acquisitions
+-- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permits.lua: at most 100 expired holders and
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
 -- made: the rest is left to the next call, and a reply's nextExpiry is then `now` (look again at
 -- once).
@@ -29,14 +30,25 @@ if op then
   local tok = tokens[1]
   local held = redis.call('ZSCORE', H, tok)
   if held and tonumber(held) > NOW then
-    local ops = redis.call('HGET', M, 'a:' .. tok)
-    -- (No list: a hold without bookkeeping is freed as a whole.)
-    if ops then
-      if not has_op(ops, op) then return { '', 0 } end
-      local left = drop_op(ops, op)
-      if left ~= '' then
-        redis.call('HSET', M, 'a:' .. tok, left)
-        return { '', 2 }
+    local fields = redis.call('HMGET', M, 'a:' .. tok, 'c:' .. tok, 'g:' .. tok)
+    local first = fields[1]
+    -- (No bookkeeping: a hold without it is freed as a whole.)
+    if first then
+      local more = tonumber(fields[2] or '0')
+      if first == op then
+        if more > 0 then
+          redis.call('HSET', M, 'a:' .. tok, '')
+          return { '', 2 }
+        end
+      elseif fields[3] and redis.call('ZREM', A, op .. ' ' .. fields[3] .. ' ' .. tok) == 1 then
+        if more > 1 then
+          redis.call('HINCRBY', M, 'c:' .. tok, -1)
+          return { '', 2 }
+        end
+        redis.call('HDEL', M, 'c:' .. tok)
+        if first ~= '' then return { '', 2 } end
+      else
+        return { '', 0 }
       end
     end
   else
@@ -72,7 +84,8 @@ for i, tok in ipairs(tokens) do
 end
 if #members > 0 then redis.call('ZREM', H, unpack(members)) end
 
-local has_q, has_m, has_h = presence()
+local has_q, has_m, has_h, has_a = presence()
+if has_a then sweep_acquisitions() end
 if has_q and #others > 0 then
   -- A waiter whose heartbeat lapsed is not waiting any more: nothing to dequeue (as in memory).
   purge_waiters()
@@ -106,5 +119,5 @@ if has_q then
   settle(nil)
   return out
 end
-settle(freed, has_m, has_h)
+settle(freed, has_m, has_h, has_a)
 return out

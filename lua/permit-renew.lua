@@ -1,34 +1,47 @@
 -- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
--- A lease is live while its acquisition holds: for a reentrant owner, while the acquisition id is in
--- the hold's list, so a lease the owner lost is never renewed through a later acquisition of the same
--- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- A lease is live while its acquisition holds: for a reentrant owner, while the acquisition id is
+-- one of the hold's (holds_op), so a lease the owner lost is never renewed through a later
+-- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's
--- list of k acquisitions.
+-- Cost: O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
+-- and extended once per call, and each of its leases is one O(log n) look-up, however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
 local exp = NOW + ttl
-local any = false
+local any, in_a = false, false
+-- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
+-- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
+local live, extended = {}, {}
 for i = 3, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
-  local held = redis.call('ZSCORE', H, tok)
-  if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
-    local at = math.max(tonumber(held), exp)
-    local holds = {}
-    add_hold(holds, at, tok) -- a weighted hold's w members keep one expiry
-    redis.call('ZADD', H, unpack(holds))
-    out[#out + 1] = at
+  if live[tok] == nil then
+    local held = redis.call('ZSCORE', H, tok)
+    live[tok] = held and tonumber(held) > NOW and tonumber(held) or false
+  end
+  local holds_it = live[tok] and (op == '' or holds_op(tok, op))
+  if holds_it then
+    if not extended[tok] then
+      extended[tok] = math.max(live[tok], exp)
+      local members = {}
+      add_hold(members, extended[tok], tok) -- a weighted hold's w members keep one expiry
+      redis.call('ZADD', H, unpack(members))
+    end
+    out[#out + 1] = extended[tok]
     any = true
+    if holds_it == 2 then in_a = true end
   else
     out[#out + 1] = 0
   end
 end
 if any then
   -- H exists with an expiry whenever a live holder does; M, when it keeps fences or acquisitions of
-  -- holders, lives as long as their leases (and stays absent when it keeps none).
-  redis.call('PEXPIREAT', H, int(exp), 'GT')
+  -- holders, lives as long as their leases (and stays absent when it keeps none); A likewise.
+  redis.call('PEXPIREAT', H, exp, 'GT')
   expire_at_least(M, exp)
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

@@ -1,5 +1,5 @@
 -- lua/permit-set-limit.lua: change the permits of a name at run time, for every process.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
 -- ARGV[3] the caller's own permits: the limit in force once the override is dropped
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or

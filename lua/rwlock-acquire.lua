@@ -1,11 +1,12 @@
 -- lua/rwlock-acquire.lua: take the read or write lock now, re-enter it, or join the FIFO queue.
 -- Idempotent (G12): every call has its own acquisition id; a resent call finds its id already holding
 -- or waiting and gets the same answer back, unchanged.
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
--- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
+-- Cost: O(log n) (a re-entry too, however many acquisitions the owner holds), plus O(k) for the
+-- owner's k acquisitions waiting together on its token, plus the queue work of
 -- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then `now` (look again at once).
@@ -24,19 +25,27 @@ admit()
 
 local mine = live_score(HOLDS[mode], token)
 if mine then
-  local field = 'a' .. mode .. ':' .. token
-  local ops = redis.call('HGET', M, field)
+  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. token)
+  local fence = redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'
   local exp = mine
-  if not has_op(ops, op) then
-    -- Re-entry by the same owner: one more acquisition, lease pushed out to now + ttl.
-    redis.call('HSET', M, field, ops and (ops .. ' ' .. op) or op)
+  local member = first and (op .. ' ' .. hold_id(first) .. ' ' .. mode .. token)
+  if first ~= op and not (member and redis.call('ZSCORE', A, member)) then
+    -- Re-entry by the same owner: one more acquisition (O(log n) however many it holds), lease
+    -- pushed out to now + ttl.
     exp = math.max(mine, NOW + ttl)
+    if first then
+      redis.call('ZADD', A, exp, member)
+      redis.call('HINCRBY', M, 'c' .. mode .. ':' .. token, 1)
+      expire_at_least(A, exp)
+    else
+      redis.call('HSET', M, 'a' .. mode .. ':' .. token, op)
+    end
     local key = HOLDS[mode]
     redis.call('ZADD', key, exp, token)
     expire_at_least(key, exp)
     expire_at_least(M, exp)
   end
-  return { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'), exp, NOW }
+  return { 1, tonumber(fence), exp, NOW }
 end
 if mode == 'r' and live_score(X, token) then
   -- Downgrade: the writer may read at once, whoever waits; same fencing token as its write hold.

@@ -1,5 +1,5 @@
 -- lua/rwlock-inspect.lua: live readers, writer and queue length of one lock, without a scan.
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel
 -- Cost: O(log n).
 -- Returns {readers, writers (0 or 1), queued, now}

@@ -3,9 +3,10 @@
 -- wait's state. A wait is a token and the acquisition it waits for: it is granted only when that
 -- acquisition holds a live lease, so an earlier grant of the same owner is never taken for this
 -- wait's (G12).
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] pairs: token, acquisition id
--- Cost: O(w log n) for w waits, plus O(k) per wait's list, plus the queue work of lib/rwlock.lua:
+-- Cost: O(w log n) for w waits (a granted wait is one look-up, however many the owner holds), plus
+-- O(k) per wait's list of k acquisitions waiting on its token, plus the queue work of lib/rwlock.lua:
 -- at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the
 -- head of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry
 -- is then `now` (look again at once).
@@ -22,7 +23,7 @@ for i = 3, #ARGV, 2 do
   local found = false
   for _, mode in ipairs({ 'w', 'r' }) do
     local score = not found and live_score(HOLDS[mode], tok)
-    if score and has_op(redis.call('HGET', M, 'a' .. mode .. ':' .. tok), op) then
+    if score and holds_op(mode, tok, op) then
       out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. tok) or '0'), score }
       found = true
     end

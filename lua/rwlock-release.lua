@@ -1,7 +1,7 @@
 -- lua/rwlock-release.lua: give one acquisition of a read or write hold back (or leave the queue) and
 -- admit who may enter. Idempotent (G12): an acquisition that no longer holds or waits is left alone,
 -- so a resent release does nothing more.
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
 -- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
@@ -17,19 +17,30 @@ local key = HOLDS[mode]
 -- What releasing `op` does to the token's hold of `mode` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
   if redis.call('ZSCORE', key, token) then
-    local field = 'a' .. mode .. ':' .. token
-    local ops = redis.call('HGET', M, field)
-    -- (No list: a hold without bookkeeping is freed as a whole.)
-    if ops then
-      if not has_op(ops, op) then return 0 end
-      local left = drop_op(ops, op)
-      if left ~= '' then
-        redis.call('HSET', M, field, left)
-        return 2
+    local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
+    local fields = redis.call('HMGET', M, field, count)
+    local first = fields[1]
+    -- (No bookkeeping: a hold without it is freed as a whole.)
+    if first then
+      local more = tonumber(fields[2] or '0')
+      if first == op then
+        if more > 0 then
+          redis.call('HSET', M, field, ' ' .. op) -- released; still the hold's name (hold_id)
+          return 2
+        end
+      elseif redis.call('ZREM', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. token) == 1 then
+        if more > 1 then
+          redis.call('HINCRBY', M, count, -1)
+          return 2
+        end
+        redis.call('HDEL', M, count)
+        if first == hold_id(first) then return 2 end -- the first still holds
+      else
+        return 0
       end
     end
     redis.call('ZREM', key, token)
-    redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field)
+    redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field, count)
     return 1
   end
   local m, ttl, ops, raw = waiting_spec(token)
@@ -50,6 +61,7 @@ local function give_back()
 end
 
 purge()
+if redis.call('EXISTS', A) == 1 then sweep_acquisitions() end
 local result = give_back()
 admit()
 settle()

@@ -1,25 +1,34 @@
 -- lua/rwlock-renew.lua: extend live leases of one mode (batched: one call renews every due lease of
 -- one name and mode). Each reader's lease is renewed on its own entry; a lease is live while its
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
--- Cost: O(t log n) for t leases, plus O(k) per lease's list of k acquisitions.
+-- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
+-- each of its leases is one O(log n) look-up, however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
 local out = { NOW }
 local exp = NOW + ttl
-local any = false
+local any, in_a = false, false
+-- token -> its hold's expiry before this call (false: none live), and -> the expiry it was extended
+-- to in this call: the leases of one reentrant owner share a hold, read and extended once.
+local live, extended = {}, {}
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
-  local held = live_score(key, tok)
-  local ops = held and redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
-  -- (No list: a hold without bookkeeping is renewed as a whole.)
-  if held and (not ops or has_op(ops, op)) then
-    local at = math.max(held, exp)
-    redis.call('ZADD', key, at, tok)
-    out[#out + 1] = at
+  if live[tok] == nil then live[tok] = live_score(key, tok) or false end
+  local held = live[tok]
+  local first = held and redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  -- (No bookkeeping: a hold without it is renewed as a whole.)
+  local holds_it = held and (not first or first == op or holds_op(mode, tok, op))
+  if holds_it then
+    if not extended[tok] then
+      extended[tok] = math.max(held, exp)
+      redis.call('ZADD', key, extended[tok], tok)
+    end
+    out[#out + 1] = extended[tok]
     any = true
+    if holds_it == 2 then in_a = true end
   else
     out[#out + 1] = 0
   end
@@ -27,5 +36,8 @@ end
 if any then
   expire_at_least(key, exp)
   expire_at_least(M, exp)
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

@@ -21,15 +21,15 @@ export interface ServerDelta {
   calls: Record<string, number>
   /** All calls except INFO (our own probes and ioredis' ready checks). */
   totalCalls: number
-  /** EVALSHA + EVAL (+ their read-only variants). */
+  /** FCALL + EVALSHA + EVAL (+ their read-only variants). */
   scriptCalls: number
   /** µs the server spent executing scripts (commandstats usec of the script commands). */
   scriptUsec: number
   cpuSeconds: number
 }
 
-const SCRIPT_COMMANDS = new Set(['evalsha', 'eval', 'evalsha_ro', 'eval_ro'])
-const IGNORED_COMMANDS = new Set(['info'])
+const SCRIPT_COMMANDS = new Set(['fcall', 'fcall_ro', 'evalsha', 'eval', 'evalsha_ro', 'eval_ro'])
+const IGNORED_COMMANDS = new Set(['info', 'function|load'])
 
 export function parseInfo(text: string): Record<string, string> {
   const fields: Record<string, string> = {}

@@ -3,12 +3,16 @@ import type { Scenario } from '../lib/scenario.js'
 import { gatewayScenarios } from './gateway.js'
 import { middlewareScenarios } from './middleware.js'
 import { mutexScenarios } from './mutex.js'
+import { primitivesScenarios } from './primitives.js'
+import { scriptCostScenarios } from './script-costs.js'
 import { redlockScenarios } from './redlock.js'
 import { semaphoreScenarios } from './semaphore.js'
 import { rwlockScenarios } from './rwlock.js'
 import { weightedScenarios } from './weighted.js'
 
 export const scenarios: Scenario[] = [
+  ...primitivesScenarios,
+  ...scriptCostScenarios,
   ...mutexScenarios,
   ...redlockScenarios,
   ...semaphoreScenarios,

@@ -1,9 +1,21 @@
 -- lua/lib/common.lua: first prelude of every script (lib/permits.lua or lib/rwlock.lua follows it).
 -- The server clock (G9) and the key helpers both families of scripts share.
+--
+-- The preludes run once, when their library is loaded (FUNCTION LOAD, src/core/redis/scripts.ts):
+-- helpers are made once, not at every call (a prelude's closures cost ~2.4 us a call when each
+-- script was an EVAL of its own). So nothing here reads KEYS, ARGV or the clock at load time: every
+-- script starts with its family's begin(KEYS, ARGV), which sets the call's keys, channel and clock
+-- and resets the per-call state the helpers share (upvalues of the library: scripts run one at a
+-- time, so one call's state is never seen by another).
 
-local clock = redis.call('TIME')
-local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- The server clock of this call (G9), in ms and µs.
+local NOW, NOW_US
+
+local function read_clock()
+  local clock = redis.call('TIME')
+  NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
 
 local function int(n)
   return string.format('%.0f', n)
@@ -15,21 +27,22 @@ end
 local function bump_fence(meta)
   local last = tonumber(redis.call('HGET', meta, 'f') or '0')
   local fence = math.max(last + 1, NOW_US)
-  redis.call('HSET', meta, 'f', int(fence))
+  redis.call('HSET', meta, 'f', fence)
   return fence
 end
 
 -- Push a key's expiry out to `at` (never pulls it in).
 local function expire_at_least(key, at)
-  if redis.call('PEXPIREAT', key, int(at), 'GT') == 0 then
-    redis.call('PEXPIREAT', key, int(at), 'NX')
+  if redis.call('PEXPIREAT', key, at, 'GT') == 0 then
+    redis.call('PEXPIREAT', key, at, 'NX')
   end
 end
 
--- Acquisition lists (G12): the acquisitions of one reentrant owner's hold or wait, as operation ids
--- separated by spaces. Every acquire call of a reentrant owner has its own id, so an id is added and
--- dropped at most once: a resent call finds its id already there (or already gone) and changes
--- nothing, where a count would count it twice.
+-- Acquisition lists (G12): the acquisitions of one reentrant owner waiting together on its token, as
+-- operation ids separated by spaces (a hold keeps its acquisitions in A instead: see the family
+-- preludes). Every acquire call of a reentrant owner has its own id, so an id is added and dropped at
+-- most once: a resent call finds its id already there (or already gone) and changes nothing, where a
+-- count would count it twice.
 local function has_op(list, op)
   if not list then return false end
   return string.find(' ' .. list .. ' ', ' ' .. op .. ' ', 1, true) ~= nil

@@ -11,14 +11,20 @@
 --                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
 --                    reports to it; a permit granted at once has its fence in the reply only, until
 --                    a caller that never saw it asks: see holder_fence);
---                    a:<tok> = a reentrant owner's acquisitions holding
---                    through its token (see has_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
+--                    a:<tok> = the first acquisition of a reentrant owner's hold ('' once it was
+--                    released while others still hold); c:<tok> = how many more hold, each a member
+--                    of A (see holds_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
 --                    the acquisitions waiting on it (handed over together when it is admitted)
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence)
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
+--                    acquisitions of a reentrant owner's hold after its first, so that one more, one
+--                    fewer, or asking whether one holds costs O(log n) however many the owner holds
+--                    (a list in M cost O(k) per call and O(k^2) per renewal batch). Members of a hold
+--                    that ran out are swept a bounded number at a time (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
@@ -32,8 +38,8 @@
 -- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
 -- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
 -- never overtaken by light ones, G5).
-local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local CHANNEL = ARGV[1]
+local H, Q, W, M, P, F, A -- this call's keys, set by begin()
+local CHANNEL
 
 -- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
@@ -90,14 +96,14 @@ local function save_fence()
   if not fence_dirty then return end
   -- Until the clock has passed the token (a burst may run a few µs ahead of it), and while the lease runs.
   local keep = math.max(math.floor(fence_last / 1000) + 2, fence_until)
-  redis.call('SET', F, int(fence_last), 'PXAT', int(keep))
+  redis.call('SET', F, fence_last, 'PXAT', keep)
   fence_dirty = false
 end
 
 -- The fast path's single grant: one SET ... GET both reads and writes the last token (a second SET only
 -- when a burst left the last token at or ahead of the clock).
 local function take_fence(lease_end)
-  local old = redis.call('SET', F, int(NOW_US), 'PXAT', int(math.max(math.floor(NOW_US / 1000) + 2, lease_end)), 'GET')
+  local old = redis.call('SET', F, NOW_US, 'PXAT', math.max(math.floor(NOW_US / 1000) + 2, lease_end), 'GET')
   if not old or tonumber(old) < NOW_US then
     fence_last = NOW_US
     return NOW_US
@@ -118,7 +124,7 @@ local function holder_fence(tok, lease_end)
   if kept then return tonumber(kept) end
   local fence = next_fence(lease_end)
   save_fence()
-  redis.call('HSET', M, 'g:' .. tok, int(fence))
+  redis.call('HSET', M, 'g:' .. tok, fence)
   expire_at_least(M, lease_end)
   return fence
 end
@@ -139,8 +145,50 @@ local function drop_holder_fields(tokens)
   for _, tok in ipairs(tokens) do
     fields[#fields + 1] = 'g:' .. tok
     fields[#fields + 1] = 'a:' .. tok
+    fields[#fields + 1] = 'c:' .. tok
   end
   redis.call('HDEL', M, unpack(fields))
+end
+
+-- Whether acquisition `op` of a reentrant owner holds through `tok`'s live hold: 1 when it is the
+-- hold's first (a:), 2 when it is one of the others (a member of A), false when it is not there.
+-- A member names its hold's fence, so a member left by an earlier hold of the same token (one that
+-- ran out) never counts for a later one. O(log n): the owner's other acquisitions are never read.
+local function holds_op(tok, op)
+  local fields = redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+  if fields[1] == op then return 1 end
+  if fields[1] and fields[2] and redis.call('ZSCORE', A, op .. ' ' .. fields[2] .. ' ' .. tok) then return 2 end
+  return false
+end
+
+-- One more acquisition `op` holds through `tok`'s hold (fence `fence`, lease until `exp`), where
+-- `first` is the hold's a: field (nil: the hold keeps no acquisitions yet; this one is its first).
+local function add_op(tok, op, first, fence, exp)
+  if not first then
+    redis.call('HSET', M, 'a:' .. tok, op)
+    return
+  end
+  redis.call('ZADD', A, exp, op .. ' ' .. int(fence) .. ' ' .. tok)
+  redis.call('HINCRBY', M, 'c:' .. tok, 1)
+  expire_at_least(A, exp)
+end
+
+-- Members of A whose hold is gone (its lease ran out, or the hash was lost) go, at most 100 a call;
+-- a member whose score is stale but whose hold lives gets the hold's expiry. O(log n) when none is
+-- due, which is every call but those after a reentrant owner's hold ran out.
+local function sweep_acquisitions()
+  local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
+  for _, member in ipairs(due) do
+    local at = string.find(member, ' ', 1, true) or 0
+    local after = string.find(member, ' ', at + 1, true) or at
+    local fence, tok = string.sub(member, at + 1, after - 1), string.sub(member, after + 1)
+    local held = redis.call('ZSCORE', H, tok)
+    if held and tonumber(held) > NOW and redis.call('HGET', M, 'g:' .. tok) == fence then
+      redis.call('ZADD', A, held, member)
+    else
+      redis.call('ZREM', A, member)
+    end
+  end
 end
 
 -- A waiter's spec (M t:<tok>) -> lease ttl to hand over, and the acquisitions waiting (nil for a
@@ -155,8 +203,7 @@ end
 -- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond `most`. The
 -- reply's nextExpiry is then `now` (`backlog and NOW or next_expiry()`), so the waiters' processes
 -- call again at once instead of at their next heartbeat: each call stays bounded, and the crowd is
--- gone within a few round trips, however large (G2, G5). (Helpers are few on purpose: every local
--- function of a prelude is a closure made again at every call.)
+-- gone within a few round trips, however large (G2, G5).
 local backlog = false
 
 -- Live holders, given `count` = ZCARD H: drops those whose lease ran out (G2), at most `most`
@@ -191,7 +238,7 @@ local function purge_waiters(dead)
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
     if #dead == 0 then return end
     dead_left = dead_left - #dead
-    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then backlog = true end
+    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then backlog = true end
   end
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
@@ -261,9 +308,27 @@ local function admit(permits, count)
     fields[#fields + 1] = int(fence)
     local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
     if ops then
-      -- A reentrant owner: every acquisition that waited on the token holds through it now.
+      -- A reentrant owner: every acquisition that waited on the token holds through it now (the
+      -- first in a:, the others in A: O(k) for the k granted here, once).
+      local first, more = nil, {}
+      for id in string.gmatch(ops, '%S+') do
+        if not first then
+          first = id
+        else
+          more[#more + 1] = exp
+          more[#more + 1] = id .. ' ' .. int(fence) .. ' ' .. tok
+        end
+      end
       fields[#fields + 1] = 'a:' .. tok
-      fields[#fields + 1] = ops
+      fields[#fields + 1] = first
+      if #more > 0 then
+        redis.call('ZADD', A, unpack(more))
+        expire_at_least(A, exp)
+        fields[#fields + 1] = 'c:' .. tok
+        fields[#fields + 1] = #more / 2
+      else
+        redis.call('HDEL', M, 'c:' .. tok) -- a count an earlier hold of the token left
+      end
       line = line .. ' ' .. ops
     end
     last_exp = math.max(last_exp, exp)
@@ -272,9 +337,9 @@ local function admit(permits, count)
   end
   redis.call('ZADD', H, unpack(holds))
   if count == 0 then
-    redis.call('PEXPIREAT', H, int(last_exp))
+    redis.call('PEXPIREAT', H, last_exp)
   else
-    redis.call('PEXPIREAT', H, int(last_exp), 'GT')
+    redis.call('PEXPIREAT', H, last_exp, 'GT')
   end
   redis.call('HDEL', M, unpack(spec_fields))
   redis.call('HSET', M, unpack(fields))
@@ -288,32 +353,44 @@ local function admit(permits, count)
   return message, granted, taken
 end
 
--- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.
+-- Which of Q, M, H and A exist, in one call: EXISTS counts a key once per mention.
 local function presence()
-  local bits = redis.call('EXISTS', Q, Q, Q, Q, M, M, H)
-  return bits >= 4, bits % 4 >= 2, bits % 2 == 1
+  local bits = redis.call('EXISTS', A, A, A, A, A, A, A, A, Q, Q, Q, Q, M, M, H)
+  return bits % 8 >= 4, bits % 4 >= 2, bits % 2 == 1, bits >= 8
 end
 
 -- Once the queue is empty: delete the bookkeeping when nothing is held either, else pull the keys'
 -- expiry in to the last lease they still guard, so a name whose remaining leases simply run out leaves
--- no key behind a moment later. `left`: holders that just left (their g:/a: go), or nil. `has_m`,
--- `has_h`: whether M and H exist (nil = unknown).
-local function settle(left, has_m, has_h)
+-- no key behind a moment later. `left`: holders that just left (their g:/a:/c: go), or nil. `has_m`,
+-- `has_h`, `has_a`: whether M, H and A exist (nil = unknown).
+local function settle(left, has_m, has_h, has_a)
   local last = has_h ~= false and redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]
   if not last then
     if has_m ~= false then redis.call('DEL', M) end
+    if has_a ~= false then redis.call('DEL', A) end
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     local fence = tonumber(redis.call('GET', F) or '0')
     if fence >= NOW_US then
-      redis.call('PEXPIREAT', F, int(math.floor(fence / 1000) + 2))
+      redis.call('PEXPIREAT', F, math.floor(fence / 1000) + 2)
     elseif fence > 0 then
       redis.call('DEL', F)
     end
     return
   end
-  redis.call('PEXPIREAT', H, int(tonumber(last)))
+  redis.call('PEXPIREAT', H, tonumber(last))
   if has_m ~= false then
     if left and #left > 0 then drop_holder_fields(left) end
-    redis.call('PEXPIREAT', M, int(tonumber(last)))
+    redis.call('PEXPIREAT', M, tonumber(last))
   end
+end
+
+-- Every permit script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  H, Q, W, M, P, F, A = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+  CHANNEL = argv[1]
+  fence_last, fence_dirty, fence_until = nil, false, 0
+  first_expiry = nil
+  backlog = false
+  dead_left = DEAD_PER_CALL
 end

@@ -12,8 +12,14 @@
 --                    q:<tok> = a waiter's spec: mode, handed-off lease ttl and the acquisitions
 --                    waiting on the token, "r:<ms> <acquisition> ..." or "w:<ms> <acquisition> ...";
 --                    gr:<tok> / gw:<tok> = fencing token of a read / write hold;
---                    ar:<tok> / aw:<tok> = the acquisitions holding through a read / write hold
---                    (see has_op: the hold is freed when its last acquisition is released).
+--                    ar:<tok> / aw:<tok> = the first acquisition holding through a read / write
+--                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
+--                    more hold, each a member of A (see holds_op: the hold is freed when its last
+--                    acquisition is released).
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
+--                    a hold's acquisitions after its first, so that one more, one fewer, or asking
+--                    whether one holds costs O(log n) however many the owner holds. Members of a hold
+--                    that ran out are swept, at most 100 a call (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt> <acquisition> ...".
 --
@@ -26,11 +32,11 @@
 -- carries its own acquisition id, so a resent call (G12) finds its id in place and changes nothing.
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the lock's keys are
 -- deleted when nothing is held or queued, so idle names leave no keys behind.
-local R, X, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local CHANNEL = ARGV[1]
+local R, X, Q, W, M, A -- this call's keys, set by begin()
+local CHANNEL
 
--- mode letter -> the holders' key
-local HOLDS = { r = R, w = X }
+-- mode letter -> the holders' key (of this call)
+local HOLDS = {}
 
 local function next_fence()
   return bump_fence(M)
@@ -54,14 +60,70 @@ local function hold(mode, tok, exp, fence, ops)
   local key = HOLDS[mode]
   redis.call('ZADD', key, exp, tok)
   if ops ~= '' then
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence), 'a' .. mode .. ':' .. tok, ops)
+    -- The first acquisition in a<mode>:, any others (acquisitions that waited together on the
+    -- token) in A: O(k) for the k granted here, once.
+    local first, more = nil, {}
+    for id in string.gmatch(ops, '%S+') do
+      if not first then
+        first = id
+      else
+        more[#more + 1] = exp
+        more[#more + 1] = id .. ' ' .. first .. ' ' .. mode .. tok
+      end
+    end
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence, 'a' .. mode .. ':' .. tok, first)
+    if #more > 0 then
+      redis.call('ZADD', A, unpack(more))
+      redis.call('HSET', M, 'c' .. mode .. ':' .. tok, #more / 2)
+      expire_at_least(A, exp)
+    else
+      redis.call('HDEL', M, 'c' .. mode .. ':' .. tok)
+    end
   else
     -- (Only when a waiter's spec was lost: without a list, the hold is released as a whole.)
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
-    redis.call('HDEL', M, 'a' .. mode .. ':' .. tok)
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence)
+    redis.call('HDEL', M, 'a' .. mode .. ':' .. tok, 'c' .. mode .. ':' .. tok)
   end
   expire_at_least(key, exp)
   expire_at_least(M, exp)
+end
+
+-- A hold is named by its first acquisition (unique: every acquire call has its own id). `a<mode>:`
+-- keeps that id, with a space in front once that acquisition was released while others still hold
+-- (ids have no spaces); hold_id() reads the name back either way.
+local function hold_id(first)
+  if first and string.sub(first, 1, 1) == ' ' then return string.sub(first, 2) end
+  return first
+end
+
+-- Whether acquisition `op` holds through `tok`'s live hold of `mode`: 1 when it is the hold's first
+-- (a<mode>:), 2 when one of the others (a member of A), false when not. A member names its hold, so
+-- one left by an earlier hold of the same token (one that ran out; a read hold inside a write hold
+-- shares the write's fence, so a fence would not tell them apart) never counts for a later one.
+-- O(log n): the owner's other acquisitions are never read.
+local function holds_op(mode, tok, op)
+  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  if first == op then return 1 end
+  if first and redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok) then return 2 end
+  return false
+end
+
+-- Members of A whose hold is gone go, at most 100 a call; one whose score is stale but whose hold
+-- lives gets the hold's expiry. O(log n) when none is due.
+local function sweep_acquisitions()
+  local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
+  for _, member in ipairs(due) do
+    local at = string.find(member, ' ', 1, true) or 0
+    local after = string.find(member, ' ', at + 1, true) or at
+    local fence = string.sub(member, at + 1, after - 1) -- the hold's name
+    local mode, tok = string.sub(member, after + 1, after + 1), string.sub(member, after + 2)
+    local held = HOLDS[mode] and redis.call('ZSCORE', HOLDS[mode], tok)
+    if held and tonumber(held) > NOW and hold_id(redis.call('HGET', M, 'a' .. mode .. ':' .. tok)) == fence then
+      redis.call('ZADD', A, held, member)
+    else
+      redis.call('ZREM', A, member)
+    end
+  end
 end
 
 -- A queued token's mode, handed-off ttl and waiting acquisitions, and the raw spec (nil when the
@@ -90,8 +152,7 @@ end
 -- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
 -- grants one call makes. The reply's nextExpiry is then `now` (`backlog and NOW or next_expiry()`),
 -- so the waiters' processes call again at once instead of at their next heartbeat: each call stays
--- bounded, and the rest follows within a few round trips, however much there is (G2, G5). (Helpers
--- are few on purpose: every local function of a prelude is a closure made again at every call.)
+-- bounded, and the rest follows within a few round trips, however much there is (G2, G5).
 local backlog = false
 -- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
 -- never keeps it from serving a live head), and grants it makes at most.
@@ -107,20 +168,21 @@ local function purge(dead)
       local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
       if #expired > 0 then
         redis.call('ZREM', key, unpack(expired))
-        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then
+        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', NOW) > 0 then
           backlog = true
         end
         local fields = {}
         for _, tok in ipairs(expired) do
           fields[#fields + 1] = 'g' .. mode .. ':' .. tok
           fields[#fields + 1] = 'a' .. mode .. ':' .. tok
+          fields[#fields + 1] = 'c' .. mode .. ':' .. tok
         end
         redis.call('HDEL', M, unpack(fields))
       end
     end
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
     if #dead == 0 then return end
-    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then
       backlog = true
     end
   end
@@ -194,15 +256,15 @@ end
 -- delete themselves when empty), else pull every key's expiry in to the last deadline it still guards.
 local function settle()
   if redis.call('EXISTS', R, X, Q) == 0 then
-    redis.call('DEL', W)
+    redis.call('DEL', W, A)
     -- A run of readers takes fences NOW_US, NOW_US + 1, ... in one call, so the last one may run ahead
     -- of the clock: keep it until the clock has passed it, so that the clock-based fallback of an idle
     -- lock never hands out a lower one (G7).
     local fence = tonumber(redis.call('HGET', M, 'f') or '0')
     if fence >= NOW_US then
       redis.call('DEL', M)
-      redis.call('HSET', M, 'f', int(fence))
-      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
+      redis.call('HSET', M, 'f', fence)
+      redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
     else
       redis.call('DEL', M)
     end
@@ -213,10 +275,19 @@ local function settle()
     local score = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
     if score then
       local at = tonumber(score)
-      redis.call('PEXPIREAT', key, int(at))
-      if key == W then redis.call('PEXPIREAT', Q, int(at)) end
+      redis.call('PEXPIREAT', key, at)
+      if key == W then redis.call('PEXPIREAT', Q, at) end
       if at > last then last = at end
     end
   end
-  if last > 0 then redis.call('PEXPIREAT', M, int(last)) end
+  if last > 0 then redis.call('PEXPIREAT', M, last) end
+end
+
+-- Every rwlock script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  R, X, Q, W, M, A = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  CHANNEL = argv[1]
+  HOLDS.r, HOLDS.w = R, X
+  backlog = false
 end

@@ -109,6 +109,8 @@ function tlsOptions(tls: RedisTlsConfig | undefined, secureUrl: boolean): Connec
 /** The Redis ACL rule the gateway needs, for a key prefix (docs/gateway.md, "Redis ACL"). */
 export function aclRule(prefix: string): string {
   const commands = [
+    'fcall',
+    'function|load',
     'evalsha',
     'eval',
     'publish',

@@ -10,7 +10,7 @@ import { createRedisStore, createSemaphore } from '../../src/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { baseFlags, metric, redisUrl, spawnGateway } from '../helpers/gateway.js'
 import {
-  commandCount,
+  scriptCallCount,
   connectCluster,
   connectStandalone,
   connectTo,
@@ -118,8 +118,7 @@ describe('permit keep-alive in one replica', () => {
     try {
       const upstream = await startUpstream()
       const client = connectTo(redis)
-      const scripts = async () =>
-        (await commandCount(client, 'evalsha')) + (await commandCount(client, 'eval'))
+      const scripts = () => scriptCallCount(client)
       /** Script calls for 30 sequential requests; `atLeast`: wait until that many reached Redis (the
        * last request's release goes out after its response, so it may still be on its way). */
       const run = async (extra: string[], atLeast = 0) => {

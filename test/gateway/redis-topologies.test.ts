@@ -10,7 +10,7 @@ import type { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually, keysUnder, sleep } from '../helpers/contract.js'
 import { baseFlags, metric, runGateway, spawnGateway } from '../helpers/gateway.js'
-import { commandCount } from '../helpers/redis.js'
+import { scriptCallCount } from '../helpers/redis.js'
 import {
   clientTls,
   connectClient,
@@ -75,7 +75,7 @@ describe('Redis over TLS (rediss://, client certificates)', () => {
     expect(upstream.probe.max).toBe(1)
     expect(upstream.probe.entered).toBe(3)
     // The scripts ran on this server, over TLS.
-    expect(await commandCount(client, 'evalsha')).toBeGreaterThan(0)
+    expect(await scriptCallCount(client)).toBeGreaterThan(0)
     expect((await fetch(`${gateway.adminUrl}/readyz`)).status).toBe(200)
   }, 30_000)
 
@@ -147,7 +147,7 @@ describe('Redis password (never on the command line)', () => {
     expect((await held).status).toBe(200)
     expect(upstream.probe.max).toBe(1)
     const client = connectClient({ host: REDIS_HOST, port: redis.port }, { password: secret })
-    expect(await commandCount(client, 'evalsha')).toBeGreaterThan(0)
+    expect(await scriptCallCount(client)).toBeGreaterThan(0)
 
     // The configured password wins over a stale one in the URL (ioredis alone would let the URL win).
     const stale = await spawnGateway(
@@ -262,7 +262,7 @@ describe('Redis Sentinel', () => {
       ...['--redis-sentinel-name', MASTER_NAME, '--permits', String(PERMITS), '--ttl-ms', '5000'],
       ...['--max-wait-ms', '5000', '--max-queue', '1000', '--access-log-sample', '0'],
     ])
-    const evalshaOnReplica = await commandCount(replicaClient, 'evalsha')
+    const scriptsOnReplica = await scriptCallCount(replicaClient)
 
     // LOOPS clients, each sending one request after the other; the upstream holds each for 20 ms and
     // counts how many it has at once (probe.max), independently of the gateway.
@@ -336,7 +336,7 @@ describe('Redis Sentinel', () => {
       expect(firstAdmitted - switchedAt).toBeLessThan(SWITCH_BOUND_MS)
       expect(lastSecond.filter((o) => o.status === 200).length).toBeGreaterThan(lastSecond.length / 2)
       // ... through the new master (the former replica), which now runs the gateway's scripts.
-      expect(await commandCount(replicaClient, 'evalsha')).toBeGreaterThan(evalshaOnReplica)
+      expect(await scriptCallCount(replicaClient)).toBeGreaterThan(scriptsOnReplica)
       // (b) The cap held before the failover; after it at most one failover's worth of extra grants.
       expect(maxBefore).toBeLessThanOrEqual(PERMITS)
       expect(upstream.probe.max).toBeLessThanOrEqual(2 * PERMITS)

@@ -75,6 +75,13 @@ async function nodeCommandCount(node: Redis, name?: string): Promise<number> {
   return total
 }
 
+/** Script calls recorded in INFO commandstats: FCALL (the store's default), EVALSHA and EVAL (its
+ * fallback when the server refuses functions). */
+export async function scriptCallCount(client: RedisClient): Promise<number> {
+  const counts = await Promise.all(['fcall', 'evalsha', 'eval'].map((name) => commandCount(client, name)))
+  return counts.reduce((sum, count) => sum + count, 0)
+}
+
 /**
  * Calls recorded in INFO commandstats: of one command (e.g. 'evalsha', or 'client|setname' for
  * subcommands) or, without a name, of all commands except INFO itself (so probing does not skew the

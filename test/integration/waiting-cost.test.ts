@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import { createMutex, createRedisStore, createSemaphore, type Lease, type Store } from '../../src/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
-import { commandCount } from '../helpers/redis.js'
+import { commandCount, scriptCallCount } from '../helpers/redis.js'
 import {
   type RedisClusterHandle,
   type RedisServerHandle,
@@ -83,8 +83,7 @@ describe.each(['standalone', 'cluster'] as const)('bursts [%s]', (kind) => {
     const store = createRedisStore(client, { prefix: 'burst' })
     const sem = createSemaphore(store, kind, { permits: 60 })
     await (await sem.acquire()).release() // scripts loaded, connection ready
-    const scripts = async () =>
-      (await commandCount(counter, 'evalsha')) + (await commandCount(counter, 'eval'))
+    const scripts = () => scriptCallCount(counter)
 
     let before = await scripts()
     const leases = await Promise.all(Array.from({ length: 100 }, () => sem.tryAcquire()))

@@ -223,12 +223,40 @@ describe('permit-release.lua', () => {
       expect(await n.members('q')).toEqual(['c'])
     })
 
+    it('G12: an acquisition of an earlier hold of the token (it ran out) gives back nothing of a later hold', async () => {
+      const n = new PermitName()
+      await n.acquire('o', { op: 'old1', ttl: 100 })
+      await n.acquire('o', { op: 'old2', ttl: 100 })
+      await sleep(150) // the hold ran out; nothing swept it yet
+      await n.acquire('o', { op: 'new1' })
+      await n.acquire('o', { op: 'new2' })
+      // old2's member of A names the old hold's fence: it is not one of the new hold's.
+      expect(await n.release('o', 1, 'old2')).toEqual(['', 0])
+      expect(await n.release('o', 1, 'new1')).toEqual(['', 2])
+      expect(Object.keys(await n.zset('h'))).toEqual(['o']) // new2 still holds
+      expect(await n.release('o', 1, 'new2')).toEqual(['', 1])
+    })
+
+    it('a hold renewed through its first acquisition only keeps its other acquisitions (A lives as long as the hold)', async () => {
+      const n = new PermitName()
+      await n.acquire('o', { op: 'a1', ttl: 300 })
+      await n.acquire('o', { op: 'a2', ttl: 300 })
+      const [, extended] = await n.renew(3_000, ['o', 'a1'])
+      expect(extended).toBeGreaterThan(0)
+      await sleep(400) // past the first ttl: A must not have run out under the live hold
+      expect((await n.renew(3_000, ['o', 'a2']))[1]).toBeGreaterThan(0)
+      expect(await n.release('o', 1, 'a2')).toEqual(['', 2])
+      expect(await n.release('o', 1, 'a1')).toEqual(['', 1])
+    })
+
     it('G12: with acquisition ids, each acquisition is given back once (2), the last frees the permit (1)', async () => {
       const n = new PermitName()
       await n.acquire('o', { op: 'a1' })
       await n.acquire('o', { op: 'a2' })
       expect(await n.release('o', 1, 'a1')).toEqual(['', 2])
-      expect((await n.hash('m'))['a:o']).toBe('a2')
+      // The first acquisition is marked given back; the other still holds (a member of A).
+      expect(await n.hash('m')).toMatchObject({ 'a:o': '', 'c:o': '1' })
+      expect(Object.keys(await n.zset('a'))).toEqual([`a2 ${(await n.hash('m'))['g:o']} o`])
       expect(Object.keys(await n.zset('h'))).toEqual(['o'])
 
       let before = await n.snapshot()

@@ -231,7 +231,9 @@ describe('rwlock-acquire.lua', () => {
         const [, fence] = await n.acquire('t', mode, 'a1', { ttl: 1_000 })
         const [code, fence2, exp, now] = await n.acquire('t', mode, 'a2', { ttl: 10_000 })
         expect([code, fence2, exp]).toEqual([1, fence, now + 10_000])
-        expect((await n.hash('m'))[`a${mode}:t`]).toBe('a1 a2')
+        // The first acquisition in a<mode>:, each later one a member of A (O(log n) each).
+        expect(await n.hash('m')).toMatchObject({ [`a${mode}:t`]: 'a1', [`c${mode}:t`]: '1' })
+        expect(Object.keys(await n.zset('a'))).toEqual([`a2 a1 ${mode}t`])
         const key = mode === 'r' ? 'r' : 'x'
         expect(await n.zset(key)).toEqual({ t: exp })
         await n.expectExpiresNoEarlierThan(key, exp)
@@ -274,9 +276,10 @@ describe('rwlock-acquire.lua', () => {
         const grant = grantLine((await listener.next(1))[0]!)
         expect(grant).toEqual({ token: 't', fence, expiresAt: now + 2_000, ops: ['a1', 'a2'] })
         expect([code, exp]).toEqual([1, now + 2_000])
-        expect(await n.hash('m')).toMatchObject({ 'gw:t': String(fence), 'aw:t': 'a1 a2' })
+        expect(await n.hash('m')).toMatchObject({ 'gw:t': String(fence), 'aw:t': 'a1', 'cw:t': '1' })
+        expect(await n.zset('a')).toEqual({ 'a2 a1 wt': now + 2_000 })
         expect((await n.hash('m'))['q:t']).toBeUndefined()
-        expect(await n.parts()).toEqual(['m', 'x'])
+        expect(await n.parts()).toEqual(['a', 'm', 'x'])
         await n.expectAllExpire()
       } finally {
         await listener.close()

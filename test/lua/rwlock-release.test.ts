@@ -200,6 +200,24 @@ describe('rwlock-release.lua', () => {
     })
   })
 
+  it('G1 G3 G4: an acquisition of a read hold that ran out counts for nothing in a later read hold inside the same write hold (same fence)', async () => {
+    const n = new RwName()
+    await n.acquire('t', 'w', 'w1', { ttl: 60_000 })
+    await n.acquire('t', 'w', 'w2', { ttl: 60_000 }) // keeps A alive
+    await n.acquire('t', 'r', 'r1', { ttl: 300 }) // a downgrade: the write's fence
+    await n.acquire('t', 'r', 'r2', { ttl: 300 })
+    await sleep(400) // the read hold ran out
+    await n.acquire('t', 'r', 'r3', { ttl: 60_000 }) // a new read hold, the same fence
+    await n.acquire('t', 'r', 'r4', { ttl: 60_000 })
+    expect((await n.renew('r', 60_000, ['t', 'r2']))[1]).toBe(0) // lost, never renewed (G4)
+    expect(await n.release('t', 'r', 'r2')).toBe(0) // gives back nothing (G3)
+    expect(await n.release('t', 'r', 'r3')).toBe(2) // r4 still reads ...
+    await n.release('t', 'w', 'w2')
+    await n.release('t', 'w', 'w1')
+    expect((await n.acquire('u', 'w', 'u1', { mode: 0 }))[0]).toBe(0) // ... so no writer (G1)
+    expect(await n.release('t', 'r', 'r4')).toBe(1)
+  })
+
   describe('G12 exactly-once', () => {
     it('G12: a resent release returns 0 and changes nothing', async () => {
       const n = new RwName()
@@ -238,7 +256,9 @@ describe('rwlock-release.lua', () => {
         await n.acquire('t', mode, 'a1')
         await n.acquire('t', mode, 'a2')
         expect(await n.release('t', mode, 'a1')).toBe(2)
-        expect((await n.hash('m'))[`a${mode}:t`]).toBe('a2')
+        // The first acquisition is marked given back; the other still holds (a member of A).
+        expect(await n.hash('m')).toMatchObject({ [`a${mode}:t`]: ' a1', [`c${mode}:t`]: '1' })
+        expect(Object.keys(await n.zset('a'))).toEqual([`a2 a1 ${mode}t`])
         const before = await n.snapshot()
         expect(await n.release('t', mode, 'a1')).toBe(0)
         expect(await n.snapshot()).toEqual(before)

@@ -4,25 +4,24 @@
 import type { Redis } from 'ioredis'
 import { expect } from 'vitest'
 import { keySpace, type KeySpace } from '../../src/core/keys.js'
-import { registerScripts, type ScriptClient, type ScriptName } from '../../src/core/redis/scripts.js'
+import { functionName, loadLibraries, type ScriptName } from '../../src/core/redis/scripts.js'
 import { eventually, keysUnder } from '../helpers/contract.js'
 import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 export type Arg = string | number
 
-export const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
-export const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
+export const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f', 'a'] as const
+export const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 export type PermitPart = (typeof PERMIT_PARTS)[number]
 export type RwPart = (typeof RW_PARTS)[number]
 
 let shared: Redis | undefined
 
-/** One client per test file (closed by helpers/redis.ts after the file), with the scripts registered. */
+let loaded: Promise<void> | undefined
+
+/** One client per test file (closed by helpers/redis.ts after the file). */
 export function client(): Redis {
-  if (!shared) {
-    shared = connectStandalone()
-    registerScripts(shared)
-  }
+  shared ??= connectStandalone()
   return shared
 }
 
@@ -55,9 +54,11 @@ export class NameFixture<Part extends string> {
     return this.space.channel
   }
 
-  /** Call a registered script on this name: KEYS, the channel, then `argv`. */
-  run(script: ScriptName, ...argv: Arg[]): Promise<unknown> {
-    return (this.redis as unknown as ScriptClient)[script](...this.keys, this.channel, ...argv)
+  /** Call a script on this name, as the store does (FCALL of its function, the libraries loaded
+   * once): KEYS, the channel, then `argv`. */
+  async run(script: ScriptName, ...argv: Arg[]): Promise<unknown> {
+    await (loaded ??= loadLibraries(this.redis))
+    return this.redis.fcall(functionName(script), this.keys.length, ...this.keys, this.channel, ...argv)
   }
 
   /** The parts (h, q, ...) that exist as keys under this test's prefix, sorted. Fails on a key that
@@ -246,7 +247,7 @@ export interface RwAcquireOptions {
   waiterTtl?: number
 }
 
-/** A fresh read/write lock name (KEYS R X Q W M) on the shared client. */
+/** A fresh read/write lock name (KEYS R X Q W M A) on the shared client. */
 export class RwName extends NameFixture<RwPart> {
   constructor(redis: Redis = client(), name = 'n') {
     super('rw', RW_PARTS, redis, name)

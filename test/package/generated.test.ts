@@ -5,7 +5,7 @@ import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { describe, expect, it } from 'vitest'
-import { scriptSource } from '../../src/core/redis/scripts.js'
+import { functionLibraries, functionName, scriptSource } from '../../src/core/redis/scripts.js'
 import { VERSION } from '../../src/gateway/version.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -19,13 +19,30 @@ describe('generated sources', () => {
     },
   )
 
-  it('each script is its preludes and its own file from lua/, byte for byte', () => {
+  it('each script is its preludes and its own file from lua/, byte for byte, in both forms', () => {
     const lua = (file: string) => readFileSync(new URL(`lua/${file}`, `file://${ROOT}`), 'utf8')
+    const body = (name: string, file: string) =>
+      `local function ${name}(KEYS, ARGV)\nbegin(KEYS, ARGV)\n${lua(file)}\nend`
     expect(scriptSource('tgPermitAcquire')).toBe(
-      [lua('lib/common.lua'), lua('lib/permits.lua'), lua('permit-acquire.lua')].join('\n'),
+      [lua('lib/common.lua'), lua('lib/permits.lua'), body('permit_acquire', 'permit-acquire.lua')].join(
+        '\n',
+      ) + '\nreturn permit_acquire(KEYS, ARGV)\n',
     )
     expect(scriptSource('tgRwRelease')).toBe(
-      [lua('lib/common.lua'), lua('lib/rwlock.lua'), lua('rwlock-release.lua')].join('\n'),
+      [lua('lib/common.lua'), lua('lib/rwlock.lua'), body('rwlock_release', 'rwlock-release.lua')].join(
+        '\n',
+      ) + '\nreturn rwlock_release(KEYS, ARGV)\n',
+    )
+    const [permits, rwlock] = functionLibraries()
+    expect(permits?.code).toContain(body('permit_acquire', 'permit-acquire.lua'))
+    expect(
+      permits?.code.startsWith(
+        `#!lua name=${permits.name}\n${lua('lib/common.lua')}\n${lua('lib/permits.lua')}\n`,
+      ),
+    ).toBe(true)
+    expect(rwlock?.code).toContain(body('rwlock_release', 'rwlock-release.lua'))
+    expect(permits?.code).toContain(
+      `redis.register_function('${functionName('tgPermitAcquire')}', permit_acquire)`,
     )
   })
 

@@ -21,10 +21,22 @@ export type LuaFile =
 export const LUA_SOURCES: Readonly<Record<LuaFile, string>> = {
   'lib/common.lua': `-- lua/lib/common.lua: first prelude of every script (lib/permits.lua or lib/rwlock.lua follows it).
 -- The server clock (G9) and the key helpers both families of scripts share.
+--
+-- The preludes run once, when their library is loaded (FUNCTION LOAD, src/core/redis/scripts.ts):
+-- helpers are made once, not at every call (a prelude's closures cost ~2.4 us a call when each
+-- script was an EVAL of its own). So nothing here reads KEYS, ARGV or the clock at load time: every
+-- script starts with its family's begin(KEYS, ARGV), which sets the call's keys, channel and clock
+-- and resets the per-call state the helpers share (upvalues of the library: scripts run one at a
+-- time, so one call's state is never seen by another).
 
-local clock = redis.call('TIME')
-local NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+-- The server clock of this call (G9), in ms and µs.
+local NOW, NOW_US
+
+local function read_clock()
+  local clock = redis.call('TIME')
+  NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
 
 local function int(n)
   return string.format('%.0f', n)
@@ -36,21 +48,22 @@ end
 local function bump_fence(meta)
   local last = tonumber(redis.call('HGET', meta, 'f') or '0')
   local fence = math.max(last + 1, NOW_US)
-  redis.call('HSET', meta, 'f', int(fence))
+  redis.call('HSET', meta, 'f', fence)
   return fence
 end
 
 -- Push a key's expiry out to \`at\` (never pulls it in).
 local function expire_at_least(key, at)
-  if redis.call('PEXPIREAT', key, int(at), 'GT') == 0 then
-    redis.call('PEXPIREAT', key, int(at), 'NX')
+  if redis.call('PEXPIREAT', key, at, 'GT') == 0 then
+    redis.call('PEXPIREAT', key, at, 'NX')
   end
 end
 
--- Acquisition lists (G12): the acquisitions of one reentrant owner's hold or wait, as operation ids
--- separated by spaces. Every acquire call of a reentrant owner has its own id, so an id is added and
--- dropped at most once: a resent call finds its id already there (or already gone) and changes
--- nothing, where a count would count it twice.
+-- Acquisition lists (G12): the acquisitions of one reentrant owner waiting together on its token, as
+-- operation ids separated by spaces (a hold keeps its acquisitions in A instead: see the family
+-- preludes). Every acquire call of a reentrant owner has its own id, so an id is added and dropped at
+-- most once: a resent call finds its id already there (or already gone) and changes nothing, where a
+-- count would count it twice.
 local function has_op(list, op)
   if not list then return false end
   return string.find(' ' .. list .. ' ', ' ' .. op .. ' ', 1, true) ~= nil
@@ -78,14 +91,20 @@ end
 --                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
 --                    reports to it; a permit granted at once has its fence in the reply only, until
 --                    a caller that never saw it asks: see holder_fence);
---                    a:<tok> = a reentrant owner's acquisitions holding
---                    through its token (see has_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
+--                    a:<tok> = the first acquisition of a reentrant owner's hold ('' once it was
+--                    released while others still hold); c:<tok> = how many more hold, each a member
+--                    of A (see holds_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
 --                    the acquisitions waiting on it (handed over together when it is admitted)
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence)
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
+--                    acquisitions of a reentrant owner's hold after its first, so that one more, one
+--                    fewer, or asking whether one holds costs O(log n) however many the owner holds
+--                    (a list in M cost O(k) per call and O(k^2) per renewal batch). Members of a hold
+--                    that ran out are swept a bounded number at a time (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
@@ -99,8 +118,8 @@ end
 -- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
 -- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
 -- never overtaken by light ones, G5).
-local H, Q, W, M, P, F = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local CHANNEL = ARGV[1]
+local H, Q, W, M, P, F, A -- this call's keys, set by begin()
+local CHANNEL
 
 -- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
@@ -157,14 +176,14 @@ local function save_fence()
   if not fence_dirty then return end
   -- Until the clock has passed the token (a burst may run a few µs ahead of it), and while the lease runs.
   local keep = math.max(math.floor(fence_last / 1000) + 2, fence_until)
-  redis.call('SET', F, int(fence_last), 'PXAT', int(keep))
+  redis.call('SET', F, fence_last, 'PXAT', keep)
   fence_dirty = false
 end
 
 -- The fast path's single grant: one SET ... GET both reads and writes the last token (a second SET only
 -- when a burst left the last token at or ahead of the clock).
 local function take_fence(lease_end)
-  local old = redis.call('SET', F, int(NOW_US), 'PXAT', int(math.max(math.floor(NOW_US / 1000) + 2, lease_end)), 'GET')
+  local old = redis.call('SET', F, NOW_US, 'PXAT', math.max(math.floor(NOW_US / 1000) + 2, lease_end), 'GET')
   if not old or tonumber(old) < NOW_US then
     fence_last = NOW_US
     return NOW_US
@@ -185,7 +204,7 @@ local function holder_fence(tok, lease_end)
   if kept then return tonumber(kept) end
   local fence = next_fence(lease_end)
   save_fence()
-  redis.call('HSET', M, 'g:' .. tok, int(fence))
+  redis.call('HSET', M, 'g:' .. tok, fence)
   expire_at_least(M, lease_end)
   return fence
 end
@@ -206,8 +225,50 @@ local function drop_holder_fields(tokens)
   for _, tok in ipairs(tokens) do
     fields[#fields + 1] = 'g:' .. tok
     fields[#fields + 1] = 'a:' .. tok
+    fields[#fields + 1] = 'c:' .. tok
   end
   redis.call('HDEL', M, unpack(fields))
+end
+
+-- Whether acquisition \`op\` of a reentrant owner holds through \`tok\`'s live hold: 1 when it is the
+-- hold's first (a:), 2 when it is one of the others (a member of A), false when it is not there.
+-- A member names its hold's fence, so a member left by an earlier hold of the same token (one that
+-- ran out) never counts for a later one. O(log n): the owner's other acquisitions are never read.
+local function holds_op(tok, op)
+  local fields = redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+  if fields[1] == op then return 1 end
+  if fields[1] and fields[2] and redis.call('ZSCORE', A, op .. ' ' .. fields[2] .. ' ' .. tok) then return 2 end
+  return false
+end
+
+-- One more acquisition \`op\` holds through \`tok\`'s hold (fence \`fence\`, lease until \`exp\`), where
+-- \`first\` is the hold's a: field (nil: the hold keeps no acquisitions yet; this one is its first).
+local function add_op(tok, op, first, fence, exp)
+  if not first then
+    redis.call('HSET', M, 'a:' .. tok, op)
+    return
+  end
+  redis.call('ZADD', A, exp, op .. ' ' .. int(fence) .. ' ' .. tok)
+  redis.call('HINCRBY', M, 'c:' .. tok, 1)
+  expire_at_least(A, exp)
+end
+
+-- Members of A whose hold is gone (its lease ran out, or the hash was lost) go, at most 100 a call;
+-- a member whose score is stale but whose hold lives gets the hold's expiry. O(log n) when none is
+-- due, which is every call but those after a reentrant owner's hold ran out.
+local function sweep_acquisitions()
+  local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
+  for _, member in ipairs(due) do
+    local at = string.find(member, ' ', 1, true) or 0
+    local after = string.find(member, ' ', at + 1, true) or at
+    local fence, tok = string.sub(member, at + 1, after - 1), string.sub(member, after + 1)
+    local held = redis.call('ZSCORE', H, tok)
+    if held and tonumber(held) > NOW and redis.call('HGET', M, 'g:' .. tok) == fence then
+      redis.call('ZADD', A, held, member)
+    else
+      redis.call('ZREM', A, member)
+    end
+  end
 end
 
 -- A waiter's spec (M t:<tok>) -> lease ttl to hand over, and the acquisitions waiting (nil for a
@@ -222,8 +283,7 @@ end
 -- Work a call may leave undone: dead waiters beyond its budget, expired holders beyond \`most\`. The
 -- reply's nextExpiry is then \`now\` (\`backlog and NOW or next_expiry()\`), so the waiters' processes
 -- call again at once instead of at their next heartbeat: each call stays bounded, and the crowd is
--- gone within a few round trips, however large (G2, G5). (Helpers are few on purpose: every local
--- function of a prelude is a closure made again at every call.)
+-- gone within a few round trips, however large (G2, G5).
 local backlog = false
 
 -- Live holders, given \`count\` = ZCARD H: drops those whose lease ran out (G2), at most \`most\`
@@ -258,7 +318,7 @@ local function purge_waiters(dead)
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, dead_left)
     if #dead == 0 then return end
     dead_left = dead_left - #dead
-    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then backlog = true end
+    if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then backlog = true end
   end
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
@@ -328,9 +388,27 @@ local function admit(permits, count)
     fields[#fields + 1] = int(fence)
     local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
     if ops then
-      -- A reentrant owner: every acquisition that waited on the token holds through it now.
+      -- A reentrant owner: every acquisition that waited on the token holds through it now (the
+      -- first in a:, the others in A: O(k) for the k granted here, once).
+      local first, more = nil, {}
+      for id in string.gmatch(ops, '%S+') do
+        if not first then
+          first = id
+        else
+          more[#more + 1] = exp
+          more[#more + 1] = id .. ' ' .. int(fence) .. ' ' .. tok
+        end
+      end
       fields[#fields + 1] = 'a:' .. tok
-      fields[#fields + 1] = ops
+      fields[#fields + 1] = first
+      if #more > 0 then
+        redis.call('ZADD', A, unpack(more))
+        expire_at_least(A, exp)
+        fields[#fields + 1] = 'c:' .. tok
+        fields[#fields + 1] = #more / 2
+      else
+        redis.call('HDEL', M, 'c:' .. tok) -- a count an earlier hold of the token left
+      end
       line = line .. ' ' .. ops
     end
     last_exp = math.max(last_exp, exp)
@@ -339,9 +417,9 @@ local function admit(permits, count)
   end
   redis.call('ZADD', H, unpack(holds))
   if count == 0 then
-    redis.call('PEXPIREAT', H, int(last_exp))
+    redis.call('PEXPIREAT', H, last_exp)
   else
-    redis.call('PEXPIREAT', H, int(last_exp), 'GT')
+    redis.call('PEXPIREAT', H, last_exp, 'GT')
   end
   redis.call('HDEL', M, unpack(spec_fields))
   redis.call('HSET', M, unpack(fields))
@@ -355,34 +433,46 @@ local function admit(permits, count)
   return message, granted, taken
 end
 
--- Which of Q, M and H exist, in one call: EXISTS counts a key once per mention.
+-- Which of Q, M, H and A exist, in one call: EXISTS counts a key once per mention.
 local function presence()
-  local bits = redis.call('EXISTS', Q, Q, Q, Q, M, M, H)
-  return bits >= 4, bits % 4 >= 2, bits % 2 == 1
+  local bits = redis.call('EXISTS', A, A, A, A, A, A, A, A, Q, Q, Q, Q, M, M, H)
+  return bits % 8 >= 4, bits % 4 >= 2, bits % 2 == 1, bits >= 8
 end
 
 -- Once the queue is empty: delete the bookkeeping when nothing is held either, else pull the keys'
 -- expiry in to the last lease they still guard, so a name whose remaining leases simply run out leaves
--- no key behind a moment later. \`left\`: holders that just left (their g:/a: go), or nil. \`has_m\`,
--- \`has_h\`: whether M and H exist (nil = unknown).
-local function settle(left, has_m, has_h)
+-- no key behind a moment later. \`left\`: holders that just left (their g:/a:/c: go), or nil. \`has_m\`,
+-- \`has_h\`, \`has_a\`: whether M, H and A exist (nil = unknown).
+local function settle(left, has_m, has_h, has_a)
   local last = has_h ~= false and redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')[2]
   if not last then
     if has_m ~= false then redis.call('DEL', M) end
+    if has_a ~= false then redis.call('DEL', A) end
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     local fence = tonumber(redis.call('GET', F) or '0')
     if fence >= NOW_US then
-      redis.call('PEXPIREAT', F, int(math.floor(fence / 1000) + 2))
+      redis.call('PEXPIREAT', F, math.floor(fence / 1000) + 2)
     elseif fence > 0 then
       redis.call('DEL', F)
     end
     return
   end
-  redis.call('PEXPIREAT', H, int(tonumber(last)))
+  redis.call('PEXPIREAT', H, tonumber(last))
   if has_m ~= false then
     if left and #left > 0 then drop_holder_fields(left) end
-    redis.call('PEXPIREAT', M, int(tonumber(last)))
+    redis.call('PEXPIREAT', M, tonumber(last))
   end
+end
+
+-- Every permit script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  H, Q, W, M, P, F, A = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+  CHANNEL = argv[1]
+  fence_last, fence_dirty, fence_until = nil, false, 0
+  first_expiry = nil
+  backlog = false
+  dead_left = DEAD_PER_CALL
 end
 `,
   'lib/rwlock.lua': `-- lua/lib/rwlock.lua: shared prelude of every rwlock-*.lua script, after lib/common.lua.
@@ -399,8 +489,14 @@ end
 --                    q:<tok> = a waiter's spec: mode, handed-off lease ttl and the acquisitions
 --                    waiting on the token, "r:<ms> <acquisition> ..." or "w:<ms> <acquisition> ...";
 --                    gr:<tok> / gw:<tok> = fencing token of a read / write hold;
---                    ar:<tok> / aw:<tok> = the acquisitions holding through a read / write hold
---                    (see has_op: the hold is freed when its last acquisition is released).
+--                    ar:<tok> / aw:<tok> = the first acquisition holding through a read / write
+--                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
+--                    more hold, each a member of A (see holds_op: the hold is freed when its last
+--                    acquisition is released).
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
+--                    a hold's acquisitions after its first, so that one more, one fewer, or asking
+--                    whether one holds costs O(log n) however many the owner holds. Members of a hold
+--                    that ran out are swept, at most 100 a call (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt> <acquisition> ...".
 --
@@ -413,11 +509,11 @@ end
 -- carries its own acquisition id, so a resent call (G12) finds its id in place and changes nothing.
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds, and the lock's keys are
 -- deleted when nothing is held or queued, so idle names leave no keys behind.
-local R, X, Q, W, M = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local CHANNEL = ARGV[1]
+local R, X, Q, W, M, A -- this call's keys, set by begin()
+local CHANNEL
 
--- mode letter -> the holders' key
-local HOLDS = { r = R, w = X }
+-- mode letter -> the holders' key (of this call)
+local HOLDS = {}
 
 local function next_fence()
   return bump_fence(M)
@@ -441,14 +537,70 @@ local function hold(mode, tok, exp, fence, ops)
   local key = HOLDS[mode]
   redis.call('ZADD', key, exp, tok)
   if ops ~= '' then
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence), 'a' .. mode .. ':' .. tok, ops)
+    -- The first acquisition in a<mode>:, any others (acquisitions that waited together on the
+    -- token) in A: O(k) for the k granted here, once.
+    local first, more = nil, {}
+    for id in string.gmatch(ops, '%S+') do
+      if not first then
+        first = id
+      else
+        more[#more + 1] = exp
+        more[#more + 1] = id .. ' ' .. first .. ' ' .. mode .. tok
+      end
+    end
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence, 'a' .. mode .. ':' .. tok, first)
+    if #more > 0 then
+      redis.call('ZADD', A, unpack(more))
+      redis.call('HSET', M, 'c' .. mode .. ':' .. tok, #more / 2)
+      expire_at_least(A, exp)
+    else
+      redis.call('HDEL', M, 'c' .. mode .. ':' .. tok)
+    end
   else
     -- (Only when a waiter's spec was lost: without a list, the hold is released as a whole.)
-    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, int(fence))
-    redis.call('HDEL', M, 'a' .. mode .. ':' .. tok)
+    redis.call('HSET', M, 'g' .. mode .. ':' .. tok, fence)
+    redis.call('HDEL', M, 'a' .. mode .. ':' .. tok, 'c' .. mode .. ':' .. tok)
   end
   expire_at_least(key, exp)
   expire_at_least(M, exp)
+end
+
+-- A hold is named by its first acquisition (unique: every acquire call has its own id). \`a<mode>:\`
+-- keeps that id, with a space in front once that acquisition was released while others still hold
+-- (ids have no spaces); hold_id() reads the name back either way.
+local function hold_id(first)
+  if first and string.sub(first, 1, 1) == ' ' then return string.sub(first, 2) end
+  return first
+end
+
+-- Whether acquisition \`op\` holds through \`tok\`'s live hold of \`mode\`: 1 when it is the hold's first
+-- (a<mode>:), 2 when one of the others (a member of A), false when not. A member names its hold, so
+-- one left by an earlier hold of the same token (one that ran out; a read hold inside a write hold
+-- shares the write's fence, so a fence would not tell them apart) never counts for a later one.
+-- O(log n): the owner's other acquisitions are never read.
+local function holds_op(mode, tok, op)
+  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  if first == op then return 1 end
+  if first and redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok) then return 2 end
+  return false
+end
+
+-- Members of A whose hold is gone go, at most 100 a call; one whose score is stale but whose hold
+-- lives gets the hold's expiry. O(log n) when none is due.
+local function sweep_acquisitions()
+  local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
+  for _, member in ipairs(due) do
+    local at = string.find(member, ' ', 1, true) or 0
+    local after = string.find(member, ' ', at + 1, true) or at
+    local fence = string.sub(member, at + 1, after - 1) -- the hold's name
+    local mode, tok = string.sub(member, after + 1, after + 1), string.sub(member, after + 2)
+    local held = HOLDS[mode] and redis.call('ZSCORE', HOLDS[mode], tok)
+    if held and tonumber(held) > NOW and hold_id(redis.call('HGET', M, 'a' .. mode .. ':' .. tok)) == fence then
+      redis.call('ZADD', A, held, member)
+    else
+      redis.call('ZREM', A, member)
+    end
+  end
 end
 
 -- A queued token's mode, handed-off ttl and waiting acquisitions, and the raw spec (nil when the
@@ -477,8 +629,7 @@ end
 -- Work a call may leave undone: expired holders or dead waiters beyond its budget, readers beyond the
 -- grants one call makes. The reply's nextExpiry is then \`now\` (\`backlog and NOW or next_expiry()\`),
 -- so the waiters' processes call again at once instead of at their next heartbeat: each call stays
--- bounded, and the rest follows within a few round trips, however much there is (G2, G5). (Helpers
--- are few on purpose: every local function of a prelude is a closure made again at every call.)
+-- bounded, and the rest follows within a few round trips, however much there is (G2, G5).
 local backlog = false
 -- Dead waiters one call purges at most, and admit() skips at most (a budget of its own: the purge's
 -- never keeps it from serving a live head), and grants it makes at most.
@@ -494,20 +645,21 @@ local function purge(dead)
       local expired = redis.call('ZRANGEBYSCORE', key, '-inf', NOW, 'LIMIT', 0, 100)
       if #expired > 0 then
         redis.call('ZREM', key, unpack(expired))
-        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', int(NOW)) > 0 then
+        if #expired == 100 and redis.call('ZCOUNT', key, '-inf', NOW) > 0 then
           backlog = true
         end
         local fields = {}
         for _, tok in ipairs(expired) do
           fields[#fields + 1] = 'g' .. mode .. ':' .. tok
           fields[#fields + 1] = 'a' .. mode .. ':' .. tok
+          fields[#fields + 1] = 'c' .. mode .. ':' .. tok
         end
         redis.call('HDEL', M, unpack(fields))
       end
     end
     dead = redis.call('ZRANGEBYSCORE', W, '-inf', NOW, 'LIMIT', 0, DEAD_PER_CALL)
     if #dead == 0 then return end
-    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', int(NOW)) > #dead then
+    if #dead == DEAD_PER_CALL and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then
       backlog = true
     end
   end
@@ -581,15 +733,15 @@ end
 -- delete themselves when empty), else pull every key's expiry in to the last deadline it still guards.
 local function settle()
   if redis.call('EXISTS', R, X, Q) == 0 then
-    redis.call('DEL', W)
+    redis.call('DEL', W, A)
     -- A run of readers takes fences NOW_US, NOW_US + 1, ... in one call, so the last one may run ahead
     -- of the clock: keep it until the clock has passed it, so that the clock-based fallback of an idle
     -- lock never hands out a lower one (G7).
     local fence = tonumber(redis.call('HGET', M, 'f') or '0')
     if fence >= NOW_US then
       redis.call('DEL', M)
-      redis.call('HSET', M, 'f', int(fence))
-      redis.call('PEXPIREAT', M, int(NOW + math.ceil((fence - NOW_US) / 1000) + 1))
+      redis.call('HSET', M, 'f', fence)
+      redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
     else
       redis.call('DEL', M)
     end
@@ -600,12 +752,21 @@ local function settle()
     local score = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2]
     if score then
       local at = tonumber(score)
-      redis.call('PEXPIREAT', key, int(at))
-      if key == W then redis.call('PEXPIREAT', Q, int(at)) end
+      redis.call('PEXPIREAT', key, at)
+      if key == W then redis.call('PEXPIREAT', Q, at) end
       if at > last then last = at end
     end
   end
-  if last > 0 then redis.call('PEXPIREAT', M, int(last)) end
+  if last > 0 then redis.call('PEXPIREAT', M, last) end
+end
+
+-- Every rwlock script starts here: the call's keys, channel and clock, and the state above reset.
+local function begin(keys, argv)
+  read_clock()
+  R, X, Q, W, M, A = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+  CHANNEL = argv[1]
+  HOLDS.r, HOLDS.w = R, X
+  backlog = false
 end
 `,
   'permit-acquire.lua': `-- lua/permit-acquire.lua: for each token, in order, take a permit now or join the FIFO queue. One
@@ -621,13 +782,14 @@ end
 -- increasing fences (G7) are all a fence promises. With an acquisition id, the one token is a
 -- reentrant owner's: a new id re-enters the owner's hold or joins its wait (and is handed the permit
 -- with it); an id already there is a resent call.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] lease ttl ms  ARGV[3] permits
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (n = held permits + waiters; a token of weight w counts w), plus
--- O(k) for a reentrant owner's list of k acquisitions, plus the queue work of lib/permits.lua: at
+-- Cost: O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
+-- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
+-- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permits.lua: at
 -- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
 -- of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
 -- then \`now\` (look again at once).
@@ -648,7 +810,7 @@ local out = { NOW }
 -- of an acquire and release on a name with 50 holders, npm run bench -- gateway).
 local function take(picked, count, alone)
   local exp = NOW + ttl
-  local exp_s = int(exp)
+  local exp_s = exp
   local holds = {}
   local fence
   local used = count
@@ -666,7 +828,8 @@ local function take(picked, count, alone)
     redis.call('PEXPIREAT', H, exp_s, 'GT')
   end
   if op then
-    redis.call('HSET', M, 'g:' .. tokens[1], int(fence), 'a:' .. tokens[1], op)
+    redis.call('HSET', M, 'g:' .. tokens[1], fence, 'a:' .. tokens[1], op)
+    redis.call('HDEL', M, 'c:' .. tokens[1]) -- a count an earlier hold of the token may have left
     if alone then redis.call('PEXPIREAT', M, exp_s) else expire_at_least(M, exp) end
   end
   first_expiry = nil
@@ -707,13 +870,13 @@ for i, tok in ipairs(tokens) do
     local fence = holder_fence(tok, score)
     local exp = score
     if op then
-      local ops = redis.call('HGET', M, 'a:' .. tok)
-      if not has_op(ops, op) then
+      local first = redis.call('HGET', M, 'a:' .. tok)
+      if first ~= op and not (first and redis.call('ZSCORE', A, op .. ' ' .. int(fence) .. ' ' .. tok)) then
         -- Re-entry by the same owner: one more acquisition, lease pushed out to now + ttl.
-        redis.call('HSET', M, 'a:' .. tok, ops and (ops .. ' ' .. op) or op)
         exp = math.max(score, NOW + ttl)
+        add_op(tok, op, first, fence, exp)
         redis.call('ZADD', H, exp, tok)
-        redis.call('PEXPIREAT', H, int(exp), 'GT')
+        redis.call('PEXPIREAT', H, exp, 'GT')
         expire_at_least(M, exp)
       end
     end
@@ -731,9 +894,9 @@ for i, tok in ipairs(tokens) do
           local base = spec or int(math.min(ttl, waiter_ttl))
           redis.call('HSET', M, 't:' .. tok, base .. ' ' .. op)
           redis.call('ZADD', W, 'GT', beat, tok)
-          redis.call('PEXPIREAT', W, int(beat), 'GT')
-          redis.call('PEXPIREAT', Q, int(beat), 'GT')
-          redis.call('PEXPIREAT', M, int(beat), 'GT')
+          redis.call('PEXPIREAT', W, beat, 'GT')
+          redis.call('PEXPIREAT', Q, beat, 'GT')
+          redis.call('PEXPIREAT', M, beat, 'GT')
         end
       end
     end
@@ -790,18 +953,18 @@ redis.call('ZADD', Q, unpack(tickets))
 redis.call('ZADD', W, unpack(beats))
 redis.call('HSET', M, unpack(specs))
 if queued then
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 else
-  redis.call('PEXPIREAT', Q, int(beat))
-  redis.call('PEXPIREAT', W, int(beat))
+  redis.call('PEXPIREAT', Q, beat)
+  redis.call('PEXPIREAT', W, beat)
   expire_at_least(M, beat)
 end
 return out
 `,
   'permit-inspect.lua': `-- lua/permit-inspect.lua: live holders and queue length of one name, without a scan.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel
 -- Cost: O(log n).
 -- Returns {holders, queued, permits override (0 = none), now}
@@ -819,10 +982,11 @@ return {
 -- earlier grant of the same owner as this wait's (G12). A granted wait's fence is the one kept for
 -- its token (holder_fence: a fresh one, kept, for a permit granted at once, whose reply this caller
 -- never saw).
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] waiter heartbeat ttl ms
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
--- Cost: O(w log n) for w waits, plus O(k) per reentrant wait's list, plus the queue work of
+-- Cost: O(w log n) for w waits (one look-up per reentrant acquisition, however many the owner
+-- holds), plus O(k) per reentrant wait's list of k acquisitions waiting on its token, plus the queue work of
 -- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then \`now\` (look again at once).
@@ -838,7 +1002,7 @@ local queued = false
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   local held = redis.call('ZSCORE', H, tok)
-  if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
+  if held and tonumber(held) > NOW and (op == '' or holds_op(tok, op)) then
     out[#out + 1] = { 1, holder_fence(tok, tonumber(held)), tonumber(held) }
   else
     local rank = redis.call('ZRANK', Q, tok)
@@ -857,9 +1021,9 @@ for i = 4, #ARGV, 2 do
 end
 if queued then
   -- Q, W and M exist (with their expiry) while anybody waits.
-  redis.call('PEXPIREAT', Q, int(beat), 'GT')
-  redis.call('PEXPIREAT', W, int(beat), 'GT')
-  redis.call('PEXPIREAT', M, int(beat), 'GT')
+  redis.call('PEXPIREAT', Q, beat, 'GT')
+  redis.call('PEXPIREAT', W, beat, 'GT')
+  redis.call('PEXPIREAT', M, beat, 'GT')
 end
 out[2] = backlog and NOW or next_expiry()
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
@@ -874,11 +1038,12 @@ return out
 -- release (ioredis resends after a reconnect) does nothing more. With an acquisition id, the one
 -- token is a reentrant owner's: only that acquisition is given back, once; the permit is freed (or
 -- the queue left) when the owner's last acquisition goes.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (a token of weight w counts w), plus O(k) for a reentrant owner's
--- list of k acquisitions, plus the queue work of lib/permits.lua: at most 100 expired holders and
+-- Cost: O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
+-- is O(log n) however many the owner holds), plus O(k) for a reentrant owner's k acquisitions
+-- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permits.lua: at most 100 expired holders and
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
 -- made: the rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at
 -- once).
@@ -896,14 +1061,25 @@ if op then
   local tok = tokens[1]
   local held = redis.call('ZSCORE', H, tok)
   if held and tonumber(held) > NOW then
-    local ops = redis.call('HGET', M, 'a:' .. tok)
-    -- (No list: a hold without bookkeeping is freed as a whole.)
-    if ops then
-      if not has_op(ops, op) then return { '', 0 } end
-      local left = drop_op(ops, op)
-      if left ~= '' then
-        redis.call('HSET', M, 'a:' .. tok, left)
-        return { '', 2 }
+    local fields = redis.call('HMGET', M, 'a:' .. tok, 'c:' .. tok, 'g:' .. tok)
+    local first = fields[1]
+    -- (No bookkeeping: a hold without it is freed as a whole.)
+    if first then
+      local more = tonumber(fields[2] or '0')
+      if first == op then
+        if more > 0 then
+          redis.call('HSET', M, 'a:' .. tok, '')
+          return { '', 2 }
+        end
+      elseif fields[3] and redis.call('ZREM', A, op .. ' ' .. fields[3] .. ' ' .. tok) == 1 then
+        if more > 1 then
+          redis.call('HINCRBY', M, 'c:' .. tok, -1)
+          return { '', 2 }
+        end
+        redis.call('HDEL', M, 'c:' .. tok)
+        if first ~= '' then return { '', 2 } end
+      else
+        return { '', 0 }
       end
     end
   else
@@ -939,7 +1115,8 @@ for i, tok in ipairs(tokens) do
 end
 if #members > 0 then redis.call('ZREM', H, unpack(members)) end
 
-local has_q, has_m, has_h = presence()
+local has_q, has_m, has_h, has_a = presence()
+if has_a then sweep_acquisitions() end
 if has_q and #others > 0 then
   -- A waiter whose heartbeat lapsed is not waiting any more: nothing to dequeue (as in memory).
   purge_waiters()
@@ -973,46 +1150,59 @@ if has_q then
   settle(nil)
   return out
 end
-settle(freed, has_m, has_h)
+settle(freed, has_m, has_h, has_a)
 return out
 `,
   'permit-renew.lua': `-- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
--- A lease is live while its acquisition holds: for a reentrant owner, while the acquisition id is in
--- the hold's list, so a lease the owner lost is never renewed through a later acquisition of the same
--- owner (G4). Idempotent: a resent renewal extends to the same deadline again.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- A lease is live while its acquisition holds: for a reentrant owner, while the acquisition id is
+-- one of the hold's (holds_op), so a lease the owner lost is never renewed through a later
+-- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases (a lease of weight w counts w), plus O(k) per reentrant lease's
--- list of k acquisitions.
+-- Cost: O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
+-- and extended once per call, and each of its leases is one O(log n) look-up, however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
 local exp = NOW + ttl
-local any = false
+local any, in_a = false, false
+-- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
+-- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
+local live, extended = {}, {}
 for i = 3, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
-  local held = redis.call('ZSCORE', H, tok)
-  if held and tonumber(held) > NOW and (op == '' or has_op(redis.call('HGET', M, 'a:' .. tok), op)) then
-    local at = math.max(tonumber(held), exp)
-    local holds = {}
-    add_hold(holds, at, tok) -- a weighted hold's w members keep one expiry
-    redis.call('ZADD', H, unpack(holds))
-    out[#out + 1] = at
+  if live[tok] == nil then
+    local held = redis.call('ZSCORE', H, tok)
+    live[tok] = held and tonumber(held) > NOW and tonumber(held) or false
+  end
+  local holds_it = live[tok] and (op == '' or holds_op(tok, op))
+  if holds_it then
+    if not extended[tok] then
+      extended[tok] = math.max(live[tok], exp)
+      local members = {}
+      add_hold(members, extended[tok], tok) -- a weighted hold's w members keep one expiry
+      redis.call('ZADD', H, unpack(members))
+    end
+    out[#out + 1] = extended[tok]
     any = true
+    if holds_it == 2 then in_a = true end
   else
     out[#out + 1] = 0
   end
 end
 if any then
   -- H exists with an expiry whenever a live holder does; M, when it keeps fences or acquisitions of
-  -- holders, lives as long as their leases (and stays absent when it keeps none).
-  redis.call('PEXPIREAT', H, int(exp), 'GT')
+  -- holders, lives as long as their leases (and stays absent when it keeps none); A likewise.
+  redis.call('PEXPIREAT', H, exp, 'GT')
   expire_at_least(M, exp)
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,
   'permit-set-limit.lua': `-- lua/permit-set-limit.lua: change the permits of a name at run time, for every process.
--- KEYS  H Q W M P F (see lib/permits.lua)
+-- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
 -- ARGV[3] the caller's own permits: the limit in force once the override is dropped
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
@@ -1040,11 +1230,12 @@ return { count, NOW }
   'rwlock-acquire.lua': `-- lua/rwlock-acquire.lua: take the read or write lock now, re-enter it, or join the FIFO queue.
 -- Idempotent (G12): every call has its own acquisition id; a resent call finds its id already holding
 -- or waiting and gets the same answer back, unchanged.
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
--- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
+-- Cost: O(log n) (a re-entry too, however many acquisitions the owner holds), plus O(k) for the
+-- owner's k acquisitions waiting together on its token, plus the queue work of
 -- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then \`now\` (look again at once).
@@ -1063,19 +1254,27 @@ admit()
 
 local mine = live_score(HOLDS[mode], token)
 if mine then
-  local field = 'a' .. mode .. ':' .. token
-  local ops = redis.call('HGET', M, field)
+  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. token)
+  local fence = redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'
   local exp = mine
-  if not has_op(ops, op) then
-    -- Re-entry by the same owner: one more acquisition, lease pushed out to now + ttl.
-    redis.call('HSET', M, field, ops and (ops .. ' ' .. op) or op)
+  local member = first and (op .. ' ' .. hold_id(first) .. ' ' .. mode .. token)
+  if first ~= op and not (member and redis.call('ZSCORE', A, member)) then
+    -- Re-entry by the same owner: one more acquisition (O(log n) however many it holds), lease
+    -- pushed out to now + ttl.
     exp = math.max(mine, NOW + ttl)
+    if first then
+      redis.call('ZADD', A, exp, member)
+      redis.call('HINCRBY', M, 'c' .. mode .. ':' .. token, 1)
+      expire_at_least(A, exp)
+    else
+      redis.call('HSET', M, 'a' .. mode .. ':' .. token, op)
+    end
     local key = HOLDS[mode]
     redis.call('ZADD', key, exp, token)
     expire_at_least(key, exp)
     expire_at_least(M, exp)
   end
-  return { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. token) or '0'), exp, NOW }
+  return { 1, tonumber(fence), exp, NOW }
 end
 if mode == 'r' and live_score(X, token) then
   -- Downgrade: the writer may read at once, whoever waits; same fencing token as its write hold.
@@ -1128,7 +1327,7 @@ expire_at_least(M, beat)
 return { 0, rank, backlog and NOW or next_expiry(), NOW }
 `,
   'rwlock-inspect.lua': `-- lua/rwlock-inspect.lua: live readers, writer and queue length of one lock, without a scan.
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel
 -- Cost: O(log n).
 -- Returns {readers, writers (0 or 1), queued, now}
@@ -1139,9 +1338,10 @@ return { live_count(R), live_count(X), live_count(W), NOW }
 -- wait's state. A wait is a token and the acquisition it waits for: it is granted only when that
 -- acquisition holds a live lease, so an earlier grant of the same owner is never taken for this
 -- wait's (G12).
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] waiter heartbeat ttl ms  ARGV[3..] pairs: token, acquisition id
--- Cost: O(w log n) for w waits, plus O(k) per wait's list, plus the queue work of lib/rwlock.lua:
+-- Cost: O(w log n) for w waits (a granted wait is one look-up, however many the owner holds), plus
+-- O(k) per wait's list of k acquisitions waiting on its token, plus the queue work of lib/rwlock.lua:
 -- at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the
 -- head of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry
 -- is then \`now\` (look again at once).
@@ -1158,7 +1358,7 @@ for i = 3, #ARGV, 2 do
   local found = false
   for _, mode in ipairs({ 'w', 'r' }) do
     local score = not found and live_score(HOLDS[mode], tok)
-    if score and has_op(redis.call('HGET', M, 'a' .. mode .. ':' .. tok), op) then
+    if score and holds_op(mode, tok, op) then
       out[#out + 1] = { 1, tonumber(redis.call('HGET', M, 'g' .. mode .. ':' .. tok) or '0'), score }
       found = true
     end
@@ -1187,7 +1387,7 @@ return out
   'rwlock-release.lua': `-- lua/rwlock-release.lua: give one acquisition of a read or write hold back (or leave the queue) and
 -- admit who may enter. Idempotent (G12): an acquisition that no longer holds or waits is left alone,
 -- so a resent release does nothing more.
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
 -- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
@@ -1203,19 +1403,30 @@ local key = HOLDS[mode]
 -- What releasing \`op\` does to the token's hold of \`mode\` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
   if redis.call('ZSCORE', key, token) then
-    local field = 'a' .. mode .. ':' .. token
-    local ops = redis.call('HGET', M, field)
-    -- (No list: a hold without bookkeeping is freed as a whole.)
-    if ops then
-      if not has_op(ops, op) then return 0 end
-      local left = drop_op(ops, op)
-      if left ~= '' then
-        redis.call('HSET', M, field, left)
-        return 2
+    local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
+    local fields = redis.call('HMGET', M, field, count)
+    local first = fields[1]
+    -- (No bookkeeping: a hold without it is freed as a whole.)
+    if first then
+      local more = tonumber(fields[2] or '0')
+      if first == op then
+        if more > 0 then
+          redis.call('HSET', M, field, ' ' .. op) -- released; still the hold's name (hold_id)
+          return 2
+        end
+      elseif redis.call('ZREM', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. token) == 1 then
+        if more > 1 then
+          redis.call('HINCRBY', M, count, -1)
+          return 2
+        end
+        redis.call('HDEL', M, count)
+        if first == hold_id(first) then return 2 end -- the first still holds
+      else
+        return 0
       end
     end
     redis.call('ZREM', key, token)
-    redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field)
+    redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field, count)
     return 1
   end
   local m, ttl, ops, raw = waiting_spec(token)
@@ -1236,6 +1447,7 @@ local function give_back()
 end
 
 purge()
+if redis.call('EXISTS', A) == 1 then sweep_acquisitions() end
 local result = give_back()
 admit()
 settle()
@@ -1244,25 +1456,34 @@ return result
   'rwlock-renew.lua': `-- lua/rwlock-renew.lua: extend live leases of one mode (batched: one call renews every due lease of
 -- one name and mode). Each reader's lease is renewed on its own entry; a lease is live while its
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
--- KEYS  R X Q W M (see lib/rwlock.lua)
+-- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
--- Cost: O(t log n) for t leases, plus O(k) per lease's list of k acquisitions.
+-- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
+-- each of its leases is one O(log n) look-up, however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
 local out = { NOW }
 local exp = NOW + ttl
-local any = false
+local any, in_a = false, false
+-- token -> its hold's expiry before this call (false: none live), and -> the expiry it was extended
+-- to in this call: the leases of one reentrant owner share a hold, read and extended once.
+local live, extended = {}, {}
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
-  local held = live_score(key, tok)
-  local ops = held and redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
-  -- (No list: a hold without bookkeeping is renewed as a whole.)
-  if held and (not ops or has_op(ops, op)) then
-    local at = math.max(held, exp)
-    redis.call('ZADD', key, at, tok)
-    out[#out + 1] = at
+  if live[tok] == nil then live[tok] = live_score(key, tok) or false end
+  local held = live[tok]
+  local first = held and redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  -- (No bookkeeping: a hold without it is renewed as a whole.)
+  local holds_it = held and (not first or first == op or holds_op(mode, tok, op))
+  if holds_it then
+    if not extended[tok] then
+      extended[tok] = math.max(held, exp)
+      redis.call('ZADD', key, extended[tok], tok)
+    end
+    out[#out + 1] = extended[tok]
     any = true
+    if holds_it == 2 then in_a = true end
   else
     out[#out + 1] = 0
   end
@@ -1270,6 +1491,9 @@ end
 if any then
   expire_at_least(key, exp)
   expire_at_least(M, exp)
+  -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
+  -- extends A too (else A could run out under a live hold, and its members with it).
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,

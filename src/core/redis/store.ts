@@ -1,5 +1,6 @@
-// The store on Redis standalone or Cluster: every operation is one Lua script call (lua/*.lua, each
-// file's header is its contract), sent through the coalescer (coalescer.ts) so that the acquires (and
+// The store on Redis standalone or Cluster: every operation is one call of our Lua (lua/*.lua, each
+// file's header is its contract; an FCALL of a function library loaded once per server, or EVALSHA
+// where the server refuses functions: scripts.ts), sent through the coalescer (coalescer.ts) so that the acquires (and
 // releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on one connection.
 import { debuglog } from 'node:util'
 import { Cluster, Redis, ReplyError } from 'ioredis'
@@ -12,7 +13,13 @@ import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
 import { Coalescer } from './coalescer.js'
 import { type CallSpec, type GiveBack, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
-import { registerScripts, type ScriptClient, type ScriptName } from './scripts.js'
+import {
+  functionName,
+  loadLibraries,
+  registerScripts,
+  type ScriptClient,
+  type ScriptName,
+} from './scripts.js'
 
 const debug = debuglog('tollgate:store')
 
@@ -48,8 +55,8 @@ const GIVE_BACK_RETRY_MS = 100
 const GIVE_BACK_RETRY_MAX_MS = 2000
 
 /** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
-const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f'] as const
-const RW_PARTS = ['r', 'x', 'q', 'w', 'm'] as const
+const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f', 'a'] as const
+const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 
 /**
  * A store on Redis standalone or Redis Cluster. Pass the ioredis client you already have (it stays
@@ -76,7 +83,6 @@ export function createRedisStore(client: Redis | Cluster | string, options?: Red
   } else {
     throw new ConfigError('client', 'an ioredis Redis or Cluster instance, or a redis:// URL', client)
   }
-  registerScripts(redis)
   return new RedisStore(redis, owned, prefix, commandTimeoutMs)
 }
 
@@ -99,6 +105,10 @@ class RedisStore implements Store {
   /** The server's version check (checkVersion()), and whether it passed. */
   private version: Promise<void> | undefined
   private versionChecked = false
+  /** How scripts run: as functions (FCALL) until the server refuses them, then as scripts (EVALSHA). */
+  private functions = true
+  /** The libraries being loaded (after a "Function not found"), shared by the calls that found it. */
+  private loading: Promise<void> | undefined
   /** The last connection error of a client the store owns (a client passed in stays the user's: its
    * 'error' events are left to the user, who may rely on ioredis printing them). */
   private connectionError: Error | undefined
@@ -249,6 +259,66 @@ class RedisStore implements Store {
   }
 
   /**
+   * Run a script: FCALL of its function, loading the libraries first when the server does not have
+   * them (then once more); as EVALSHA when the server refuses functions. Neither retry can run a call
+   * twice: both answer an error for a call that did not run.
+   */
+  private async run(
+    script: ScriptName,
+    keys: readonly string[],
+    channel: string,
+    args: readonly (string | number)[],
+  ): Promise<unknown> {
+    if (this.functions) {
+      try {
+        return await this.redis.fcall(functionName(script), keys.length, ...keys, channel, ...args)
+      } catch (error) {
+        const refused = replyMessage(error)
+        if (refused === undefined) throw error
+        if (FUNCTION_MISSING.test(refused)) {
+          if (await this.load()) {
+            return await this.redis.fcall(functionName(script), keys.length, ...keys, channel, ...args)
+          }
+        } else if (FUNCTIONS_REFUSED.test(refused)) {
+          this.refuseFunctions(refused)
+        } else {
+          throw error
+        }
+      }
+    }
+    return this.scripts[script](...keys, channel, ...args)
+  }
+
+  /** Load the libraries (once for every call that needs them): on each master of a Cluster, else on
+   * the connection. True when they are loaded; false when the server refuses (scripts from then on). */
+  private async load(): Promise<boolean> {
+    this.loading ??= (async () => {
+      const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]
+      await Promise.all(nodes.map((node) => loadLibraries(node)))
+    })().finally(() => {
+      this.loading = undefined
+    })
+    try {
+      await this.loading
+      return true
+    } catch (error) {
+      const refused = replyMessage(error)
+      if (refused !== undefined && FUNCTIONS_REFUSED.test(refused)) {
+        this.refuseFunctions(refused)
+        return false
+      }
+      throw error
+    }
+  }
+
+  private refuseFunctions(reason: string): void {
+    if (!this.functions) return
+    this.functions = false
+    registerScripts(this.redis)
+    debug('Redis refuses functions (%s): running the scripts with EVALSHA instead', reason)
+  }
+
+  /**
    * The error of a failed call, in the user's words: what could not be done, and why (Redis did not
    * answer in time, or failed the call, or the store is closed), with the state of the connection when
    * it is not up and, for a client the store owns, the last connection error (as the cause too).
@@ -354,11 +424,8 @@ class RedisStore implements Store {
     onUnknown: (() => void) | undefined,
   ): Promise<unknown> {
     if (this.closed) throw this.failure(script, space, undefined)
-    const pending = this.scripts[script](
-      ...scriptKeys(space, script.startsWith('tgRw')),
-      space.channel,
-      ...args,
-    )
+    const keys = scriptKeys(space, script.startsWith('tgRw'))
+    const pending = this.run(script, keys, space.channel, args)
     try {
       return await this.deadlines.watch(pending, started + this.commandTimeoutMs)
     } catch (error) {
@@ -374,6 +441,19 @@ class RedisStore implements Store {
     }
   }
 }
+
+/** The message of an error reply of the server; undefined for any other failure. */
+function replyMessage(error: unknown): string | undefined {
+  return error instanceof ReplyError ? (error as Error).message : undefined
+}
+
+/** FCALL refused because the function is not there (a restarted server without persistence, a new
+ * Cluster node, FUNCTION FLUSH): load the libraries and call again; the call did not run. */
+const FUNCTION_MISSING = /function not found/i
+/** FUNCTION LOAD or FCALL refused for good (an ACL without them, a server or proxy without functions):
+ * run the same code as scripts (EVALSHA) from then on. (OOM and MISCONF refusals are passing: they fail
+ * the call, as they would an EVALSHA, and functions stay.) */
+const FUNCTIONS_REFUSED = /NOPERM|unknown command|unknown subcommand/i
 
 /** What each script does, in the words of an error message: "Could not <verb> "<name>"". */
 const VERBS: Record<ScriptName, string> = {

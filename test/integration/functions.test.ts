@@ -1,0 +1,100 @@
+// How the Redis store runs its Lua: as a function library (FUNCTION LOAD once per server, then FCALL),
+// loaded again when the server lost it, and as EVALSHA scripts when the server refuses functions. On
+// private servers: the counts of INFO commandstats are exact there, and FUNCTION FLUSH disturbs nobody.
+import { Redis } from 'ioredis'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createMutex, createRedisStore, createSemaphore } from '../../src/index.js'
+import { functionLibraries } from '../../src/core/redis/scripts.js'
+import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
+
+let server: RedisServerHandle
+const clients: Redis[] = []
+
+function connect(options: { username?: string; password?: string } = {}): Redis {
+  const client = new Redis({ host: server.host, port: server.port, ...options })
+  clients.push(client)
+  return client
+}
+
+async function calls(admin: Redis, command: string): Promise<number> {
+  const stats = await admin.info('commandstats')
+  return Number(new RegExp(`^cmdstat_${command.replace('|', '\\|')}:calls=(\\d+)`, 'm').exec(stats)?.[1] ?? 0)
+}
+
+beforeAll(async () => {
+  server = await startRedisServer()
+})
+
+afterAll(async () => {
+  await Promise.all(clients.map((client) => client.quit().catch(() => client.disconnect())))
+  await server?.stop()
+})
+
+describe('the store on a function library', () => {
+  it('loads the libraries once, then runs every call as one FCALL', async () => {
+    const admin = connect()
+    await admin.call('FUNCTION', 'FLUSH')
+    await admin.config('RESETSTAT')
+    const store = createRedisStore(connect(), { prefix: 'fn' })
+    const mutex = createMutex(store, 'a')
+    for (let i = 0; i < 5; i++) await (await mutex.acquire()).release()
+    // The first call found no function, loaded both libraries, and ran again.
+    expect(await calls(admin, 'function|load')).toBe(functionLibraries().length)
+    expect(await calls(admin, 'fcall')).toBe(11)
+    expect(await calls(admin, 'evalsha')).toBe(0)
+    const listed = (await admin.call('FUNCTION', 'LIST')) as unknown[][]
+    expect(listed.map((library) => library[1]).sort()).toEqual(
+      functionLibraries()
+        .map((l) => l.name)
+        .sort(),
+    )
+    await store.close()
+  })
+
+  it('a server that lost the functions (restart without persistence, FUNCTION FLUSH): loaded again, no call fails or runs twice', async () => {
+    const admin = connect()
+    const store = createRedisStore(connect(), { prefix: 'fn-flush' })
+    const semaphore = createSemaphore(store, 'b', { permits: 3 })
+    const held = await semaphore.acquire()
+    await admin.call('FUNCTION', 'FLUSH')
+    await admin.config('RESETSTAT')
+    // Many calls at once find the function gone: one load, and each call then runs once.
+    const leases = await Promise.all([semaphore.tryAcquire(), semaphore.tryAcquire(), semaphore.tryAcquire()])
+    expect(leases.filter((lease) => lease !== undefined)).toHaveLength(2)
+    expect(await calls(admin, 'function|load')).toBe(functionLibraries().length)
+    expect((await semaphore.stats()).holders).toBe(3)
+    await Promise.all([held, ...leases].map((lease) => lease?.release()))
+    expect((await semaphore.stats()).holders).toBe(0)
+    await store.close()
+  })
+
+  it('a user whose ACL refuses functions: the same calls run as EVALSHA scripts', async () => {
+    const admin = connect()
+    await admin.call(
+      'ACL',
+      'SETUSER',
+      'nofn',
+      'on',
+      '>secret',
+      '~*',
+      '&*',
+      '+@all',
+      '-function',
+      '-fcall',
+      '-fcall_ro',
+    )
+    await admin.call('FUNCTION', 'FLUSH')
+    await admin.config('RESETSTAT')
+    const store = createRedisStore(connect({ username: 'nofn', password: 'secret' }), { prefix: 'fn-acl' })
+    const mutex = createMutex(store, 'c')
+    const first = await mutex.acquire()
+    expect(await mutex.tryAcquire()).toBeUndefined()
+    await first.release()
+    await (await mutex.acquire()).release()
+    expect(await calls(admin, 'function|load')).toBe(0)
+    // Five calls, each an EVALSHA (an EVAL the first time each script is seen: NOSCRIPT).
+    expect((await calls(admin, 'evalsha')) + (await calls(admin, 'eval'))).toBe(5)
+    expect(await calls(admin, 'fcall')).toBe(0)
+    await store.close()
+  })
+})
