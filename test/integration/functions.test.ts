@@ -3,8 +3,10 @@
 // private servers: the counts of INFO commandstats are exact there, and FUNCTION FLUSH disturbs nobody.
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createMutex, createRedisStore, createSemaphore } from '../../src/index.js'
+import { keySpace } from '../../src/core/keys.js'
+import type { AcquireRequest } from '../../src/core/protocol/store.js'
 import { functionLibraries } from '../../src/core/redis/scripts.js'
+import { createMutex, createRedisStore, createSemaphore, type Store } from '../../src/index.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 
 let server: RedisServerHandle
@@ -65,6 +67,59 @@ describe('the store on a function library', () => {
     expect((await semaphore.stats()).holders).toBe(3)
     await Promise.all([held, ...leases].map((lease) => lease?.release()))
     expect((await semaphore.stats()).holders).toBe(0)
+    await store.close()
+  })
+
+  // A release sent while its acquire is on the way (a RedLock that gave up, a give-back after a
+  // timeout) must run after it, also when the acquire found the functions gone and had to wait for
+  // them: else the acquire, run last, holds a permit nobody releases until its lease runs out.
+  const request = (token: string): AcquireRequest => ({
+    token,
+    ttlMs: 60_000,
+    permits: 1,
+    enqueue: false,
+    waiterTtlMs: 5000,
+  })
+
+  async function warm(store: Store, prefix: string): Promise<void> {
+    // The store's first call checks the server's version first; later calls leave at once.
+    await store.permits.inspect(keySpace(prefix, 'sem', 'warm'))
+  }
+
+  it('keeps call order across a reload: a release made while its acquire waits for the functions runs after it', async () => {
+    const admin = connect()
+    const client = connect()
+    const store = createRedisStore(client, { prefix: 'fn-order' })
+    await warm(store, 'fn-order')
+    const space = keySpace('fn-order', 'sem', 'd')
+    await admin.call('FUNCTION', 'FLUSH')
+    const acquired = store.permits.acquire(space, request('t1'))
+    // PING on the store's connection answers after the acquire's "Function not found": the reload
+    // has begun when the release is made.
+    await client.ping()
+    const released = store.permits.release(space, 't1', 1)
+    await Promise.all([acquired, released])
+    expect((await acquired).granted).toBe(true)
+    expect(await store.permits.inspect(space)).toMatchObject({ holders: 0 })
+    await store.close()
+  })
+
+  it('keeps call order when another client loads the functions between a failed call and a later one that ran', async () => {
+    const admin = connect()
+    const client = connect()
+    const store = createRedisStore(client, { prefix: 'fn-race' })
+    await warm(store, 'fn-race')
+    const space = keySpace('fn-race', 'sem', 'e')
+    await admin.call('FUNCTION', 'FLUSH')
+    // On the store's own connection, in this order: the acquire (no function: it did not run), a
+    // load (as another process would), the release (runs, and finds nothing to release).
+    const acquired = store.permits.acquire(space, request('t2'))
+    const loaded = Promise.all(
+      functionLibraries().map((library) => client.call('FUNCTION', 'LOAD', library.code)),
+    )
+    const released = store.permits.release(space, 't2', 1)
+    await Promise.all([acquired, released, loaded])
+    expect(await store.permits.inspect(space)).toMatchObject({ holders: 0 })
     await store.close()
   })
 

@@ -12,6 +12,7 @@ import type { Grant, PermitFamily, RwLockFamily, Store, Unsubscribe } from '../p
 import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
 import { Coalescer } from './coalescer.js'
+import { Reload } from './reload.js'
 import { type CallSpec, type GiveBack, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
 import {
   functionName,
@@ -107,8 +108,10 @@ class RedisStore implements Store {
   private versionChecked = false
   /** How scripts run: as functions (FCALL) until the server refuses them, then as scripts (EVALSHA). */
   private functions = true
-  /** The libraries being loaded (after a "Function not found"), shared by the calls that found it. */
-  private loading: Promise<void> | undefined
+  /** Script calls sent so far: each call's sequence number, which a reload keeps them in. */
+  private sent = 0
+  /** The libraries being loaded again, and the calls waiting for them (reload.ts). */
+  private reload: Reload | undefined
   /** The last connection error of a client the store owns (a client passed in stays the user's: its
    * 'error' events are left to the user, who may rely on ioredis printing them). */
   private connectionError: Error | undefined
@@ -259,9 +262,10 @@ class RedisStore implements Store {
   }
 
   /**
-   * Run a script: FCALL of its function, loading the libraries first when the server does not have
-   * them (then once more); as EVALSHA when the server refuses functions. Neither retry can run a call
-   * twice: both answer an error for a call that did not run.
+   * Run a script: FCALL of its function; as EVALSHA when the server refuses functions. A server that
+   * lost the libraries gets them again, and the calls it failed run then, in the order they were made
+   * (reload.ts): a failed FCALL did not run, and a call that did run is resent only where each script
+   * counts a resend once.
    */
   private async run(
     script: ScriptName,
@@ -269,45 +273,59 @@ class RedisStore implements Store {
     channel: string,
     args: readonly (string | number)[],
   ): Promise<unknown> {
-    if (this.functions) {
+    const seq = this.sent++
+    if (this.reload) await this.reload.turn(seq)
+    for (let reloaded = false; ; reloaded = true) {
+      if (!this.functions) return this.scripts[script](...keys, channel, ...args)
+      let reply: unknown
       try {
-        return await this.redis.fcall(functionName(script), keys.length, ...keys, channel, ...args)
+        reply = await this.redis.fcall(functionName(script), keys.length, ...keys, channel, ...args)
       } catch (error) {
         const refused = replyMessage(error)
         if (refused === undefined) throw error
-        if (FUNCTION_MISSING.test(refused)) {
-          if (await this.load()) {
-            return await this.redis.fcall(functionName(script), keys.length, ...keys, channel, ...args)
-          }
-        } else if (FUNCTIONS_REFUSED.test(refused)) {
+        if (FUNCTIONS_REFUSED.test(refused)) {
           this.refuseFunctions(refused)
-        } else {
-          throw error
+          continue
         }
+        if (!FUNCTION_MISSING.test(refused) || reloaded) throw error
+        await this.reloading(seq).turn(seq)
+        continue
       }
+      const reload = this.reload
+      if (reload?.ranOutOfOrder(seq)) {
+        // It ran before calls made earlier that failed: run it again after them (its reply stands).
+        void reload
+          .turn(seq)
+          .then(() => this.run(script, keys, channel, args))
+          .catch((error: unknown) => debug('running a call again after a reload failed: %o', error))
+      }
+      return reply
     }
-    return this.scripts[script](...keys, channel, ...args)
   }
 
-  /** Load the libraries (once for every call that needs them): on each master of a Cluster, else on
-   * the connection. True when they are loaded; false when the server refuses (scripts from then on). */
-  private async load(): Promise<boolean> {
-    this.loading ??= (async () => {
-      const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]
-      await Promise.all(nodes.map((node) => loadLibraries(node)))
-    })().finally(() => {
-      this.loading = undefined
-    })
+  /** The reload under way, or a new one from the call `seq` that found the functions missing. */
+  private reloading(seq: number): Reload {
+    this.reload ??= new Reload(
+      seq,
+      this.sent,
+      () => this.load(),
+      () => {
+        this.reload = undefined
+      },
+    )
+    return this.reload
+  }
+
+  /** Load the libraries: on each master of a Cluster, else on the connection. A server that refuses
+   * them makes the store run scripts (EVALSHA) from then on. */
+  private async load(): Promise<void> {
+    const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]
     try {
-      await this.loading
-      return true
+      await Promise.all(nodes.map((node) => loadLibraries(node)))
     } catch (error) {
       const refused = replyMessage(error)
-      if (refused !== undefined && FUNCTIONS_REFUSED.test(refused)) {
-        this.refuseFunctions(refused)
-        return false
-      }
-      throw error
+      if (refused === undefined || !FUNCTIONS_REFUSED.test(refused)) throw error
+      this.refuseFunctions(refused)
     }
   }
 
