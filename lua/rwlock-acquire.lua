@@ -5,11 +5,12 @@
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
--- Cost: O(log n) (a re-entry too, however many acquisitions the owner holds), plus O(k) for the
--- owner's k acquisitions waiting together on its token, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
--- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
--- reply's nextExpiry is then `now` (look again at once).
+-- Cost: O(1) when the lock is free and nobody waits (one EXISTS, then the hold). Else O(log n) (a
+-- re-entry too, however many acquisitions the owner holds), plus O(k) for the owner's k
+-- acquisitions waiting together on its token, plus the queue work of lib/rwlock.lua: at most 100
+-- expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the
+-- queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is then `now`
+-- (look again at once).
 -- Returns {1, fence, expiresAt, now} when the caller holds the lock in `mode` (re-entry adds the
 --           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),
@@ -18,6 +19,17 @@
 --           waits in one mode at a time; a second acquisition in the same mode waits with the first).
 local token, mode, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local enqueue, waiter_ttl, op = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
+
+-- The lock is free and nobody waits (no holder of either mode, no queue: R, X and Q are gone): the
+-- call takes it at once, as the full path below would, without looking for anything to purge, admit,
+-- re-enter or wait with. (Dead waiters' leftovers without a queue, in W or q: fields, block nothing:
+-- the next full call or settle() clears them.) One EXISTS, then the hold.
+if redis.call('EXISTS', R, X, Q) == 0 then
+  local exp = NOW + ttl
+  local fence = next_fence()
+  hold(mode, token, exp, fence, op)
+  return { 1, fence, exp, NOW }
+end
 
 purge()
 -- Hand the lock to whoever may enter first: this token's own wait may be among them.

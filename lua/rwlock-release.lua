@@ -3,10 +3,11 @@
 -- so a resent release does nothing more.
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
--- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
--- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
--- reply's nextExpiry is then `now` (look again at once).
+-- Cost: O(log n) when nobody waits and no hold has a second acquisition (no queue work, and no
+-- purge either when this was the last hold). Else O(log n), plus O(k) for the owner's list of k
+-- acquisitions, plus the queue work of lib/rwlock.lua: at most 100 expired holders and 1000 dead
+-- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
 -- Returns 1 when the token's hold of that mode was freed, 2 when only this acquisition was dropped
 --         (others of the owner still hold), 3 when the acquisition was waiting and left the queue (the
 --         token too, if it was its last), 0 when there was nothing to give back (already released or
@@ -16,7 +17,7 @@ local key = HOLDS[mode]
 
 -- What releasing `op` does to the token's hold of `mode` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
-  if redis.call('ZSCORE', key, token) then
+  if live_score(key, token) then
     local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
     local fields = redis.call('HMGET', M, field, count)
     local first = fields[1]
@@ -60,8 +61,17 @@ local function give_back()
   return 3
 end
 
+-- Nobody waits and no hold has a second acquisition (Q and A are gone): nothing to admit or sweep,
+-- and when the lock is free after this release, nothing to purge either (settle() deletes the rest).
+if redis.call('EXISTS', Q, A) == 0 then
+  local result = give_back()
+  if redis.call('EXISTS', R, X) > 0 then purge() end
+  settle()
+  return result
+end
+
 purge()
-if redis.call('EXISTS', A) == 1 then sweep_acquisitions() end
+sweep_acquisitions()
 local result = give_back()
 admit()
 settle()

@@ -1234,11 +1234,12 @@ return { count, NOW }
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
--- Cost: O(log n) (a re-entry too, however many acquisitions the owner holds), plus O(k) for the
--- owner's k acquisitions waiting together on its token, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
--- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
--- reply's nextExpiry is then \`now\` (look again at once).
+-- Cost: O(1) when the lock is free and nobody waits (one EXISTS, then the hold). Else O(log n) (a
+-- re-entry too, however many acquisitions the owner holds), plus O(k) for the owner's k
+-- acquisitions waiting together on its token, plus the queue work of lib/rwlock.lua: at most 100
+-- expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the
+-- queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is then \`now\`
+-- (look again at once).
 -- Returns {1, fence, expiresAt, now} when the caller holds the lock in \`mode\` (re-entry adds the
 --           acquisition to the hold; a downgrade returns the write hold's fencing token),
 --         {0, position, nextExpiry, now} when queued (position is 0-based; -1 = not queued, try mode),
@@ -1247,6 +1248,17 @@ return { count, NOW }
 --           waits in one mode at a time; a second acquisition in the same mode waits with the first).
 local token, mode, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local enqueue, waiter_ttl, op = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
+
+-- The lock is free and nobody waits (no holder of either mode, no queue: R, X and Q are gone): the
+-- call takes it at once, as the full path below would, without looking for anything to purge, admit,
+-- re-enter or wait with. (Dead waiters' leftovers without a queue, in W or q: fields, block nothing:
+-- the next full call or settle() clears them.) One EXISTS, then the hold.
+if redis.call('EXISTS', R, X, Q) == 0 then
+  local exp = NOW + ttl
+  local fence = next_fence()
+  hold(mode, token, exp, fence, op)
+  return { 1, fence, exp, NOW }
+end
 
 purge()
 -- Hand the lock to whoever may enter first: this token's own wait may be among them.
@@ -1389,10 +1401,11 @@ return out
 -- so a resent release does nothing more.
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
--- Cost: O(log n), plus O(k) for the owner's list of k acquisitions, plus the queue work of
--- lib/rwlock.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
--- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
--- reply's nextExpiry is then \`now\` (look again at once).
+-- Cost: O(log n) when nobody waits and no hold has a second acquisition (no queue work, and no
+-- purge either when this was the last hold). Else O(log n), plus O(k) for the owner's list of k
+-- acquisitions, plus the queue work of lib/rwlock.lua: at most 100 expired holders and 1000 dead
+-- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
+-- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- Returns 1 when the token's hold of that mode was freed, 2 when only this acquisition was dropped
 --         (others of the owner still hold), 3 when the acquisition was waiting and left the queue (the
 --         token too, if it was its last), 0 when there was nothing to give back (already released or
@@ -1402,7 +1415,7 @@ local key = HOLDS[mode]
 
 -- What releasing \`op\` does to the token's hold of \`mode\` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
-  if redis.call('ZSCORE', key, token) then
+  if live_score(key, token) then
     local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
     local fields = redis.call('HMGET', M, field, count)
     local first = fields[1]
@@ -1446,8 +1459,17 @@ local function give_back()
   return 3
 end
 
+-- Nobody waits and no hold has a second acquisition (Q and A are gone): nothing to admit or sweep,
+-- and when the lock is free after this release, nothing to purge either (settle() deletes the rest).
+if redis.call('EXISTS', Q, A) == 0 then
+  local result = give_back()
+  if redis.call('EXISTS', R, X) > 0 then purge() end
+  settle()
+  return result
+end
+
 purge()
-if redis.call('EXISTS', A) == 1 then sweep_acquisitions() end
+sweep_acquisitions()
 local result = give_back()
 admit()
 settle()
