@@ -121,6 +121,7 @@ export function aclRule(prefix: string): string {
     'time',
     'exists',
     'get',
+    'getdel',
     'set',
     'del',
     'pexpireat',

@@ -133,7 +133,7 @@ describe('the free path', () => {
   // before the fast paths, a read or write lock ran 35 commands a pair, purging and admitting on an
   // idle lock.
   it.each([
-    ['mutex', 12],
+    ['mutex', 10],
     ['read lock', 22],
     ['write lock', 22],
   ] as const)('%s: acquire + release run at most %d commands inside Redis', async (label, most) => {
