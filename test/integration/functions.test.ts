@@ -123,6 +123,60 @@ describe('the store on a function library', () => {
     await store.close()
   })
 
+  // Only a release runs again after the calls before it: an acquire refused while it ran ahead of a
+  // failed release must stay refused, not take what its caller was told it did not get.
+  it('a try-acquire refused while it ran ahead of a failed release is not granted by a second run', async () => {
+    const admin = connect()
+    const client = connect()
+    const store = createRedisStore(client, { prefix: 'fn-flip' })
+    await warm(store, 'fn-flip')
+    const space = keySpace('fn-flip', 'sem', 'g')
+    expect((await store.permits.acquire(space, request('t0'))).granted).toBe(true)
+    await admin.call('FUNCTION', 'FLUSH')
+    // On the wire: the release (no function: did not run), a load, the try-acquire (runs: refused).
+    const released = store.permits.release(space, 't0', 1)
+    const loaded = Promise.all(
+      functionLibraries().map((library) => client.call('FUNCTION', 'LOAD', library.code)),
+    )
+    const acquired = store.permits.acquire(space, request('t3'))
+    await Promise.all([released, loaded, acquired])
+    expect((await acquired).granted).toBe(false)
+    expect(await store.permits.inspect(space)).toMatchObject({ holders: 0 })
+    await store.close()
+  })
+
+  it('an upgrade refused while it ran ahead of a failed read release is not granted by a second run', async () => {
+    const admin = connect()
+    const client = connect()
+    const store = createRedisStore(client, { prefix: 'fn-up' })
+    await warm(store, 'fn-up')
+    const space = keySpace('fn-up', 'rw', 'u')
+    const rw = (mode: 'read' | 'write', op: string) =>
+      ({ token: 'own', op, mode, ttlMs: 60_000, enqueue: true, waiterTtlMs: 5000 }) as const
+    expect((await store.rwlock.acquire(space, rw('read', 'a1'))).granted).toBe(true)
+    await admin.call('FUNCTION', 'FLUSH')
+    const released = store.rwlock.release(space, 'own', 'read', 'a1')
+    const loaded = Promise.all(
+      functionLibraries().map((library) => client.call('FUNCTION', 'LOAD', library.code)),
+    )
+    const upgraded = store.rwlock.acquire(space, rw('write', 'a2'))
+    await Promise.all([released, loaded, upgraded])
+    expect(await upgraded).toMatchObject({ granted: false, refused: 'upgrade' })
+    expect(await store.rwlock.inspect(space)).toMatchObject({ readers: 0, writer: false })
+    await store.close()
+  })
+
+  it('a user whose ACL rule predates GETDEL (+getdel): releases still work and leave no key behind', async () => {
+    const admin = connect()
+    await admin.call('ACL', 'SETUSER', 'nogetdel', 'on', '>secret', '~*', '&*', '+@all', '-getdel')
+    const client = connect({ username: 'nogetdel', password: 'secret' })
+    const store = createRedisStore(client, { prefix: 'fn-getdel' })
+    const mutex = createMutex(store, 'h')
+    for (let i = 0; i < 3; i++) await (await mutex.acquire()).release()
+    expect(await admin.keys('fn-getdel:*')).toEqual([])
+    await store.close()
+  })
+
   it('a user whose ACL refuses functions: the same calls run as EVALSHA scripts', async () => {
     const admin = connect()
     await admin.call(

@@ -450,8 +450,15 @@ local function settle(left, has_m, has_h, has_a)
     if has_a ~= false then redis.call('DEL', A) end
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     -- One GETDEL: the token is almost always behind the clock by now; one run ahead (many fences in
-    -- one microsecond, or a clock stepped back) is put back until the clock passes it.
-    local fence = tonumber(redis.call('GETDEL', F) or '0')
+    -- one microsecond, or a clock stepped back) is put back until the clock passes it. A Redis user
+    -- without +getdel (an ACL rule from before it was needed) gets GET and DEL instead: a refused
+    -- command would fail the call after its writes above.
+    local got = redis.pcall('GETDEL', F)
+    if type(got) == 'table' and got.err then
+      got = redis.call('GET', F)
+      if got then redis.call('DEL', F) end
+    end
+    local fence = tonumber(got or '0')
     if fence >= NOW_US then redis.call('SET', F, fence, 'PXAT', math.floor(fence / 1000) + 2) end
     return
   end

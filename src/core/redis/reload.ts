@@ -10,12 +10,19 @@
 //
 // So a reload is a barrier, by sequence number (the order in which run() sent calls):
 // - a call that finds the functions missing, and every call made while the reload is under way, waits;
-// - a call sent before the reload began that did run, after one that failed (another process loaded
-//   the libraries in between), runs again after the failed one: each script counts a resend once
-//   (acquisitions are named by their caller), so a second run only puts its effect back in order;
+// - a *release* sent before the reload began that did run, after a call that failed (another process
+//   loaded the libraries in between), runs again after it: a release counts a resend once, so a
+//   second run only puts its effect back in order (the release of an acquire that had not run yet
+//   then finds it). Nothing else runs again: an acquire that ran left its hold or wait (a second run
+//   would change nothing) or was refused, and a second run could then take what its caller was told
+//   it did not get; a renewal, a re-check or an inspect that ran early does no harm; a limit set
+//   again could undo another process's later one;
 // - once the libraries are loaded, and every reply sent before the load was read (the load's reply
 //   comes after them on each connection; one more macrotask lets their handlers run), the waiting
 //   calls go out in sequence order, in one synchronous loop.
+// Calls of one name go to one connection (one Cluster node), whose replies come in order: a call's
+// failure is known before the reply of any later call on its connection, so "ran after a failed
+// one" compares with the lowest failed call so far.
 
 /** A call waiting for the reload: its sequence number, and what starts it again. */
 interface Waiter {
@@ -27,10 +34,12 @@ export class Reload {
   private readonly waiting: Waiter[] = []
   private done = false
   private failure: unknown
+  /** The lowest call that found the functions missing. */
+  private from: number
 
   constructor(
-    /** The first call that found the functions missing. */
-    readonly from: number,
+    /** The call that found the functions missing first. */
+    from: number,
     /** The first call made after the reload began: calls from here on wait without being sent. */
     readonly until: number,
     /** Loads the libraries (on every master of a Cluster). */
@@ -38,6 +47,7 @@ export class Reload {
     /** Called when the waiting calls have been released (the store forgets this reload). */
     onDone: () => void,
   ) {
+    this.from = from
     void load()
       .then(
         () => new Promise<void>((resolve) => setImmediate(resolve)),
@@ -53,9 +63,15 @@ export class Reload {
       })
   }
 
-  /** Whether a call that ran (it was sent at `seq`) must run again after the calls that failed. */
+  /** Whether a call that ran (it was sent at `seq`) ran after one that failed and waits here. */
   ranOutOfOrder(seq: number): boolean {
     return seq > this.from && seq < this.until
+  }
+
+  /** The call `seq` found the functions missing: it goes again at its turn. */
+  failed(seq: number): Promise<void> {
+    if (!this.done) this.from = Math.min(this.from, seq)
+    return this.turn(seq)
   }
 
   /** Resolves when the call `seq` may be sent (again); rejects with the load's error. */

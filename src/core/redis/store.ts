@@ -288,12 +288,13 @@ class RedisStore implements Store {
           continue
         }
         if (!FUNCTION_MISSING.test(refused) || reloaded) throw error
-        await this.reloading(seq).turn(seq)
+        await this.reloading(seq).failed(seq)
         continue
       }
       const reload = this.reload
-      if (reload?.ranOutOfOrder(seq)) {
-        // It ran before calls made earlier that failed: run it again after them (its reply stands).
+      if (reload?.ranOutOfOrder(seq) && RUN_AGAIN.has(script)) {
+        // A release that ran before calls made earlier that failed: again after them (its reply
+        // stands; reload.ts says why only releases).
         void reload
           .turn(seq)
           .then(() => this.run(script, keys, channel, args))
@@ -316,12 +317,17 @@ class RedisStore implements Store {
     return this.reload
   }
 
-  /** Load the libraries: on each master of a Cluster, else on the connection. A server that refuses
-   * them makes the store run scripts (EVALSHA) from then on. */
+  /** Load the libraries: on each master of a Cluster, else on the connection, within the command
+   * timeout (the calls waiting for them fail then, and the next call tries again). A server that
+   * refuses them makes the store run scripts (EVALSHA) from then on. */
   private async load(): Promise<void> {
     const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]
     try {
-      await Promise.all(nodes.map((node) => loadLibraries(node)))
+      const loaded = await within(
+        Promise.all(nodes.map((node) => loadLibraries(node))),
+        this.commandTimeoutMs,
+      )
+      if (!loaded.ok) throw loaded.error
     } catch (error) {
       const refused = replyMessage(error)
       if (refused === undefined || !FUNCTIONS_REFUSED.test(refused)) throw error
@@ -464,6 +470,9 @@ class RedisStore implements Store {
 function replyMessage(error: unknown): string | undefined {
   return error instanceof ReplyError ? (error as Error).message : undefined
 }
+
+/** The scripts a reload runs again when they ran ahead of an earlier call that failed (reload.ts). */
+const RUN_AGAIN: ReadonlySet<ScriptName> = new Set<ScriptName>(['tgPermitRelease', 'tgRwRelease'])
 
 /** FCALL refused because the function is not there (a restarted server without persistence, a new
  * Cluster node, FUNCTION FLUSH): load the libraries and call again; the call did not run. */
