@@ -1,0 +1,258 @@
+// The adaptive limit's controller: one step per window, from one window's summary of finished
+// requests to the next limit. Pure (no clock, no I/O): the same step runs over one process's samples
+// (the memory store) or the whole fleet's (each replica's summary merged), and is unit-tested on
+// synthetic streams.
+//
+// Two algorithms:
+// - 'gradient' (the default; the idea of Envoy's adaptive concurrency filter and Netflix's Gradient2):
+//   the limit follows how far the window's mean latency is above the upstream's unloaded latency
+//   (the baseline). gradient = clamp(tolerance x baseline / latency, 0.5, 1); the next estimate is
+//   estimate x gradient + sqrt(estimate) / 2 (headroom to probe upward), smoothed. Once the upstream
+//   queues, its latency grows as limit / capacity, so the estimate settles where
+//   limit = tolerance x capacity + sqrt(limit) / 2: the headroom is the queue it keeps, 3 requests at
+//   a capacity of 32. Until the first window whose latency shows queueing (gradient below 0.9), the
+//   estimate doubles each window instead (TCP's slow start), so a limit starting at 1 finds a
+//   capacity of 32 in ~6 windows, not ~40.
+//   The baseline is the lowest window mean since the last probe. A baseline taken only from loaded
+//   windows creeps up with the limit (every window queues a little, so the controller accepts a
+//   little more each time), so every `probeEvery` windows one window runs at a quarter of the limit,
+//   as Envoy's minRTT measurement does (Envoy drops to a fixed minimum): its mean is the new baseline.
+//   That also learns an upstream that got slower for good, at the next probe.
+// - 'aimd': for upstreams that say they are overloaded by errors rather than by latency: + `increase`
+//   per window without drops, x `backoff` with drops.
+// Both: a window with drops (timeouts, the configured statuses) backs off (x `backoff`) whatever the
+// latency says; a window in which the fleet never used half its limit does not grow it (no evidence
+// the upstream takes more: Netflix's "app limited" check); an empty window changes nothing. The limit
+// stays within [min, max], always an integer.
+
+import { ConfigError } from '../core/errors.js'
+import { positiveInt, rejectUnknown } from '../core/options.js'
+
+/** What the requests that ended in one window (on one replica, or merged across the fleet) say. */
+export interface WindowSummary {
+  /** Requests that ended in the window. */
+  count: number
+  /** Of them, drops: timeouts and the configured statuses (not counted in the latency). */
+  drops: number
+  /** Sum of the latencies of the others, ms (admission to the end of the response). */
+  latencySumMs: number
+  /** The most requests in flight at once during the window. */
+  maxInFlight: number
+}
+
+export const EMPTY_SUMMARY: Readonly<WindowSummary> = Object.freeze({
+  count: 0,
+  drops: 0,
+  latencySumMs: 0,
+  maxInFlight: 0,
+})
+
+/** Add summaries of one window from several replicas: counts and sums add, and so do in-flight
+ * maxima (an upper bound on the fleet's: replicas need not peak together). */
+export function mergeSummaries(summaries: Iterable<WindowSummary>): WindowSummary {
+  const out = { ...EMPTY_SUMMARY }
+  for (const s of summaries) {
+    out.count += s.count
+    out.drops += s.drops
+    out.latencySumMs += s.latencySumMs
+    out.maxInFlight += s.maxInFlight
+  }
+  return out
+}
+
+export type AdaptiveAlgorithm = 'gradient' | 'aimd'
+
+export interface AdaptiveLimitOptions {
+  /** Lowest limit (default 1). */
+  min?: number
+  /** Highest limit: never exceeded (required). */
+  max: number
+  /** Limit before the first step (default: min). */
+  initial?: number
+  /** Default 'gradient'. */
+  algorithm?: AdaptiveAlgorithm
+  /** Length of a window, ms (default 1000). */
+  windowMs?: number
+  /** gradient: latency up to this many times the baseline counts as unloaded (default 1). */
+  tolerance?: number
+  /** gradient: windows between two probes of the baseline at half the limit (default 60). */
+  probeEvery?: number
+  /** gradient: weight of a step's new estimate against the last one, in (0, 1] (default 0.5). */
+  smoothing?: number
+  /** Factor on a window with drops, in (0, 1) (default 0.9). */
+  backoff?: number
+  /** aimd: added per window without drops (default 1). */
+  increase?: number
+}
+
+export type ResolvedAdaptiveLimitOptions = Required<AdaptiveLimitOptions>
+
+const KEYS = [
+  'min',
+  'max',
+  'initial',
+  'algorithm',
+  'windowMs',
+  'tolerance',
+  'probeEvery',
+  'smoothing',
+  'backoff',
+  'increase',
+] as const satisfies readonly (keyof AdaptiveLimitOptions)[]
+
+/** The highest limit an adaptive limit may have (a semaphore's permits). */
+export const MAX_ADAPTIVE_LIMIT = 1_000_000
+
+function ratio(
+  option: string,
+  value: unknown,
+  fallback: number,
+  low: number,
+  high: number,
+  open: boolean,
+): number {
+  if (value === undefined) return fallback
+  if (
+    typeof value !== 'number' ||
+    !Number.isFinite(value) ||
+    value > high ||
+    value < low ||
+    (open && value === low)
+  ) {
+    throw new ConfigError(option, `a number ${open ? 'above' : 'from'} ${low} to ${high}`, value)
+  }
+  return value
+}
+
+/** Validate and complete an adaptive limit's options (ConfigError naming the option). `at` prefixes
+ * option names in messages, e.g. "adaptive." in the gateway's config. */
+export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAdaptiveLimitOptions {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new ConfigError(
+      at.replace(/\.$/, '') || 'adaptive',
+      'an options object with at least `max`',
+      options,
+    )
+  }
+  rejectUnknown(
+    Object.fromEntries(Object.entries(options).map(([k, v]) => [`${at}${k}`, v])),
+    KEYS.map((k) => `${at}${k}`),
+    { [`${at}permits`]: 'an adaptive limit has `min`, `max` and `initial`', [`${at}limit`]: 'it is `max`' },
+  )
+  const o = options as AdaptiveLimitOptions
+  if (o.max === undefined) throw new ConfigError(`${at}max`, 'the highest limit (required)', undefined)
+  const max = positiveInt(`${at}max`, o.max, MAX_ADAPTIVE_LIMIT)
+  const min = o.min === undefined ? 1 : positiveInt(`${at}min`, o.min, max)
+  const initial = o.initial === undefined ? min : positiveInt(`${at}initial`, o.initial, max)
+  if (initial < min)
+    throw new ConfigError(`${at}initial`, `an integer from min (${min}) to max (${max})`, initial)
+  const algorithm = o.algorithm ?? 'gradient'
+  if (algorithm !== 'gradient' && algorithm !== 'aimd') {
+    throw new ConfigError(`${at}algorithm`, "'gradient' or 'aimd'", algorithm)
+  }
+  return {
+    min,
+    max,
+    initial,
+    algorithm,
+    windowMs: o.windowMs === undefined ? 1000 : positiveInt(`${at}windowMs`, o.windowMs, 3_600_000),
+    tolerance: ratio(`${at}tolerance`, o.tolerance, 1, 1, 10, false),
+    probeEvery: o.probeEvery === undefined ? 60 : positiveInt(`${at}probeEvery`, o.probeEvery, 1_000_000),
+    smoothing: ratio(`${at}smoothing`, o.smoothing, 0.5, 0, 1, true),
+    backoff: ratio(`${at}backoff`, o.backoff, 0.9, 0, 0.99, true),
+    increase: o.increase === undefined ? 1 : positiveInt(`${at}increase`, o.increase, MAX_ADAPTIVE_LIMIT),
+  }
+}
+
+/** The controller's state between windows (shared through the store for a fleet-wide limit). */
+export interface ControllerState {
+  /** The limit in force: an integer in [min, max]. */
+  limit: number
+  /** The unrounded estimate the next step starts from (during a probe, the limit is half of it). */
+  estimate: number
+  /** gradient: the unloaded latency, ms: the lowest window mean since the last probe. */
+  baselineMs: number | undefined
+  /** Steps taken. */
+  steps: number
+  /** gradient: the window now running is a probe of the baseline (at a quarter of the limit). */
+  probing: boolean
+  /** gradient: no window has shown queueing yet: the estimate doubles each window. */
+  slowStart: boolean
+  /** What the last step saw and did (metrics, the admin API, logs). */
+  last?: StepReport | undefined
+}
+
+export interface StepReport {
+  /** The window's mean latency of requests that were not drops, ms (undefined: none). */
+  rttMs: number | undefined
+  /** The baseline the step compared it with, ms (gradient). */
+  minRttMs: number | undefined
+  /** gradient: tolerance x baseline / rtt, clamped to [0.5, 1]. */
+  gradient: number | undefined
+  /** What moved the limit. */
+  reason: 'empty' | 'drops' | 'app-limited' | 'gradient' | 'slow-start' | 'increase' | 'probe'
+}
+
+export function initialState(options: ResolvedAdaptiveLimitOptions): ControllerState {
+  return {
+    limit: options.initial,
+    estimate: options.initial,
+    baselineMs: undefined,
+    steps: 0,
+    probing: false,
+    slowStart: true,
+  }
+}
+
+function bounded(estimate: number, options: ResolvedAdaptiveLimitOptions): number {
+  return Math.min(options.max, Math.max(options.min, estimate))
+}
+
+/** One step: the state after a window whose requests `summary` describes. */
+export function step(
+  state: ControllerState,
+  summary: WindowSummary,
+  options: ResolvedAdaptiveLimitOptions,
+): ControllerState {
+  const served = summary.count - summary.drops
+  const rttMs = served > 0 ? summary.latencySumMs / served : undefined
+  const gradientMode = options.algorithm === 'gradient'
+  let baselineMs = state.baselineMs
+  if (gradientMode && rttMs !== undefined) {
+    baselineMs = state.probing || baselineMs === undefined ? rttMs : Math.min(baselineMs, rttMs)
+  }
+  const steps = state.steps + 1
+  let slowStart = state.slowStart && gradientMode
+  const done = (next: number, report: Omit<StepReport, 'rttMs' | 'minRttMs'>): ControllerState => {
+    const estimate = bounded(next, options)
+    // A probe of the baseline every probeEvery windows: the next window runs at a quarter of the limit.
+    const probing = gradientMode && steps % options.probeEvery === 0
+    const limit = Math.round(bounded(probing ? estimate / 4 : estimate, options))
+    const last = { rttMs, minRttMs: baselineMs, ...report }
+    return { limit, estimate, baselineMs, steps, probing, slowStart, last }
+  }
+  if (state.probing) return done(state.estimate, { gradient: undefined, reason: 'probe' })
+  if (summary.count === 0) return done(state.estimate, { gradient: undefined, reason: 'empty' })
+  if (summary.drops > 0) {
+    slowStart = false
+    return done(state.estimate * options.backoff, { gradient: undefined, reason: 'drops' })
+  }
+  const appLimited = summary.maxInFlight < state.limit / 2
+  if (!gradientMode) {
+    if (appLimited) return done(state.estimate, { gradient: undefined, reason: 'app-limited' })
+    return done(state.estimate + options.increase, { gradient: undefined, reason: 'increase' })
+  }
+  // (rttMs and baselineMs are defined: served > 0.)
+  const gradient = Math.min(
+    1,
+    Math.max(0.5, (options.tolerance * (baselineMs as number)) / (rttMs as number)),
+  )
+  if (gradient < 0.9) slowStart = false
+  const next = slowStart ? state.estimate * 2 : state.estimate * gradient + Math.sqrt(state.estimate) / 2
+  if (appLimited && next > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
+  if (slowStart) return done(next, { gradient, reason: 'slow-start' })
+  return done(state.estimate * (1 - options.smoothing) + next * options.smoothing, {
+    gradient,
+    reason: 'gradient',
+  })
+}

@@ -1,0 +1,172 @@
+// The adaptive limit's controller on synthetic windows (no Redis, no clock): it converges on an
+// upstream's capacity, holds there, follows a capacity change, backs off on drops, and stays within
+// min and max. One window in probeEvery runs at a quarter of the limit to measure the baseline: the
+// checks leave those out. The upstream model: C requests served at once in S ms each, the rest queue inside it,
+// so with L in flight (clients always offer more than the limit) a request takes S x max(1, L / C).
+import { describe, expect, it } from 'vitest'
+import {
+  type ControllerState,
+  initialState,
+  mergeSummaries,
+  parseAdaptiveLimitOptions,
+  type ResolvedAdaptiveLimitOptions,
+  step,
+  type WindowSummary,
+} from '../../src/admission/adaptive-controller.js'
+import { ConfigError } from '../../src/index.js'
+
+/** One window of a saturated upstream of capacity `c` and service time `s` ms, at limit `limit`. */
+function window(limit: number, c: number, s: number, windowMs: number, jitter = 0): WindowSummary {
+  const latency = s * Math.max(1, limit / c) * (1 + jitter)
+  const count = Math.round((limit * windowMs) / latency)
+  return { count, drops: 0, latencySumMs: count * latency, maxInFlight: limit }
+}
+
+/** Run `windows` steps against capacity c(i) and return every limit. */
+function run(
+  state: ControllerState,
+  options: ResolvedAdaptiveLimitOptions,
+  windows: number,
+  c: (i: number) => number,
+  s = 10,
+): { limits: number[]; state: ControllerState } {
+  const limits: number[] = []
+  // A deterministic jitter of ±5 % so the baseline is not exact.
+  for (let i = 0; i < windows; i++) {
+    const jitter = 0.05 * Math.sin(i * 1.7)
+    state = step(state, window(state.limit, c(i), s, options.windowMs, jitter), options)
+    // A probe window (at a quarter of the limit, by design) is left out: NaN.
+    limits.push(state.probing ? Number.NaN : state.limit)
+  }
+  return { limits, state }
+}
+
+const within = (value: number, target: number, share: number) =>
+  Number.isNaN(value) || (value >= target * (1 - share) && value <= target * (1 + share))
+
+describe('the gradient controller', () => {
+  const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 4 })
+
+  it('converges on the capacity within 10 windows and holds there within ±25 %, once in probeEvery at a quarter', () => {
+    const { limits, state } = run(initialState(options), options, 180, () => 32)
+    for (const limit of limits.slice(10)) expect(within(limit, 32, 0.25)).toBe(true)
+    expect(limits.filter((limit) => Number.isNaN(limit))).toHaveLength(3) // windows 60, 120 and 180
+    expect(state.baselineMs).toBeGreaterThan(9)
+    expect(state.baselineMs).toBeLessThan(11)
+  })
+
+  it('the baseline does not creep up with the limit: the probes keep it at the unloaded latency', () => {
+    const { limits } = run(initialState(options), options, 600, () => 32)
+    for (const limit of limits.slice(500)) expect(within(limit, 32, 0.25)).toBe(true)
+  })
+
+  it('follows the capacity down when it halves, within 5 windows, and back up', () => {
+    const c = (i: number) => (i < 60 ? 32 : i < 120 ? 16 : 32)
+    const { limits } = run(initialState(options), options, 200, c)
+    // Within ±25 % of the new capacity 5 windows after the drop, and stays there.
+    for (const limit of limits.slice(65, 120)) expect(within(limit, 16, 0.25)).toBe(true)
+    for (const limit of limits.slice(170)) expect(within(limit, 32, 0.25)).toBe(true)
+  })
+
+  it('an upstream that got slower for good is learnt again: the limit does not collapse to min', () => {
+    const slower = (i: number) => (i < 60 ? 32 : 32)
+    let state = initialState(options)
+    state = run(state, options, 60, slower, 10).state
+    // S doubles from now on (same capacity): latency at the capacity is 2x the old baseline.
+    const after = run(state, options, 120, slower, 20).limits
+    for (const limit of after.slice(-20)) expect(within(limit, 32, 0.25)).toBe(true)
+  })
+
+  it('backs off on a window with drops, whatever the latency', () => {
+    let state = run(initialState(options), options, 80, () => 32).state
+    const before = state.estimate
+    state = step(state, { count: 100, drops: 3, latencySumMs: 970, maxInFlight: state.limit }, options)
+    expect(state.estimate).toBeCloseTo(before * 0.9)
+    expect(state.last?.reason).toBe('drops')
+  })
+
+  it('does not grow while the fleet uses less than half the limit, and an empty window changes nothing', () => {
+    let state = run(initialState(options), options, 80, () => 32).state
+    const limit = state.limit
+    state = step(state, { count: 50, drops: 0, latencySumMs: 500, maxInFlight: 3 }, options)
+    expect(state.limit).toBe(limit)
+    expect(state.last?.reason).toBe('app-limited')
+    state = step(state, { count: 0, drops: 0, latencySumMs: 0, maxInFlight: 0 }, options)
+    expect(state.limit).toBe(limit)
+    expect(state.last?.reason).toBe('empty')
+  })
+
+  it('never leaves [min, max]', () => {
+    const capped = parseAdaptiveLimitOptions({ min: 3, max: 10, initial: 5 })
+    // An upstream with endless capacity: the limit climbs to max and stays.
+    expect(run(initialState(capped), capped, 50, () => 1e9).limits.slice(-10)).toEqual(Array(10).fill(10))
+    // An upstream that errs on everything: down to min and no lower.
+    let state = initialState(capped)
+    for (let i = 0; i < 50; i++) {
+      state = step(state, { count: 10, drops: 10, latencySumMs: 0, maxInFlight: state.limit }, capped)
+      expect(state.limit).toBeGreaterThanOrEqual(3)
+    }
+    expect(state.limit).toBe(3)
+  })
+})
+
+describe('the AIMD controller', () => {
+  const options = parseAdaptiveLimitOptions({ algorithm: 'aimd', min: 2, max: 50, initial: 10, increase: 2 })
+
+  it('adds on a clean window, multiplies on drops, holds when app-limited', () => {
+    let state = initialState(options)
+    state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 10 }, options)
+    expect(state.limit).toBe(12)
+    state = step(state, { count: 100, drops: 1, latencySumMs: 990, maxInFlight: 12 }, options)
+    expect(state.estimate).toBeCloseTo(10.8)
+    expect(state.limit).toBe(11)
+    state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 2 }, options)
+    expect(state.limit).toBe(11)
+  })
+})
+
+describe('window summaries', () => {
+  it('merge across replicas: counts, sums and in-flight maxima add', () => {
+    expect(
+      mergeSummaries([
+        { count: 3, drops: 1, latencySumMs: 20, maxInFlight: 2 },
+        { count: 5, drops: 0, latencySumMs: 50, maxInFlight: 4 },
+      ]),
+    ).toEqual({ count: 8, drops: 1, latencySumMs: 70, maxInFlight: 6 })
+  })
+})
+
+describe('options', () => {
+  it.each([
+    [{}, 'max'],
+    [{ max: 0 }, 'max'],
+    [{ max: 10, min: 11 }, 'min'],
+    [{ max: 10, min: 5, initial: 4 }, 'initial'],
+    [{ max: 10, initial: 11 }, 'initial'],
+    [{ max: 10, algorithm: 'vegas' }, 'algorithm'],
+    [{ max: 10, tolerance: 0.9 }, 'tolerance'],
+    [{ max: 10, smoothing: 0 }, 'smoothing'],
+    [{ max: 10, backoff: 1 }, 'backoff'],
+    [{ max: 10, windowMs: 0 }, 'windowMs'],
+    [{ max: 10, permits: 5 }, 'permits'],
+  ])('%j is refused, naming %s', (options, name) => {
+    expect(() => parseAdaptiveLimitOptions(options)).toThrow(ConfigError)
+    expect(() => parseAdaptiveLimitOptions(options)).toThrow(name)
+  })
+
+  it('names options under a prefix (the gateway config)', () => {
+    expect(() => parseAdaptiveLimitOptions({ max: 10, windowMS: 5 }, 'routes[0].adaptive.')).toThrow(
+      'routes[0].adaptive.windowMS',
+    )
+  })
+
+  it('defaults: gradient, min 1, initial = min, 1 s windows', () => {
+    expect(parseAdaptiveLimitOptions({ max: 8 })).toMatchObject({
+      algorithm: 'gradient',
+      min: 1,
+      max: 8,
+      initial: 1,
+      windowMs: 1000,
+    })
+  })
+})
