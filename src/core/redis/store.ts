@@ -1,7 +1,8 @@
 // The store on Redis standalone or Cluster: every operation is one call of our Lua (lua/*.lua, each
 // file's header is its contract; an FCALL of a function library loaded once per server, or EVALSHA
-// where the server refuses functions: scripts.ts), sent through the coalescer (coalescer.ts) so that the acquires (and
-// releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on one connection.
+// where the server refuses functions: scripts.ts), sent through the coalescer (coalescer.ts) so that
+// the acquires (and releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on
+// one connection.
 import { debuglog } from 'node:util'
 import { Cluster, Redis, ReplyError } from 'ioredis'
 import { monoNow } from '../clock.js'
@@ -264,8 +265,8 @@ class RedisStore implements Store {
   /**
    * Run a script: FCALL of its function; as EVALSHA when the server refuses functions. A server that
    * lost the libraries gets them again, and the calls it failed run then, in the order they were made
-   * (reload.ts): a failed FCALL did not run, and a call that did run is resent only where each script
-   * counts a resend once.
+   * (reload.ts): a failed FCALL did not run; of the calls that did run ahead of a failed one, only a
+   * release runs once more (RUN_AGAIN).
    */
   private async run(
     script: ScriptName,
