@@ -14,6 +14,7 @@ import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
 import { Coalescer } from './coalescer.js'
 import { Reload } from './reload.js'
+import { Subscriptions } from './subscriptions.js'
 import { type CallSpec, type GiveBack, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
 import {
   functionName,
@@ -99,9 +100,10 @@ class RedisStore implements Store {
     (sends) => this.corked(sends),
   )
   private readonly deadlines: Deadlines
-  private subscriber: Redis | Cluster | undefined
+  /** Wake-ups: one subscriber connection. On Cluster, PUBLISH from a script reaches every node, so
+   * one subscribed connection to any node hears all grants. */
+  private readonly subscriptions: Subscriptions
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
-  private readonly pendingSubscribe = new Map<string, Promise<unknown>>()
   /** Give-backs under way (giveBack()). */
   private givingBack = 0
   /** The server's version check (checkVersion()), and whether it passed. */
@@ -128,6 +130,9 @@ class RedisStore implements Store {
   ) {
     this.scripts = redis as unknown as ScriptClient
     this.deadlines = new Deadlines(commandTimeoutMs)
+    this.subscriptions = new Subscriptions(redis, commandTimeoutMs, (channel, message) =>
+      this.deliver(channel, message),
+    )
     if (owned) {
       // Ours to watch: without a listener, ioredis prints "Unhandled error event" at every reconnect
       // attempt. Failed calls say what happened instead (failure()).
@@ -142,7 +147,7 @@ class RedisStore implements Store {
   }
 
   get notificationsHealthy(): boolean {
-    return this.subscriber?.status === 'ready'
+    return this.subscriptions.healthy
   }
 
   async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
@@ -158,33 +163,18 @@ class RedisStore implements Store {
       const current = this.listeners.get(channel)
       if (!current?.delete(onGrant) || current.size > 0) return
       this.listeners.delete(channel)
-      this.pendingSubscribe.delete(channel)
-      this.subscriber?.unsubscribe(channel).catch((error) => debug('unsubscribe failed: %o', error))
+      this.subscriptions.remove(channel)
     }
-    let pending = this.pendingSubscribe.get(channel)
-    if (!pending) {
-      pending = this.ensureSubscriber().subscribe(channel)
-      this.pendingSubscribe.set(channel, pending)
-    }
-    const subscribed = await within(pending, this.commandTimeoutMs)
-    if (!subscribed.ok) {
-      // Waiting degrades to backoff re-checks while the subscriber is down; it never fails an acquire.
-      this.pendingSubscribe.delete(channel)
-      debug('subscribe %s failed: %o', channel, subscribed.error)
-    }
+    // Until Redis confirms it, waiting degrades to backoff re-checks; it never fails an acquire.
+    await this.subscriptions.add(channel)
     return unsubscribe
   }
 
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
-    const subscriber = this.subscriber
-    this.subscriber = undefined
     this.listeners.clear()
-    await Promise.allSettled([
-      subscriber ? quit(subscriber) : undefined,
-      this.owned ? quit(this.redis) : undefined,
-    ])
+    await Promise.allSettled([this.subscriptions.close(), this.owned ? quit(this.redis) : undefined])
   }
 
   /** Hand a grant message to this process's listeners of a channel. */
@@ -192,17 +182,6 @@ class RedisStore implements Store {
     const set = this.listeners.get(channel)
     if (!set) return
     for (const grant of parseGrants(message)) for (const listener of set) listener(grant)
-  }
-
-  /** One subscriber connection per store, multiplexing every channel. On Cluster, PUBLISH from a
-   * script reaches every node, so one subscribed connection to any node hears all grants. */
-  private ensureSubscriber(): Redis | Cluster {
-    if (this.subscriber) return this.subscriber
-    const subscriber = this.redis.duplicate()
-    subscriber.on('error', (error: Error) => debug('subscriber error: %s', error.message))
-    subscriber.on('message', (channel: string, message: string) => this.deliver(channel, message))
-    this.subscriber = subscriber
-    return subscriber
   }
 
   /** Queue a script call of a name (sent at once or with its turn's batch, see coalescer.ts). */
