@@ -66,7 +66,7 @@ export function respLength(buf: Buffer, at = 0): number {
 }
 
 type Plan =
-  | { kind: 'drop'; match: string; seen: boolean; done: () => void }
+  | { kind: 'drop'; match: string; seen: boolean; pair?: Pair; done: () => void }
   | { kind: 'cut'; replies: number; done: () => void }
 
 interface Pair {
@@ -205,6 +205,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
       applyDelay(pair)
       if (plan?.kind === 'drop' && !plan.seen && text.includes(plan.match)) {
         plan.seen = true
+        plan.pair = pair // only this connection's replies: another's (a Cluster node's, a subscriber's) pass
         // Only replies for commands already sent may pass before the matched one's; simplest and
         // exact for tests that send one command at a time: everything from now on is swallowed.
         if (pair.pending.length > 0) {
@@ -222,7 +223,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
     })
     upstream.on('data', (chunk: Buffer) => {
       if (silence !== 'none') return
-      if (plan?.kind === 'drop' && plan.seen) return onReply(pair, chunk)
+      if (plan?.kind === 'drop' && plan.seen && plan.pair === pair) return onReply(pair, chunk)
       if (plan?.kind === 'cut' && (plan as { pair?: Pair }).pair === pair) return onReply(pair, chunk)
       forward(pair, chunk)
     })
