@@ -16,7 +16,8 @@
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
+-- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
+-- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
 -- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permits.lua: at
 -- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
@@ -64,12 +65,26 @@ local function take(picked, count, alone)
   first_expiry = nil
 end
 
--- Fast path: nobody waits and nobody holds, so any limit (always >= 1) has room and no token can be
--- a resend: no need to read P, H or Q.
+-- Fast paths: nobody waits and nobody holds in H, so any limit (always >= 1) has room for one
+-- permit, and no token can be a resend, unless F keeps a lone holder (lib/permits.lua).
 local state = redis.call('EXISTS', Q, Q, H)
-if state == 0 and n == 1 and weight(tokens[1]) == 1 then
-  take({ 1 }, 0, true)
-  return out
+if state == 0 then
+  local single = n == 1 and weight(tokens[1]) == 1
+  if single and not op then
+    -- A lone holder: F alone, one SET. It fails when F is there: a lone holder (another token's, or
+    -- this one's, resent) or a fence ahead of the clock.
+    local exp = NOW + ttl
+    if redis.call('SET', F, lone_value(now_us_string(), exp, tokens[1]), 'NX', 'PXAT', exp) then
+      out[2] = { 1, NOW_US, exp, 1 }
+      return out
+    end
+  end
+  if expand(redis.call('GET', F)) then
+    state = 1 -- H holds the lone holder now: the general path below
+  elseif single then
+    take({ 1 }, 0, true)
+    return out
+  end
 end
 local queued = state >= 2
 local count = state % 2 == 1 and redis.call('ZCARD', H) or 0

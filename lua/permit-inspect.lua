@@ -3,8 +3,13 @@
 -- ARGV[1] channel
 -- Cost: O(log n).
 -- Returns {holders, queued, permits override (0 = none), now}
+local holders = redis.call('ZCOUNT', H, '(' .. NOW, '+inf')
+if holders == 0 then
+  local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
+  if lone_exp and lone_exp > NOW then holders = 1 end
+end
 return {
-  redis.call('ZCOUNT', H, '(' .. NOW, '+inf'),
+  holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
   tonumber(redis.call('GET', P) or '0'),
   NOW,

@@ -10,7 +10,8 @@
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
+-- Cost: O(1) when the name has a lone holder (3 commands: TIME, GET, DEL; lib/permits.lua). Else
+-- O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
 -- is O(log n) however many the owner holds), plus O(k) for a reentrant owner's k acquisitions
 -- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permits.lua: at most 100 expired holders and
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
@@ -25,6 +26,20 @@
 local op = ARGV[3] ~= '' and ARGV[3] or nil
 local tokens = { unpack(ARGV, 4) }
 local out = { '' }
+
+-- A lone holder in F (lib/permits.lua): nothing else is held or queued, so only it has anything to
+-- give back (a reentrant owner's acquisition never holds this way).
+local lone_fence, lone_exp, lone_tok = parse_lone(redis.call('GET', F))
+if lone_fence then
+  local freed = false
+  for i, tok in ipairs(tokens) do
+    local mine = not op and tok == lone_tok and lone_exp > NOW
+    out[i + 1] = mine and 1 or 0
+    freed = freed or mine
+  end
+  if freed then drop_lone(lone_fence) end
+  return out
+end
 
 if op then
   local tok = tokens[1]

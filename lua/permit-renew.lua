@@ -4,7 +4,7 @@
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
+-- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
 -- and extended once per call, and each of its leases is one O(log n) look-up, however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
@@ -14,14 +14,27 @@ local any, in_a = false, false
 -- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
 -- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
 local live, extended = {}, {}
+-- F, read once if a token is not in H: it may be the name's lone holder (lib/permits.lua).
+local lone = nil
 for i = 3, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   if live[tok] == nil then
     local held = redis.call('ZSCORE', H, tok)
     live[tok] = held and tonumber(held) > NOW and tonumber(held) or false
+    if not held and op == '' then
+      if lone == nil then lone = { parse_lone(redis.call('GET', F)) } end
+      if lone[3] == tok and lone[2] > NOW then live[tok] = 'lone' end
+    end
   end
-  local holds_it = live[tok] and (op == '' or holds_op(tok, op))
-  if holds_it then
+  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op))
+  if live[tok] == 'lone' then
+    -- One SET: the lease is F's value and expiry.
+    if not extended[tok] then
+      extended[tok] = math.max(lone[2], exp)
+      redis.call('SET', F, lone_value(int(lone[1]), extended[tok], tok), 'XX', 'PXAT', extended[tok])
+    end
+    out[#out + 1] = extended[tok]
+  elseif holds_it then
     if not extended[tok] then
       extended[tok] = math.max(live[tok], exp)
       local members = {}

@@ -22,4 +22,8 @@ if redis.call('EXISTS', Q) == 1 then
   count = count + admitted
 end
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
+if count == 0 then
+  local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
+  if lone_exp and lone_exp > NOW then count = 1 end
+end
 return { count, NOW }

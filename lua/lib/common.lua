@@ -8,13 +8,20 @@
 -- and resets the per-call state the helpers share (upvalues of the library: scripts run one at a
 -- time, so one call's state is never seen by another).
 
--- The server clock of this call (G9), in ms and µs.
-local NOW, NOW_US
+-- The server clock of this call (G9), in ms and µs, and TIME's reply (seconds, microseconds).
+local NOW, NOW_US, CLOCK
 
 local function read_clock()
-  local clock = redis.call('TIME')
-  NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  CLOCK = redis.call('TIME')
+  NOW = tonumber(CLOCK[1]) * 1000 + math.floor(tonumber(CLOCK[2]) / 1000)
+  NOW_US = tonumber(CLOCK[1]) * 1000000 + tonumber(CLOCK[2])
+end
+
+-- NOW_US as a string, made from TIME's reply: Lua writes a 16-digit number with 14 significant
+-- digits when it joins it to a string (string.format('%.0f') costs ~0.4 us a call).
+local function now_us_string()
+  local us = CLOCK[2]
+  return CLOCK[1] .. string.rep('0', 6 - #us) .. us
 end
 
 local function int(n)

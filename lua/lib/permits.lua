@@ -19,7 +19,7 @@
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
---                    until the server clock has passed it (see next_fence)
+--                    until the server clock has passed it (see next_fence); or a lone holder (below)
 --   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
 --                    acquisitions of a reentrant owner's hold after its first, so that one more, one
 --                    fewer, or asking whether one holds costs O(log n) however many the owner holds
@@ -31,6 +31,15 @@
 -- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
 -- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
 -- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
+--
+-- A lone holder: a plain (unweighted, not reentrant) acquire of a name nobody holds or waits for
+-- keeps its hold in F alone, as "<fence> <expiresAt> <token>" with PXAT expiresAt: one SET ... NX
+-- takes it, one GET and one DEL give it back (a bare SET NX PX lock, with its fence). The moment
+-- anything else happens on the name (a second acquire, a batch, a weighted or reentrant call),
+-- expand() moves it into H, F keeps the fence alone, and the general paths below run as if it had
+-- been granted there. So while F holds a lone holder, H, Q, W and A hold nothing live: every script
+-- that would read or delete F checks for one first (acquire and release: their fast paths; renew;
+-- settle(); inspect).
 --
 -- Weights (a semaphore's acquire({ weight })): a token `<id>*<w>` counts for w permits. Its hold is w
 -- members of H, the token and `<token>#2` .. `<token>#w`, with one expiry, so that ZCARD H is the
@@ -112,6 +121,42 @@ local function take_fence(lease_end)
   local fence = next_fence(lease_end)
   save_fence()
   return fence
+end
+
+-- A lone holder from F's value: its fence, lease expiry and token; nil for a bare fence or none.
+local function parse_lone(value)
+  if not value then return nil end
+  local a = string.find(value, ' ', 1, true)
+  if not a then return nil end
+  local b = string.find(value, ' ', a + 1, true)
+  return tonumber(string.sub(value, 1, a - 1)), tonumber(string.sub(value, a + 1, b - 1)), string.sub(value, b + 1)
+end
+
+-- F's value for a lone holder (`fence_s`: the fence as a string, see now_us_string()).
+local function lone_value(fence_s, exp, tok)
+  return fence_s .. ' ' .. exp .. ' ' .. tok
+end
+
+-- Move a lone holder (F's value `value`) into H, and keep only its fence in F. Returns whether there
+-- was one. The next fence of this call follows it (fence_last).
+local function expand(value)
+  local fence, exp, tok = parse_lone(value)
+  if not fence then return false end
+  redis.call('ZADD', H, exp, tok)
+  redis.call('PEXPIREAT', H, exp)
+  redis.call('SET', F, fence, 'PXAT', math.max(math.floor(fence / 1000) + 2, exp))
+  fence_last = fence
+  return true
+end
+
+-- Give back the lone holder whose fence is `fence`: F keeps the fence only while the clock has not
+-- passed it (G7 across idle periods), as settle() does.
+local function drop_lone(fence)
+  if fence >= NOW_US then
+    redis.call('SET', F, fence, 'PXAT', math.floor(fence / 1000) + 2)
+  else
+    redis.call('DEL', F)
+  end
 end
 
 -- The fence of live holder `tok` (lease until `lease_end`) for a caller that never saw it: a resent
@@ -377,6 +422,16 @@ local function settle(left, has_m, has_h, has_a)
     if type(got) == 'table' and got.err then
       got = redis.call('GET', F)
       if got then redis.call('DEL', F) end
+    end
+    local lone_fence, lone_exp = parse_lone(got)
+    if lone_fence then
+      -- A lone holder (a re-check or a limit change on a name someone took since): it stays.
+      if lone_exp > NOW then
+        redis.call('SET', F, got, 'PXAT', lone_exp)
+      elseif lone_fence >= NOW_US then
+        redis.call('SET', F, lone_fence, 'PXAT', math.floor(lone_fence / 1000) + 2)
+      end
+      return
     end
     local fence = tonumber(got or '0')
     if fence >= NOW_US then redis.call('SET', F, fence, 'PXAT', math.floor(fence / 1000) + 2) end

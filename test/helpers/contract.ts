@@ -2,6 +2,7 @@
 // memory), each test with its own key prefix, so every primitive is proven on all three (G11).
 import { Cluster, type Redis } from 'ioredis'
 import { afterEach, beforeEach, describe } from 'vitest'
+import type { KeySpace } from '../../src/core/keys.js'
 import { createMemoryStore, createRedisStore, type Store } from '../../src/index.js'
 import { connectCluster, connectStandalone, uniquePrefix } from './redis.js'
 
@@ -87,6 +88,22 @@ export async function keysUnder(client: Redis | Cluster, prefix: string): Promis
     } while (cursor !== '0')
   }
   return found
+}
+
+/** Live holders of a permit set in Redis, wherever it keeps them (lua/lib/permits.lua): members of H,
+ * and a lone holder kept in F ("<fence> <expiresAt> <token>"). */
+export async function permitHolders(client: Redis | Cluster, space: KeySpace): Promise<number> {
+  const [seconds, micros] = await client.time()
+  const now = Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+  const inH = await client.zcount(space.key('h'), `(${now}`, '+inf')
+  const [, expiresAt, token] = (await client.get(space.key('f')))?.split(' ') ?? []
+  return inH + (token !== undefined && Number(expiresAt) > now ? 1 : 0)
+}
+
+/** Take every holder of a permit set away behind its holders' backs (a failover that lost them): H,
+ * and F with a lone holder in it. */
+export async function dropPermitHolders(client: Redis | Cluster, space: KeySpace): Promise<void> {
+  await client.del(space.key('h'), space.key('f'))
 }
 
 /** Keys a fixture's store holds under its prefix (memory: names with state). */

@@ -15,7 +15,14 @@ import {
 } from '../../src/index.js'
 import { contend, memoryChecker, redisChecker } from '../fixtures/contend.js'
 import { type ChildHandle, spawnReadyChild } from '../helpers/child.js'
-import { describeStores, eventually, keysUnder, REDIS_KINDS, sleep } from '../helpers/contract.js'
+import {
+  describeStores,
+  dropPermitHolders,
+  eventually,
+  keysUnder,
+  REDIS_KINDS,
+  sleep,
+} from '../helpers/contract.js'
 import { connectStandalone } from '../helpers/redis.js'
 
 const WORKER = new URL('../fixtures/lock-worker.ts', import.meta.url)
@@ -171,7 +178,7 @@ describeStores('mutex', (fx, kind) => {
       // Simulate the lease running out behind our back (e.g. a Redis failover lost it) and a new owner.
       if (client) {
         const space = keySpace(fx().prefix, 'mutex', 'stolen')
-        await client.del(space.key('h'))
+        await dropPermitHolders(client, space)
       } else {
         await (store.permits as unknown as { sets: Map<string, unknown> }).sets.clear()
       }

@@ -34,9 +34,22 @@ describe('permit-acquire.lua', () => {
       const fence = (row as Granted)[1]
       expect(fence).toBeGreaterThanOrEqual(before.us)
 
-      // A grant made at once is one ZADD: its fence is in the reply (and F), no hash field per holder.
+      // A plain grant of a free name is a lone holder: F alone, one SET with the lease's expiry.
+      expect(await n.parts()).toEqual(['f'])
+      expect(await n.redis.get(n.key.f)).toBe(`${fence} ${now + 10_000} a`)
+      expect(await n.expireAt('f')).toBe(now + 10_000)
+      expect(await n.holders()).toEqual({ a: now + 10_000 })
+    })
+
+    it('a grant made at once beside another holder is one ZADD: its fence is in the reply (and F), no hash field per holder', async () => {
+      const n = new PermitName()
+      const [, x] = await n.acquire('x', { permits: 2 })
+      const [now, row] = await n.acquire('a', { ttl: 10_000, permits: 2 })
+      const fence = (row as Granted)[1]
+      expect(fence).toBeGreaterThan((x as Granted)[1])
+      // The lone holder x moved into H (expand), F keeps the last fence alone.
       expect(await n.parts()).toEqual(['f', 'h'])
-      expect(await n.zset('h')).toEqual({ a: now + 10_000 })
+      expect(await n.zset('h')).toEqual({ x: (x as Granted)[2], a: now + 10_000 })
       expect(await n.redis.get(n.key.f)).toBe(String(fence))
     })
 
@@ -52,7 +65,10 @@ describe('permit-acquire.lua', () => {
       const n = new PermitName()
       const [now] = await n.acquire('a', { ttl: 10_000 })
       const lease = now + 10_000
-      await n.expectExpiresNoEarlierThan('h', lease)
+      await n.expectExpiresNoEarlierThan('f', lease) // a lone holder
+      await n.expectAllExpire()
+      await n.acquire('b', { ttl: 20_000, permits: 2 })
+      await n.expectExpiresNoEarlierThan('h', now + 20_000)
       await n.expectExpiresNoEarlierThan('f', lease)
       await n.expectAllExpire()
     })
@@ -106,11 +122,13 @@ describe('permit-acquire.lua', () => {
     it('try mode never queues: {0, -1, nextExpiry} and no Q, W or waiter spec', async () => {
       const n = new PermitName()
       const [, held] = await n.acquire('a')
+      await n.acquire('x', { mode: 0 }) // refused: the lone holder a is in H from here on
       const before = await n.snapshot()
       const [, row] = await n.acquire('b', { mode: 0 })
       expect(row).toEqual([0, -1, (held as Granted)[2]])
       expect(await n.snapshot()).toEqual(before)
       expect(await n.parts()).toEqual(['f', 'h'])
+      expect(await n.holders()).toEqual({ a: (held as Granted)[2] })
     })
 
     it('a direct grant publishes nothing (only admissions from the queue are announced)', async () => {
@@ -232,17 +250,20 @@ describe('permit-acquire.lua', () => {
     it('G12 G7: a resent acquire holds the same permit and expiry, with a fresh, larger fence kept for it', async () => {
       const n = new PermitName()
       const [, first] = await n.acquire('a', { ttl: 10_000 })
-      const before = withoutFenceKeys(await n.snapshot())
       const [, again] = await n.acquire('a', { ttl: 10_000 })
       expect(again).toEqual([1, expect.any(Number), (first as Granted)[2], 1])
       const fence = (again as Granted)[1]
       expect(fence).toBeGreaterThan((first as Granted)[1])
-      expect(withoutFenceKeys(await n.snapshot())).toEqual(before)
+      // The lone holder is in H now (the resend moved it there), with the same lease.
+      expect(await n.zset('h')).toEqual({ a: (first as Granted)[2] })
+      expect(await n.lone()).toBeUndefined()
+      const before = withoutFenceKeys(await n.snapshot())
       expect(await n.redis.get(n.key.f)).toBe(String(fence))
       expect(await n.hash('m')).toEqual({ 'g:a': String(fence) })
       await n.expectExpiresNoEarlierThan('m', (first as Granted)[2])
       const [, third] = await n.acquire('a', { ttl: 10_000 })
       expect(third).toEqual(again)
+      expect(withoutFenceKeys(await n.snapshot())).toEqual(before)
       await n.expectAllExpire()
     })
 

@@ -128,10 +128,10 @@ describe('permit-release.lua', () => {
 
     it('G7: a last fence still ahead of the clock (a burst) outlives the idle name until the clock passes it', async () => {
       const n = new PermitName()
-      await n.acquire('a')
+      const [, a] = await n.acquire('a') // a lone holder: F is "<fence> <expiresAt> a"
       const { us } = await serverClock()
       const ahead = us + 200_000 // as if a burst had run 200 ms ahead of the clock
-      await n.redis.set(n.key.f, String(ahead), 'KEEPTTL')
+      await n.redis.set(n.key.f, `${ahead} ${(a as Granted)[2]} a`, 'KEEPTTL')
       expect(await n.release('a')).toEqual(['', 1])
       expect(await n.parts()).toEqual(['f'])
       expect(await n.expireAt('f')).toBe(Math.floor(ahead / 1000) + 2)

@@ -14,7 +14,12 @@ describe('permit-renew.lua', () => {
     expect(now).toBeGreaterThanOrEqual(before.ms)
     expect(now).toBeLessThanOrEqual(after.ms)
     expect(exp).toBe(now! + 10_000)
-    expect(await n.zset('h')).toEqual({ a: exp })
+    expect(await n.holders()).toEqual({ a: exp })
+    expect(await n.expireAt('f')).toBe(exp) // a lone holder: F's value and expiry
+    await n.acquire('b', { permits: 2, ttl: 1_000 }) // moves it into H
+    const [now2, expA, expB] = await n.renew(20_000, ['a', ''], ['b', ''])
+    expect([expA, expB]).toEqual([now2! + 20_000, now2! + 20_000])
+    expect(await n.zset('h')).toEqual({ a: expA, b: expB })
   })
 
   it('G2: H and M expire no earlier than the renewed lease; every key still expires', async () => {
@@ -34,7 +39,12 @@ describe('permit-renew.lua', () => {
     const n = new PermitName()
     await n.acquire('a', { ttl: 1_000 })
     const [, exp] = await n.renew(10_000, ['a', ''])
-    await n.expectExpiresNoEarlierThan('h', exp!)
+    await n.expectExpiresNoEarlierThan('f', exp!) // a lone holder
+    await n.expectAllExpire()
+    expect(await n.parts()).toEqual(['f'])
+    await n.acquire('b', { ttl: 1_000, permits: 2 })
+    const [, expA] = await n.renew(20_000, ['a', ''], ['b', ''])
+    await n.expectExpiresNoEarlierThan('h', expA!)
     await n.expectAllExpire()
     expect(await n.parts()).toEqual(['f', 'h'])
   })
@@ -84,7 +94,8 @@ describe('permit-renew.lua', () => {
     const [now2, exp2] = await n.renew(5_000, ['a', ''])
     expect(exp1).toBe(now1! + 5_000)
     expect(exp2).toBe(Math.max(exp1!, now2! + 5_000))
-    expect(await n.zset('h')).toEqual({ a: exp2 })
+    expect(await n.holders()).toEqual({ a: exp2 })
+    expect(await n.redis.zcard(n.key.h)).toBe(0) // one entry: the lone holder in F
   })
 
   it('G4: a reentrant owner’s lease is renewed only through an acquisition still holding', async () => {

@@ -197,6 +197,21 @@ export class PermitName extends NameFixture<PermitPart> {
     super('sem', PERMIT_PARTS, redis, name)
   }
 
+  /** F as a lone holder ("<fence> <expiresAt> <token>", lib/permits.lua), or undefined when F is a
+   * bare fence or missing. */
+  async lone(): Promise<{ fence: number; expiresAt: number; token: string } | undefined> {
+    const value = await this.redis.get(this.key.f)
+    const [fence, expiresAt, token] = value?.split(' ') ?? []
+    if (token === undefined) return undefined
+    return { fence: Number(fence), expiresAt: Number(expiresAt), token }
+  }
+
+  /** Every holder and its lease expiry, wherever the name keeps it: H, or F for a lone holder. */
+  async holders(): Promise<Record<string, number>> {
+    const lone = await this.lone()
+    return { ...(await this.zset('h')), ...(lone ? { [lone.token]: lone.expiresAt } : {}) }
+  }
+
   /** permit-acquire: ARGV ttl, permits, mode, waiter ttl, acquisition id, tokens. */
   async acquire(tokens: string | string[], o: PermitAcquireOptions = {}): Promise<[number, ...AcquireRow[]]> {
     const list = typeof tokens === 'string' ? [tokens] : tokens

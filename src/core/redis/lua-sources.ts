@@ -29,13 +29,20 @@ export const LUA_SOURCES: Readonly<Record<LuaFile, string>> = {
 -- and resets the per-call state the helpers share (upvalues of the library: scripts run one at a
 -- time, so one call's state is never seen by another).
 
--- The server clock of this call (G9), in ms and µs.
-local NOW, NOW_US
+-- The server clock of this call (G9), in ms and µs, and TIME's reply (seconds, microseconds).
+local NOW, NOW_US, CLOCK
 
 local function read_clock()
-  local clock = redis.call('TIME')
-  NOW = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  NOW_US = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+  CLOCK = redis.call('TIME')
+  NOW = tonumber(CLOCK[1]) * 1000 + math.floor(tonumber(CLOCK[2]) / 1000)
+  NOW_US = tonumber(CLOCK[1]) * 1000000 + tonumber(CLOCK[2])
+end
+
+-- NOW_US as a string, made from TIME's reply: Lua writes a 16-digit number with 14 significant
+-- digits when it joins it to a string (string.format('%.0f') costs ~0.4 us a call).
+local function now_us_string()
+  local us = CLOCK[2]
+  return CLOCK[1] .. string.rep('0', 6 - #us) .. us
 end
 
 local function int(n)
@@ -99,7 +106,7 @@ end
 --   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
 --                    permits. The one key that persists while idle: it is configuration, not state.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
---                    until the server clock has passed it (see next_fence)
+--                    until the server clock has passed it (see next_fence); or a lone holder (below)
 --   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
 --                    acquisitions of a reentrant owner's hold after its first, so that one more, one
 --                    fewer, or asking whether one holds costs O(log n) however many the owner holds
@@ -111,6 +118,15 @@ end
 -- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
 -- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
 -- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
+--
+-- A lone holder: a plain (unweighted, not reentrant) acquire of a name nobody holds or waits for
+-- keeps its hold in F alone, as "<fence> <expiresAt> <token>" with PXAT expiresAt: one SET ... NX
+-- takes it, one GET and one DEL give it back (a bare SET NX PX lock, with its fence). The moment
+-- anything else happens on the name (a second acquire, a batch, a weighted or reentrant call),
+-- expand() moves it into H, F keeps the fence alone, and the general paths below run as if it had
+-- been granted there. So while F holds a lone holder, H, Q, W and A hold nothing live: every script
+-- that would read or delete F checks for one first (acquire and release: their fast paths; renew;
+-- settle(); inspect).
 --
 -- Weights (a semaphore's acquire({ weight })): a token \`<id>*<w>\` counts for w permits. Its hold is w
 -- members of H, the token and \`<token>#2\` .. \`<token>#w\`, with one expiry, so that ZCARD H is the
@@ -192,6 +208,42 @@ local function take_fence(lease_end)
   local fence = next_fence(lease_end)
   save_fence()
   return fence
+end
+
+-- A lone holder from F's value: its fence, lease expiry and token; nil for a bare fence or none.
+local function parse_lone(value)
+  if not value then return nil end
+  local a = string.find(value, ' ', 1, true)
+  if not a then return nil end
+  local b = string.find(value, ' ', a + 1, true)
+  return tonumber(string.sub(value, 1, a - 1)), tonumber(string.sub(value, a + 1, b - 1)), string.sub(value, b + 1)
+end
+
+-- F's value for a lone holder (\`fence_s\`: the fence as a string, see now_us_string()).
+local function lone_value(fence_s, exp, tok)
+  return fence_s .. ' ' .. exp .. ' ' .. tok
+end
+
+-- Move a lone holder (F's value \`value\`) into H, and keep only its fence in F. Returns whether there
+-- was one. The next fence of this call follows it (fence_last).
+local function expand(value)
+  local fence, exp, tok = parse_lone(value)
+  if not fence then return false end
+  redis.call('ZADD', H, exp, tok)
+  redis.call('PEXPIREAT', H, exp)
+  redis.call('SET', F, fence, 'PXAT', math.max(math.floor(fence / 1000) + 2, exp))
+  fence_last = fence
+  return true
+end
+
+-- Give back the lone holder whose fence is \`fence\`: F keeps the fence only while the clock has not
+-- passed it (G7 across idle periods), as settle() does.
+local function drop_lone(fence)
+  if fence >= NOW_US then
+    redis.call('SET', F, fence, 'PXAT', math.floor(fence / 1000) + 2)
+  else
+    redis.call('DEL', F)
+  end
 end
 
 -- The fence of live holder \`tok\` (lease until \`lease_end\`) for a caller that never saw it: a resent
@@ -457,6 +509,16 @@ local function settle(left, has_m, has_h, has_a)
     if type(got) == 'table' and got.err then
       got = redis.call('GET', F)
       if got then redis.call('DEL', F) end
+    end
+    local lone_fence, lone_exp = parse_lone(got)
+    if lone_fence then
+      -- A lone holder (a re-check or a limit change on a name someone took since): it stays.
+      if lone_exp > NOW then
+        redis.call('SET', F, got, 'PXAT', lone_exp)
+      elseif lone_fence >= NOW_US then
+        redis.call('SET', F, lone_fence, 'PXAT', math.floor(lone_fence / 1000) + 2)
+      end
+      return
     end
     local fence = tonumber(got or '0')
     if fence >= NOW_US then redis.call('SET', F, fence, 'PXAT', math.floor(fence / 1000) + 2) end
@@ -792,7 +854,8 @@ end
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
+-- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
+-- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
 -- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permits.lua: at
 -- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
@@ -840,12 +903,26 @@ local function take(picked, count, alone)
   first_expiry = nil
 end
 
--- Fast path: nobody waits and nobody holds, so any limit (always >= 1) has room and no token can be
--- a resend: no need to read P, H or Q.
+-- Fast paths: nobody waits and nobody holds in H, so any limit (always >= 1) has room for one
+-- permit, and no token can be a resend, unless F keeps a lone holder (lib/permits.lua).
 local state = redis.call('EXISTS', Q, Q, H)
-if state == 0 and n == 1 and weight(tokens[1]) == 1 then
-  take({ 1 }, 0, true)
-  return out
+if state == 0 then
+  local single = n == 1 and weight(tokens[1]) == 1
+  if single and not op then
+    -- A lone holder: F alone, one SET. It fails when F is there: a lone holder (another token's, or
+    -- this one's, resent) or a fence ahead of the clock.
+    local exp = NOW + ttl
+    if redis.call('SET', F, lone_value(now_us_string(), exp, tokens[1]), 'NX', 'PXAT', exp) then
+      out[2] = { 1, NOW_US, exp, 1 }
+      return out
+    end
+  end
+  if expand(redis.call('GET', F)) then
+    state = 1 -- H holds the lone holder now: the general path below
+  elseif single then
+    take({ 1 }, 0, true)
+    return out
+  end
 end
 local queued = state >= 2
 local count = state % 2 == 1 and redis.call('ZCARD', H) or 0
@@ -973,8 +1050,13 @@ return out
 -- ARGV[1] channel
 -- Cost: O(log n).
 -- Returns {holders, queued, permits override (0 = none), now}
+local holders = redis.call('ZCOUNT', H, '(' .. NOW, '+inf')
+if holders == 0 then
+  local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
+  if lone_exp and lone_exp > NOW then holders = 1 end
+end
 return {
-  redis.call('ZCOUNT', H, '(' .. NOW, '+inf'),
+  holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
   tonumber(redis.call('GET', P) or '0'),
   NOW,
@@ -1046,7 +1128,8 @@ return out
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] permits  ARGV[3] acquisition id of a reentrant owner ('' = none: each
 -- token is its own acquisition)  ARGV[4..] distinct tokens (exactly one with an acquisition id)
--- Cost: O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
+-- Cost: O(1) when the name has a lone holder (3 commands: TIME, GET, DEL; lib/permits.lua). Else
+-- O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
 -- is O(log n) however many the owner holds), plus O(k) for a reentrant owner's k acquisitions
 -- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permits.lua: at most 100 expired holders and
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
@@ -1061,6 +1144,20 @@ return out
 local op = ARGV[3] ~= '' and ARGV[3] or nil
 local tokens = { unpack(ARGV, 4) }
 local out = { '' }
+
+-- A lone holder in F (lib/permits.lua): nothing else is held or queued, so only it has anything to
+-- give back (a reentrant owner's acquisition never holds this way).
+local lone_fence, lone_exp, lone_tok = parse_lone(redis.call('GET', F))
+if lone_fence then
+  local freed = false
+  for i, tok in ipairs(tokens) do
+    local mine = not op and tok == lone_tok and lone_exp > NOW
+    out[i + 1] = mine and 1 or 0
+    freed = freed or mine
+  end
+  if freed then drop_lone(lone_fence) end
+  return out
+end
 
 if op then
   local tok = tokens[1]
@@ -1164,7 +1261,7 @@ return out
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
+-- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
 -- and extended once per call, and each of its leases is one O(log n) look-up, however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
@@ -1174,14 +1271,27 @@ local any, in_a = false, false
 -- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
 -- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
 local live, extended = {}, {}
+-- F, read once if a token is not in H: it may be the name's lone holder (lib/permits.lua).
+local lone = nil
 for i = 3, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   if live[tok] == nil then
     local held = redis.call('ZSCORE', H, tok)
     live[tok] = held and tonumber(held) > NOW and tonumber(held) or false
+    if not held and op == '' then
+      if lone == nil then lone = { parse_lone(redis.call('GET', F)) } end
+      if lone[3] == tok and lone[2] > NOW then live[tok] = 'lone' end
+    end
   end
-  local holds_it = live[tok] and (op == '' or holds_op(tok, op))
-  if holds_it then
+  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op))
+  if live[tok] == 'lone' then
+    -- One SET: the lease is F's value and expiry.
+    if not extended[tok] then
+      extended[tok] = math.max(lone[2], exp)
+      redis.call('SET', F, lone_value(int(lone[1]), extended[tok], tok), 'XX', 'PXAT', extended[tok])
+    end
+    out[#out + 1] = extended[tok]
+  elseif holds_it then
     if not extended[tok] then
       extended[tok] = math.max(live[tok], exp)
       local members = {}
@@ -1230,6 +1340,10 @@ if redis.call('EXISTS', Q) == 1 then
   count = count + admitted
 end
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
+if count == 0 then
+  local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
+  if lone_exp and lone_exp > NOW then count = 1 end
+end
 return { count, NOW }
 `,
   'rwlock-acquire.lua': `-- lua/rwlock-acquire.lua: take the read or write lock now, re-enter it, or join the FIFO queue.

@@ -9,6 +9,7 @@ import { createMemoryStore, createRedisStore, createSemaphore, type Store } from
 import { bucketName, GLOBAL_KEY } from '../../../src/admission/keys.js'
 import { keySpace } from '../../../src/core/keys.js'
 import type { LeaseEvent } from '../../../src/core/events.js'
+import { dropPermitHolders } from '../../helpers/contract.js'
 import { connectStandalone, uniquePrefix } from '../../helpers/redis.js'
 
 export type StoreKind = 'memory' | 'redis'
@@ -94,7 +95,7 @@ export function bucketStats(
  * them): the next renewal finds them gone. */
 export async function stealLeases(ts: TestStore, policy: string): Promise<void> {
   const space = keySpace(ts.raw.prefix, 'sem', bucketName(policy, GLOBAL_KEY))
-  if (ts.client) await ts.client.del(space.key('h'))
+  if (ts.client) await dropPermitHolders(ts.client, space)
   else (ts.raw.permits as unknown as { sets: Map<string, unknown> }).sets.delete(space.base)
 }
 
