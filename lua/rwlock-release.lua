@@ -4,7 +4,7 @@
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n) when nobody waits and no hold has a second acquisition (no queue work, and no
--- purge either when this was the last hold). Else O(log n), plus O(k) for the owner's list of k
+-- purge either when this was the last hold: 8 commands). Else O(log n), plus O(k) for the owner's list of k
 -- acquisitions, plus the queue work of lib/rwlock.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
@@ -15,11 +15,15 @@
 local token, mode, op = ARGV[2], ARGV[3], ARGV[4]
 local key = HOLDS[mode]
 
+-- M's f when give_back() read it (false: M keeps none), else nil.
+local last_fence = nil
+
 -- What releasing `op` does to the token's hold of `mode` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
   if live_score(key, token) then
     local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
-    local fields = redis.call('HMGET', M, field, count)
+    local fields = redis.call('HMGET', M, field, count, 'f')
+    last_fence = fields[3]
     local first = fields[1]
     -- (No bookkeeping: a hold without it is freed as a whole.)
     if first then
@@ -65,8 +69,14 @@ end
 -- and when the lock is free after this release, nothing to purge either (settle() deletes the rest).
 if redis.call('EXISTS', Q, A) == 0 then
   local result = give_back()
-  if redis.call('EXISTS', R, X) > 0 then purge() end
-  settle()
+  if redis.call('EXISTS', R, X) > 0 then
+    purge()
+    settle()
+  elseif last_fence ~= nil then
+    settle_idle(last_fence) -- R, X, Q and A are gone, and M's f was read already
+  else
+    settle()
+  end
   return result
 end
 

@@ -252,22 +252,24 @@ local function next_expiry()
   return at
 end
 
+-- Nothing is held or queued any more (R, X and Q are gone): drop W, M and A. A run of readers takes
+-- fences NOW_US, NOW_US + 1, ... in one call, so the last one (`fence`, M's f as read) may run ahead
+-- of the clock: it is kept until the clock has passed it, so that the clock-based fallback of an
+-- idle lock never hands out a lower one (G7).
+local function settle_idle(fence)
+  redis.call('DEL', W, M, A)
+  fence = tonumber(fence or '0')
+  if fence >= NOW_US then
+    redis.call('HSET', M, 'f', fence)
+    redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
+  end
+end
+
 -- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W
 -- delete themselves when empty), else pull every key's expiry in to the last deadline it still guards.
 local function settle()
   if redis.call('EXISTS', R, X, Q) == 0 then
-    redis.call('DEL', W, A)
-    -- A run of readers takes fences NOW_US, NOW_US + 1, ... in one call, so the last one may run ahead
-    -- of the clock: keep it until the clock has passed it, so that the clock-based fallback of an idle
-    -- lock never hands out a lower one (G7).
-    local fence = tonumber(redis.call('HGET', M, 'f') or '0')
-    if fence >= NOW_US then
-      redis.call('DEL', M)
-      redis.call('HSET', M, 'f', fence)
-      redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
-    else
-      redis.call('DEL', M)
-    end
+    settle_idle(redis.call('HGET', M, 'f'))
     return
   end
   local last = 0

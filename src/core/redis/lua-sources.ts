@@ -796,22 +796,24 @@ local function next_expiry()
   return at
 end
 
+-- Nothing is held or queued any more (R, X and Q are gone): drop W, M and A. A run of readers takes
+-- fences NOW_US, NOW_US + 1, ... in one call, so the last one (\`fence\`, M's f as read) may run ahead
+-- of the clock: it is kept until the clock has passed it, so that the clock-based fallback of an
+-- idle lock never hands out a lower one (G7).
+local function settle_idle(fence)
+  redis.call('DEL', W, M, A)
+  fence = tonumber(fence or '0')
+  if fence >= NOW_US then
+    redis.call('HSET', M, 'f', fence)
+    redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
+  end
+end
+
 -- After a release or dequeue: delete the metadata once nothing is held or queued (R, X, Q and W
 -- delete themselves when empty), else pull every key's expiry in to the last deadline it still guards.
 local function settle()
   if redis.call('EXISTS', R, X, Q) == 0 then
-    redis.call('DEL', W, A)
-    -- A run of readers takes fences NOW_US, NOW_US + 1, ... in one call, so the last one may run ahead
-    -- of the clock: keep it until the clock has passed it, so that the clock-based fallback of an idle
-    -- lock never hands out a lower one (G7).
-    local fence = tonumber(redis.call('HGET', M, 'f') or '0')
-    if fence >= NOW_US then
-      redis.call('DEL', M)
-      redis.call('HSET', M, 'f', fence)
-      redis.call('PEXPIREAT', M, NOW + math.ceil((fence - NOW_US) / 1000) + 1)
-    else
-      redis.call('DEL', M)
-    end
+    settle_idle(redis.call('HGET', M, 'f'))
     return
   end
   local last = 0
@@ -1353,7 +1355,7 @@ return { count, NOW }
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
--- Cost: O(1) when the lock is free and nobody waits (one EXISTS, then the hold). Else O(log n) (a
+-- Cost: O(1) when the lock is free and nobody waits (7 commands: TIME, EXISTS, then the hold). Else O(log n) (a
 -- re-entry too, however many acquisitions the owner holds), plus O(k) for the owner's k
 -- acquisitions waiting together on its token, plus the queue work of lib/rwlock.lua: at most 100
 -- expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the
@@ -1371,11 +1373,19 @@ local enqueue, waiter_ttl, op = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 -- The lock is free and nobody waits (no holder of either mode, no queue: R, X and Q are gone): the
 -- call takes it at once, as the full path below would, without looking for anything to purge, admit,
 -- re-enter or wait with. (Dead waiters' leftovers without a queue, in W or q: fields, block nothing:
--- the next full call or settle() clears them.) One EXISTS, then the hold.
+-- the next full call or settle() clears them.) One EXISTS, then the hold: the holders' key is new,
+-- and one HSET writes the fence and the hold's bookkeeping (a count of 0 is none, and replaces one
+-- an earlier hold of the token may have left).
 if redis.call('EXISTS', R, X, Q) == 0 then
   local exp = NOW + ttl
-  local fence = next_fence()
-  hold(mode, token, exp, fence, op)
+  local fence = math.max(tonumber(redis.call('HGET', M, 'f') or '0') + 1, NOW_US)
+  local key = HOLDS[mode]
+  redis.call('ZADD', key, exp, token)
+  redis.call('PEXPIREAT', key, exp)
+  redis.call('HSET', M, 'f', fence, 'g' .. mode .. ':' .. token, fence, 'a' .. mode .. ':' .. token, op,
+    'c' .. mode .. ':' .. token, 0)
+  -- M is new, or keeps a last fence (or leftovers) with an expiry of its own.
+  if redis.call('PEXPIREAT', M, exp, 'NX') == 0 then redis.call('PEXPIREAT', M, exp, 'GT') end
   return { 1, fence, exp, NOW }
 end
 
@@ -1521,7 +1531,7 @@ return out
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n) when nobody waits and no hold has a second acquisition (no queue work, and no
--- purge either when this was the last hold). Else O(log n), plus O(k) for the owner's list of k
+-- purge either when this was the last hold: 8 commands). Else O(log n), plus O(k) for the owner's list of k
 -- acquisitions, plus the queue work of lib/rwlock.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
@@ -1532,11 +1542,15 @@ return out
 local token, mode, op = ARGV[2], ARGV[3], ARGV[4]
 local key = HOLDS[mode]
 
+-- M's f when give_back() read it (false: M keeps none), else nil.
+local last_fence = nil
+
 -- What releasing \`op\` does to the token's hold of \`mode\` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
   if live_score(key, token) then
     local field, count = 'a' .. mode .. ':' .. token, 'c' .. mode .. ':' .. token
-    local fields = redis.call('HMGET', M, field, count)
+    local fields = redis.call('HMGET', M, field, count, 'f')
+    last_fence = fields[3]
     local first = fields[1]
     -- (No bookkeeping: a hold without it is freed as a whole.)
     if first then
@@ -1582,8 +1596,14 @@ end
 -- and when the lock is free after this release, nothing to purge either (settle() deletes the rest).
 if redis.call('EXISTS', Q, A) == 0 then
   local result = give_back()
-  if redis.call('EXISTS', R, X) > 0 then purge() end
-  settle()
+  if redis.call('EXISTS', R, X) > 0 then
+    purge()
+    settle()
+  elseif last_fence ~= nil then
+    settle_idle(last_fence) -- R, X, Q and A are gone, and M's f was read already
+  else
+    settle()
+  end
   return result
 end
 
