@@ -22,11 +22,17 @@ admit(permits, count)
 local beat = NOW + waiter_ttl
 local out = { NOW, 0 }
 local queued = false
+-- F, read once if a wait is not in H: the name's lone holder (lib/permits.lua) holds a permit granted
+-- at once, with its fence in F's value.
+local lone = nil
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   local held = redis.call('ZSCORE', H, tok)
+  if not held and op == '' and lone == nil then lone = { parse_lone(redis.call('GET', F)) } end
   if held and tonumber(held) > NOW and (op == '' or holds_op(tok, op)) then
     out[#out + 1] = { 1, holder_fence(tok, tonumber(held)), tonumber(held) }
+  elseif not held and op == '' and lone[3] == tok and lone[2] > NOW then
+    out[#out + 1] = { 1, lone[1], lone[2] }
   else
     local rank = redis.call('ZRANK', Q, tok)
     if rank and op ~= '' then

@@ -21,13 +21,15 @@ for i = 3, #ARGV, 2 do
   if live[tok] == nil then
     local held = redis.call('ZSCORE', H, tok)
     live[tok] = held and tonumber(held) > NOW and tonumber(held) or false
-    if not held and op == '' then
+    if not held then
       if lone == nil then lone = { parse_lone(redis.call('GET', F)) } end
       if lone[3] == tok and lone[2] > NOW then live[tok] = 'lone' end
     end
   end
   local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op))
-  if live[tok] == 'lone' then
+  if live[tok] == 'lone' and op ~= '' then
+    out[#out + 1] = 0 -- a lone holder is a plain token: no acquisition id holds through it
+  elseif live[tok] == 'lone' then
     -- One SET: the lease is F's value and expiry.
     if not extended[tok] then
       extended[tok] = math.max(lone[2], exp)

@@ -117,6 +117,23 @@ describe('permit scripts with a lone holder', () => {
     expect(Object.keys(await n.holders())).toEqual(['b'])
   })
 
+  it('G4 G12: through an acquisition id, it holds nothing, whatever order a renewal batch names it in', async () => {
+    const { n } = await loneName('a', 1_000)
+    const [now, viaOp, plain] = await n.renew(10_000, ['a', 'x'], ['a', ''])
+    expect([viaOp, plain]).toEqual([0, now! + 10_000])
+    const [, plain2, viaOp2] = await n.renew(20_000, ['a', ''], ['a', 'x'])
+    expect(plain2).toBeGreaterThan(0)
+    expect(viaOp2).toBe(0)
+  })
+
+  it('G12: a re-check reports it granted, with the fence it was granted with (as a grant kept in H)', async () => {
+    const { n, lease } = await loneName()
+    const [, , row, viaOp] = await n.recheck(1, 2_000, ['a', ''], ['a', 'x'])
+    expect(row).toEqual([1, lease[1], lease[2]])
+    expect(viaOp).toEqual([-1])
+    expect(await n.lone()).toEqual({ fence: lease[1], expiresAt: lease[2], token: 'a' })
+  })
+
   it('G4: a renewal extends it in F, never shortens it, and renews nothing for another token', async () => {
     const { n, lease } = await loneName('a', 1_000)
     const [now, exp, other] = await n.renew(10_000, ['a', ''], ['b', ''])
