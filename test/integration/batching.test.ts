@@ -244,16 +244,58 @@ it("one turn's batches of several names leave the Redis store in one socket writ
       writes++
       return writev.apply(this, args)
     }
-    // The first call of each name goes straight (coalescer.ts: nothing of its name in flight): two
-    // writes now. The other four of each name wait for the end of the turn, where they leave as two
-    // script calls: one write, not two.
+    // The first call of each name goes straight (coalescer.ts: nothing of its name in flight): the
+    // first is written now, the second, made while the first is on the way, is held until the
+    // microtasks are done (holdWrite()). The other four of each name wait for the end of the turn,
+    // where they leave as two script calls: one write, not two.
     const leases = [...range(5).map(() => a.tryAcquire()), ...range(5).map(() => b.tryAcquire())]
+    expect(writes).toBe(1)
+    await Promise.resolve()
     const straight = writes
     expect(straight).toBe(2)
     const got = await Promise.all(leases)
     expect(writes - straight).toBe(1)
     expect(got.every((lease) => lease !== undefined)).toBe(true)
     await Promise.all(got.map((lease) => lease?.release()))
+  } finally {
+    socket._write = write
+    socket._writev = writev
+    await store.close()
+  }
+})
+
+it('calls of many names sent straight while others are on the way leave in a few socket writes, not one each', async () => {
+  const client = connectStandalone()
+  await client.ping()
+  const store = createRedisStore(client, { prefix: `hold-${process.pid}` })
+  type Method = (this: unknown, ...args: unknown[]) => unknown
+  const socket = client.stream as unknown as { _write: Method; _writev: Method }
+  const write = socket._write
+  const writev = socket._writev
+  try {
+    const names = range(20).map((i) => createSemaphore(store, `hold-${i}`, { permits: 1 }))
+    await Promise.all(names.map((sem) => sem.stats())) // scripts loaded, connection warm
+    let writes = 0
+    socket._write = function (this: unknown, ...args: unknown[]) {
+      writes++
+      return write.apply(this, args)
+    }
+    socket._writev = function (this: unknown, ...args: unknown[]) {
+      writes++
+      return writev.apply(this, args)
+    }
+    // 20 names, one call each: every call goes straight (nothing of its name in flight). The first
+    // is written at once; the 19 made while it is on the way are held, and leave in one write per
+    // 16 calls, the rest when the microtasks are done: 3 writes, where each call was one.
+    const leases = names.map((sem) => sem.tryAcquire())
+    const got = await Promise.all(leases)
+    expect(writes).toBe(3)
+    expect(got.every((lease) => lease !== undefined)).toBe(true)
+    await Promise.all(got.map((lease) => lease?.release()))
+    // In the order they were made, whatever was held: each name's release found its own permit.
+    expect((await Promise.all(names.map((sem) => sem.stats()))).map((s) => s.holders)).toEqual(
+      range(20).map(() => 0),
+    )
   } finally {
     socket._write = write
     socket._writev = writev

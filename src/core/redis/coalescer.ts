@@ -40,8 +40,9 @@ export class Coalescer<C extends Call> {
   private scheduled = false
 
   constructor(
-    /** Send these calls (one name, one kind) as one store call; report its end with landed(name). */
-    private readonly send: (calls: readonly C[]) => void,
+    /** Send these calls (one name, one kind) as one store call; report its end with landed(name).
+     * `straight`: a call sent at once by submit(), not in an end of turn's batch. */
+    private readonly send: (calls: readonly C[], straight: boolean) => void,
     /** Runs the end of the turn. */
     private readonly defer: (endOfTurn: () => void) => void = setImmediate,
     /** Wraps the sends of one end of turn (the Redis store corks its socket around them, so a turn's
@@ -52,7 +53,7 @@ export class Coalescer<C extends Call> {
   submit(call: C): void {
     const { name } = call
     if (!this.inFlight.has(name) && !this.queues.has(name)) {
-      this.dispatch([call])
+      this.dispatch([call], true)
       return
     }
     const queue = this.queues.get(name)
@@ -68,15 +69,20 @@ export class Coalescer<C extends Call> {
     else this.inFlight.delete(name)
   }
 
+  /** Names with a call in flight. */
+  busy(): number {
+    return this.inFlight.size
+  }
+
   /** Calls in flight for `name` (tests and diagnostics). */
   pending(name: string): number {
     return this.inFlight.get(name) ?? 0
   }
 
-  private dispatch(calls: readonly C[]): void {
+  private dispatch(calls: readonly C[], straight = false): void {
     const name = (calls[0] as C).name
     this.inFlight.set(name, (this.inFlight.get(name) ?? 0) + 1)
-    this.send(calls)
+    this.send(calls, straight)
   }
 
   private schedule(): void {
