@@ -80,6 +80,24 @@ describe('wake-up subscriptions [standalone]', () => {
     await eventually(() => heard.length === 1, 2000)
   })
 
+  it('G10: a store over a client made with lazyConnect (its subscriber connection is lazy too) wakes waiters by pub/sub', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    const lazy = connectStandalone({ lazyConnect: true })
+    await lazy.connect()
+    const store = createRedisStore(lazy, { prefix })
+    const releaser = createRedisStore(connectStandalone(), { prefix })
+    stores.push(store, releaser)
+    const held = await createSemaphore(releaser, 'lazy', { permits: 1 }).acquire()
+    const waiting = createSemaphore(store, 'lazy', { permits: 1 }).acquire({ timeoutMs: 10_000 })
+    await eventually(() => store.notificationsHealthy, 5000)
+    await sleep(100) // the waiter's re-checks back off from here: only a message can wake it at once
+    const releasedAt = performance.now()
+    await held.release()
+    const lease = await waiting
+    expect(performance.now() - releasedAt).toBeLessThan(500)
+    await lease.release()
+  })
+
   it('G10: waiters of a store whose subscriber connection was slow to get ready are woken by another process`s release at once', async () => {
     const prefix = uniquePrefix().slice(0, -1)
     const { store } = await proxiedStore(prefix)

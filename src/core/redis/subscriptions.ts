@@ -110,6 +110,9 @@ export class Subscriptions {
       if (lost) this.recovering = true
     })
     this.connection = connection
+    // A duplicate keeps its source's options: with lazyConnect it would wait for a first command,
+    // and SUBSCRIBE is only sent once it is ready.
+    if (connection.status === 'wait') connection.connect().catch(() => {})
   }
 
   /** Send one SUBSCRIBE for the channels not confirmed yet, if none is in flight and the connection
