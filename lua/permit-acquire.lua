@@ -86,6 +86,31 @@ if state == 0 then
     return out
   end
 end
+-- Re-entry while nobody waits: a reentrant owner that holds asks again. One more acquisition of its
+-- hold (a member of A, O(log n) however many it holds), or its own acquisition once more (a resend):
+-- nothing to purge or admit for it.
+if state == 1 and op and n == 1 then
+  local tok = tokens[1]
+  local score = tonumber(redis.call('ZSCORE', H, tok) or '0')
+  local fields = score > NOW and redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+  if fields and fields[1] and fields[2] then
+    local fence = fields[2]
+    local exp = score
+    if fields[1] ~= op and redis.call('ZADD', A, 'NX', math.max(score, NOW + ttl), op .. ' ' .. fence .. ' ' .. tok) == 1 then
+      exp = math.max(score, NOW + ttl)
+      redis.call('HINCRBY', M, 'c:' .. tok, 1)
+      if exp > score then
+        redis.call('ZADD', H, exp, tok)
+        redis.call('PEXPIREAT', H, exp, 'GT')
+        redis.call('PEXPIREAT', M, exp, 'GT')
+      end
+      expire_at_least(A, exp)
+    end
+    out[2] = { 1, tonumber(fence), exp, redis.call('ZCOUNT', H, '(' .. NOW, '+inf') }
+    return out
+  end
+end
+
 local queued = state >= 2
 local count = state % 2 == 1 and redis.call('ZCARD', H) or 0
 
