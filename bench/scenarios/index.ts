@@ -1,6 +1,7 @@
 // Every scenario `npm run bench` knows, in run order. Add a scenario file and list its scenarios here.
 import type { Scenario } from '../lib/scenario.js'
 import { gatewayScenarios } from './gateway.js'
+import { holdsScenarios } from './holds.js'
 import { middlewareScenarios } from './middleware.js'
 import { mutexScenarios } from './mutex.js'
 import { primitivesScenarios } from './primitives.js'
@@ -13,6 +14,7 @@ import { weightedScenarios } from './weighted.js'
 export const scenarios: Scenario[] = [
   ...primitivesScenarios,
   ...scriptCostScenarios,
+  ...holdsScenarios,
   ...mutexScenarios,
   ...redlockScenarios,
   ...semaphoreScenarios,
