@@ -5,7 +5,7 @@
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] lease ttl ms
 -- ARGV[5] 0 = try (never queue, never join a wait), 1 = queue when the lock is not free
 -- ARGV[6] waiter heartbeat ttl ms  ARGV[7] acquisition id of this call
--- Cost: O(1) when the lock is free and nobody waits (7 commands: TIME, EXISTS, then the hold). Else O(log n) (a
+-- Cost: O(1) when the lock is free and nobody waits (6 commands: TIME, EXISTS, then the hold). Else O(log n) (a
 -- re-entry too, however many acquisitions the owner holds), plus O(k) for the owner's k
 -- acquisitions waiting together on its token, plus the queue work of lib/rwlock.lua: at most 100
 -- expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the
@@ -26,16 +26,24 @@ local enqueue, waiter_ttl, op = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
 -- the next full call or settle() clears them.) One EXISTS, then the hold: the holders' key is new,
 -- and one HSET writes the fence and the hold's bookkeeping (a count of 0 is none, and replaces one
 -- an earlier hold of the token may have left).
-if redis.call('EXISTS', R, X, Q) == 0 then
+-- EXISTS counts a key once per mention: M once, R, X and Q twice each, so an odd count means M is there.
+local present = redis.call('EXISTS', M, R, R, X, X, Q, Q)
+if present <= 1 then
   local exp = NOW + ttl
-  local fence = math.max(tonumber(redis.call('HGET', M, 'f') or '0') + 1, NOW_US)
   local key = HOLDS[mode]
   redis.call('ZADD', key, exp, token)
   redis.call('PEXPIREAT', key, exp)
+  if present == 0 then
+    -- An idle lock with no last fence kept: its fences are behind the clock.
+    redis.call('HSET', M, 'f', NOW_US, 'g' .. mode .. ':' .. token, NOW_US, 'a' .. mode .. ':' .. token, op)
+    redis.call('PEXPIREAT', M, exp)
+    return { 1, NOW_US, exp, NOW }
+  end
+  local fence = math.max(tonumber(redis.call('HGET', M, 'f') or '0') + 1, NOW_US)
   redis.call('HSET', M, 'f', fence, 'g' .. mode .. ':' .. token, fence, 'a' .. mode .. ':' .. token, op,
     'c' .. mode .. ':' .. token, 0)
-  -- M is new, or keeps a last fence (or leftovers) with an expiry of its own.
-  if redis.call('PEXPIREAT', M, exp, 'NX') == 0 then redis.call('PEXPIREAT', M, exp, 'GT') end
+  -- M keeps a last fence (or leftovers) with an expiry of its own.
+  if redis.call('PEXPIREAT', M, exp, 'GT') == 0 then redis.call('PEXPIREAT', M, exp, 'NX') end
   return { 1, fence, exp, NOW }
 end
 

@@ -4,7 +4,7 @@
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] token  ARGV[3] mode 'r' | 'w'  ARGV[4] acquisition id
 -- Cost: O(log n) when nobody waits and no hold has a second acquisition (no queue work, and no
--- purge either when this was the last hold: 8 commands). Else O(log n), plus O(k) for the owner's list of k
+-- purge either when this was the last hold: 7 commands). Else O(log n), plus O(k) for the owner's list of k
 -- acquisitions, plus the queue work of lib/rwlock.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
@@ -17,6 +17,9 @@ local key = HOLDS[mode]
 
 -- M's f when give_back() read it (false: M keeps none), else nil.
 local last_fence = nil
+-- With `defer`, give_back() leaves the freed hold's fields in M for the caller (`left_fields`): a
+-- release that frees the lock deletes M whole.
+local defer, left_fields = false, nil
 
 -- What releasing `op` does to the token's hold of `mode` or to its wait: 1, 2, 3 or 0 (see above).
 local function give_back()
@@ -45,7 +48,8 @@ local function give_back()
       end
     end
     redis.call('ZREM', key, token)
-    redis.call('HDEL', M, 'g' .. mode .. ':' .. token, field, count)
+    left_fields = { 'g' .. mode .. ':' .. token, field, count }
+    if not defer then redis.call('HDEL', M, unpack(left_fields)) end
     return 1
   end
   local m, ttl, ops, raw = waiting_spec(token)
@@ -68,12 +72,14 @@ end
 -- Nobody waits and no hold has a second acquisition (Q and A are gone): nothing to admit or sweep,
 -- and when the lock is free after this release, nothing to purge either (settle() deletes the rest).
 if redis.call('EXISTS', Q, A) == 0 then
+  defer = true
   local result = give_back()
   if redis.call('EXISTS', R, X) > 0 then
+    if left_fields then redis.call('HDEL', M, unpack(left_fields)) end
     purge()
     settle()
   elseif last_fence ~= nil then
-    settle_idle(last_fence) -- R, X, Q and A are gone, and M's f was read already
+    settle_idle(last_fence) -- R, X, Q and A are gone, and M's f was read already: M goes whole
   else
     settle()
   end

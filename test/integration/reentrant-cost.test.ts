@@ -131,12 +131,12 @@ async function commandsInside(): Promise<number> {
 describe('the free path', () => {
   // An uncontended acquire + release does only what it must (the bench script-costs lists them):
   // before the fast paths, a read or write lock ran 35 commands a pair, purging and admitting on an
-  // idle lock, and 22 before their free paths wrote one HSET and one expiry; a mutex pair ran 10
+  // idle lock, and 22 before their free paths wrote one HSET and one expiry (13 now); a mutex pair ran 10
   // before its lone holder (TIME, EXISTS, SET; TIME, GET, DEL).
   it.each([
     ['mutex', 6],
-    ['read lock', 15],
-    ['write lock', 15],
+    ['read lock', 13],
+    ['write lock', 13],
   ] as const)('%s: acquire + release run at most %d commands inside Redis', async (label, most) => {
     const prefix = `free-${label.replace(' ', '-')}`
     const store = createRedisStore(connect(), { prefix })

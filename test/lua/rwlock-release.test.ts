@@ -182,6 +182,17 @@ describe('rwlock-release.lua', () => {
     })
   })
 
+  it('G2 G3: a count an earlier hold of the token left in M (its lease ran out unpurged) does not keep the next hold after its last release', async () => {
+    const n = new RwName()
+    // As if a hold of r1 with more acquisitions had run out while M lived on (a dead waiter's
+    // heartbeat kept it): R is gone, the count is still there.
+    await n.redis.hset(n.key.m, 'cr:r1', '5', 'f', '1')
+    await n.redis.pexpire(n.key.m, 60_000)
+    expect((await n.acquire('r1', 'r', 'a'))[0]).toBe(1)
+    expect(await n.release('r1', 'r', 'a')).toBe(1) // freed, not "2: others still hold"
+    expect(await n.parts()).toEqual([])
+  })
+
   describe('G7 fencing across idle periods', () => {
     it('G7: a last fence still ahead of the clock (a run of readers) outlives the idle lock until the clock passes it', async () => {
       const n = new RwName()
