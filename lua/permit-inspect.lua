@@ -2,15 +2,17 @@
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel
 -- Cost: O(log n).
--- Returns {holders, queued, permits override (0 = none), now}
+-- Returns {holders, queued, permits override (0 = none), now, adaptive limit (0 = none)}
 local holders = redis.call('ZCOUNT', H, '(' .. NOW, '+inf')
 if holders == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then holders = 1 end
 end
+local stored = redis.call('GET', P) or '0'
 return {
   holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
-  tonumber(redis.call('GET', P) or '0'),
+  tonumber(stored) or 0,
   NOW,
+  tonumber(stored) and 0 or tonumber(string.match(stored, '^%d+') or '0'),
 }

@@ -2,15 +2,25 @@
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
 -- ARGV[3] the caller's own permits: the limit in force once the override is dropped
+-- ARGV[4] 'a' for the fleet's adaptive limit (ARGV[5]: its expiry, ms): written only while no override
+--         is set, and dropped by an override; '' (or absent) for an override
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
 -- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
--- Returns {live holders, now}
+-- Returns {live holders, now, 1 when the limit was written | 0 when an override kept it}
 local permits = tonumber(ARGV[2])
-if permits > 0 then
+local written = 1
+if ARGV[4] == 'a' then
+  local current = redis.call('GET', P)
+  if current and tonumber(current) then
+    written = 0 -- an override is set: it wins while it is there
+  else
+    redis.call('SET', P, permits .. 'a', 'PX', tonumber(ARGV[5]))
+  end
+elseif permits > 0 then
   redis.call('SET', P, permits)
 else
   redis.call('DEL', P)
@@ -26,4 +36,4 @@ if count == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then count = 1 end
 end
-return { count, NOW }
+return { count, NOW, written }

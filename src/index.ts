@@ -39,4 +39,6 @@ export {
   type SemaphoreOptions,
   type SemaphoreAcquireOptions,
   type SemaphoreStats,
+  type SemaphoreAdaptive,
 } from './primitives/semaphore.js'
+export type { AdaptiveOptions, AdaptiveStatus, DropRule } from './primitives/adaptive/limit.js'

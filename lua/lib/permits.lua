@@ -16,8 +16,11 @@
 --                    of A (see holds_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
 --                    the acquisitions waiting on it (handed over together when it is admitted)
---   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
---                    permits. The one key that persists while idle: it is configuration, not state.
+--   KEYS[5] P  STRING permits set at run time for the name; overrides the caller's permits. "<n>": an
+--                    override (setPermits, the admin API), the one key that persists while idle: it is
+--                    configuration, not state. "<n>a": the fleet's adaptive limit (lib/adaptive.lua),
+--                    with an expiry its controller renews every window; an override is never replaced
+--                    by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
 --   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
@@ -77,10 +80,10 @@ local function add_members(list, tok)
   for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
 end
 
--- The permits in force: the run-time override when one is set, else the caller's.
+-- The permits in force: the run-time override or adaptive limit when one is set, else the caller's.
 local function limit(requested)
   local stored = redis.call('GET', P)
-  return stored and tonumber(stored) or tonumber(requested)
+  return stored and (tonumber(stored) or tonumber(string.match(stored, '^%d+'))) or tonumber(requested)
 end
 
 -- Fencing tokens (G7): one more than the last, and never below the server's microsecond clock, so a

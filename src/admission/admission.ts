@@ -13,6 +13,7 @@ import { attachMetrics } from './metrics.js'
 import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { KeptPermits } from './keep-alive.js'
+import type { AdaptiveLimit, Outcome } from '../primitives/adaptive/limit.js'
 
 /** Counters for metrics (the gateway exports them). */
 export interface AdmissionCounters {
@@ -75,6 +76,8 @@ export class Admission<Req> {
   /** Seconds each admitted request waited for its permit (the `metrics` option's
    * tollgate_policy_wait_seconds); undefined without metrics. */
   readonly waits: HistogramSeries | undefined
+  /** The bucket's adaptive limit (adaptive.ts), if it has one: it sees every admitted request. */
+  adaptive: AdaptiveLimit | undefined = undefined
 
   constructor(
     readonly config: ResolvedConfig<Req>,
@@ -160,7 +163,9 @@ export class Admission<Req> {
     const permits = bucket.gate.permits
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
     const left = permits === undefined ? 0 : permits - (lease.holders ?? permits)
-    return { outcome: 'admitted', info: this.info(bucket, lease, started), left: Math.max(0, left) }
+    const info = this.info(bucket, lease, started)
+    if (this.adaptive) info.admittedAt = this.adaptive.admitted()
+    return { outcome: 'admitted', info, left: Math.max(0, left) }
   }
 
   /** (Methods, not closures per call: admit() runs once per request on the gateway's hot path.) */
@@ -219,12 +224,15 @@ export class Admission<Req> {
     else this.waiting.delete(key)
   }
 
-  /** Call once per admitted request when its response is done (finish or abort). Never throws; the
-   * promise (never rejected) settles when the store has the permit back. */
-  release(info: TollgateInfo): Promise<void> | undefined {
+  /** Call once per admitted request when its response is done (finish or abort), with how it ended
+   * (`outcome`: its status, or a timeout; undefined when it did not end with a response, e.g. the
+   * client left): an adaptive limit learns from it. Never throws; the promise (never rejected)
+   * settles when the store has the permit back. */
+  release(info: TollgateInfo, outcome?: Outcome): Promise<void> | undefined {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
+    if (info.admittedAt !== undefined) this.adaptive?.finished(info.admittedAt, outcome)
     if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
     return this.giveBack(lease)
   }
@@ -232,6 +240,7 @@ export class Admission<Req> {
   /** Give every kept lease back and keep none from now on (permit keep-alive); call at shutdown, or
    * when a reload replaces this admission. Requests in flight still release as usual. */
   close(): Promise<void> {
+    this.adaptive?.close()
     return this.kept?.close() ?? Promise.resolve()
   }
 

@@ -3,7 +3,16 @@
 import { ConfigError } from '../core/errors.js'
 import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core/options.js'
 import { bucketReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
-import { acquireNow, bucketSemaphore, type Semaphore } from '../primitives/semaphore.js'
+import {
+  acquireNow,
+  bucketSemaphore,
+  type Semaphore,
+  setOwnPermits,
+  spaceOf,
+} from '../primitives/semaphore.js'
+import type { KeySpace } from '../core/keys.js'
+import { createMemoryStore } from '../core/memory/store.js'
+import { AdaptiveLimit, parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
 import { MAX_WEIGHT } from '../core/weight.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
@@ -60,8 +69,30 @@ export function semaphoreAdmission<Req>(
     throw new ConfigError('options', 'a number of permits or an options object', input)
   }
   isPlainObjectOrUndefined('options', options)
-  rejectUnknownOptions(options, ['permits', 'key', 'permitsFor', 'weight'])
-  const permits = positiveInt('permits', options.permits, 1_000_000)
+  rejectUnknownOptions(options, ['permits', 'key', 'permitsFor', 'weight', 'adaptive'])
+  const adaptive = options.adaptive === undefined ? undefined : parseAdaptiveOptions(options.adaptive)
+  if (adaptive) {
+    // One limit, learnt from the requests it admits: one bucket, every request counting 1.
+    for (const [option, what] of [
+      [
+        'permits',
+        'an adaptive limit starts at `adaptive.initial` and stays within `adaptive.min` and `adaptive.max`',
+      ],
+      ['key', 'an adaptive limit is one bucket: use a semaphore per key instead'],
+      ['permitsFor', 'an adaptive limit is one bucket'],
+      ['weight', 'an adaptive limit counts requests'],
+    ] as const) {
+      if (options[option] !== undefined)
+        throw new ConfigError(option, `no ${option} beside adaptive (${what})`, options[option])
+    }
+    if (keepAliveMs > 0)
+      throw new ConfigError(
+        'keepAliveMs',
+        'no permit keep-alive beside an adaptive limit (it measures each request)',
+        keepAliveMs,
+      )
+  }
+  const permits = adaptive ? adaptive.initial : positiveInt('permits', options.permits, 1_000_000)
   const keyFn = options.key
   if (keyFn !== undefined && typeof keyFn !== 'function') throw new ConfigError('key', 'a function', keyFn)
   const permitsFor = options.permitsFor
@@ -74,6 +105,9 @@ export function semaphoreAdmission<Req>(
   const config = resolveCommon(options, 'semaphore')
   // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
   parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
+  // A local adaptive limit is this process's own: its bucket lives in a store of its own.
+  const store =
+    adaptive?.scope === 'local' ? createMemoryStore({ prefix: config.store.prefix }) : config.store
   const gates = new GateCache<Semaphore>((key) => {
     let n = permits
     if (permitsFor) {
@@ -86,7 +120,7 @@ export function semaphoreAdmission<Req>(
       if (override !== undefined) n = positiveInt('permitsFor() result', override, 1_000_000)
     }
     // The policy name and the bucket share one primitive name; keySpace() encodes what is hostile.
-    return bucketSemaphore(config.store, bucketName(config.name, key), {
+    return bucketSemaphore(store, bucketName(config.name, key), {
       permits: n,
       ttlMs: config.ttlMs,
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
@@ -134,6 +168,19 @@ export function semaphoreAdmission<Req>(
     keepAliveMs,
   )
   admission.semaphoreOf = (key) => gates.get(key)
+  if (adaptive) {
+    const gate = gates.get(GLOBAL_KEY)
+    admission.adaptive = new AdaptiveLimit(
+      adaptive,
+      {
+        store,
+        space: spaceOf(gate) as KeySpace,
+        setOwn: (limit) => setOwnPermits(gate, limit),
+      },
+      config.logger,
+      config.name,
+    )
+  }
   return admission
 }
 

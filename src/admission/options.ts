@@ -4,12 +4,15 @@ import { ConfigError } from '../core/errors.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { defined, nonEmptyString, positiveInt, rejectUnknown, storeOption } from '../core/options.js'
 import type { Store } from '../core/protocol/store.js'
+import type { AdaptiveOptions } from '../primitives/adaptive/limit.js'
 import type { Lease } from '../core/client/lease.js'
 
 /** Where log lines go; `console` fits, so do pino and winston. Default: silent. */
 export interface Logger {
   warn(message: string, meta?: Record<string, unknown>): void
   error(message: string, meta?: Record<string, unknown>): void
+  /** Used where given (an adaptive limit's changes); warn() otherwise. */
+  info?(message: string, meta?: Record<string, unknown>): void
 }
 
 /** What a handler sees as `req.tollgate` (Express) or `ctx.state.tollgate` (Koa). */
@@ -30,6 +33,9 @@ export interface TollgateInfo {
   waitedMs: number
   /** The permits the request counts for (the `weight` option; 1 by default). */
   weight: number
+  /** Under an adaptive limit: when the request was admitted (performance.now()), what its latency
+   * is measured from. */
+  admittedAt?: number | undefined
 }
 
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait
@@ -121,8 +127,12 @@ export interface CommonOptions<Req> {
 }
 
 export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
-  /** Permits per bucket (the in-flight cap). */
-  permits: number
+  /** Permits per bucket (the in-flight cap). Required unless `adaptive` is given. */
+  permits?: number
+  /** An adaptive limit instead of `permits` (README "Adaptive limits"): the limit follows the
+   * latency and drops of the requests it admits, within `min` and `max`, one limit for every process
+   * sharing the store. One bucket (no `key`, `permitsFor` or `weight` beside it). */
+  adaptive?: AdaptiveOptions
   /** Chooses the bucket of a request. Default: one global bucket. A missing or empty key goes to the
    * bucket '-' (shared by all requests without one). */
   key?: (req: Req) => string | undefined | null

@@ -5,6 +5,7 @@ import type { AbortSignalLike } from '../core/abort.js'
 import { randomFillSync } from 'node:crypto'
 import { whenLost } from '../core/client/lease.js'
 import type { Admission, AdmitResult, Bucket, Rejection, TollgateInfo } from '../admission/admission.js'
+import type { Outcome } from '../primitives/adaptive/limit.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'
 import { countHeader, upstreamRequestHeaders } from './http/headers.js'
@@ -295,17 +296,30 @@ function admitted(ctx: GatewayContext, exchange: Exchange, taken: Taken): ChainR
   return { outcome: 'admitted', headers: taken.headers, fencingToken: taken.fencingToken }
 }
 
-/** Give every held lease back (once) and remember the pending releases so shutdown can await them. */
-export function release(ctx: GatewayContext, exchange: Exchange): void {
+/** Give every held lease back (once) and remember the pending releases so shutdown can await them.
+ * `res`: the response, once it closed (how the request ended, for an adaptive limit). */
+export function release(ctx: GatewayContext, exchange: Exchange, res?: ClientResponse): void {
   if (exchange.inFlight) {
     exchange.inFlight = false
     ctx.metrics.route(exchange.route!.config.name).inFlight--
   }
+  if (exchange.held.length === 0) return
+  const outcome = res && outcomeOf(exchange, res)
   for (const { admission, info } of exchange.held.splice(0)) {
     // Counts, and logs a failed release (the lease then expires by itself).
-    const pending = admission.release(info)
+    const pending = admission.release(info, outcome)
     if (pending) ctx.releases.track(pending)
   }
+}
+
+/** How a forwarded request ended, as an adaptive limit counts it: the upstream timed out; it failed
+ * otherwise (counted as the 502 the client got); or its status, once the whole response was sent.
+ * Undefined (not counted): never forwarded, or the client left before the end. */
+function outcomeOf(exchange: Exchange, res: ClientResponse): Outcome | undefined {
+  const error = exchange.upstreamError
+  if (error) return error.kind === 'timeout' ? { timedOut: true } : { status: 502 }
+  if (exchange.upstreamStatus === undefined || !res.writableFinished) return undefined
+  return { status: exchange.upstreamStatus }
 }
 
 /** The request to send upstream: canonical path (minus a stripped prefix) under the upstream's base path. */

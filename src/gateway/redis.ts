@@ -219,6 +219,7 @@ export function timedStore(store: Store, histogram: PlainHistogram): Store {
   }
   const permits = family('permits', store.permits)
   const rwlock = family('rwlock', store.rwlock)
+  const adaptive = store.adaptive && family('adaptive', store.adaptive)
   const timed: Store & { readonly closed?: boolean } = {
     kind: store.kind,
     prefix: store.prefix,
@@ -231,6 +232,7 @@ export function timedStore(store: Store, histogram: PlainHistogram): Store {
     },
     permits,
     rwlock,
+    ...(adaptive ? { adaptive } : {}),
     subscribe: (space, onGrant) => store.subscribe(space, onGrant),
     close: () => store.close(),
   }

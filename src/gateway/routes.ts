@@ -90,7 +90,7 @@ function semaphoreFor(
     {
       store,
       name,
-      permits: concurrency.permits,
+      ...(concurrency.adaptive ? { adaptive: concurrency.adaptive } : { permits: concurrency.permits }),
       key,
       // Own keys only: a tenant id like 'constructor' must not find Object.prototype members.
       permitsFor: hasOverrides

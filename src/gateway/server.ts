@@ -109,6 +109,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   const coreLogger: Logger = {
     warn: (message, meta) => logger.warn(withErr(meta), message),
     error: (message, meta) => logger.error(withErr(meta), message),
+    info: (message, meta) => logger.info(withErr(meta), message),
   }
   // Read at scrape time, through `ctx` (routes change on reload) and the store's health.
   const liveRoute = (name: string) => ctx.routes.find((route) => route.config.name === name)
@@ -122,6 +123,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       // Known down, or no PONG within a short bound: also without traffic to notice an outage.
       storeUp: async () => !redis || (!health.down && (await within(redis.ping(), LIMIT_READ_TIMEOUT_MS)).ok),
       limits: effectiveLimits,
+      adaptiveOf: (name) => liveRoute(name)?.concurrency?.adaptive?.status(),
     },
   )
   const opened = openStore(config, logger)
@@ -191,7 +193,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
         const cap = live.concurrency
         if (!concurrency || !cap?.semaphoreOf) return []
         const route = live.config.name
-        const configured = concurrency.permits
+        // An adaptive limit: the one this replica knows (the store's, learnt each window).
+        const configured = cap.adaptive?.status().limit ?? concurrency.permits
         if (health.down || (concurrency.per !== 'global' && concurrency.per !== 'route'))
           return [Promise.resolve({ route, permits: configured })]
         return [

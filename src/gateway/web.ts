@@ -47,7 +47,7 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
     forgetClose?.()
     exchange.forward?.clientClosed()
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
-    release(ctx, exchange)
+    release(ctx, exchange, res)
     finished(ctx, req, res, exchange)
     ctx.active--
     ctx.onSettled()

@@ -40,6 +40,8 @@ export interface WatchedResponse {
   readonly closed?: boolean
   /** True once the whole response was handed to the transport. */
   readonly writableFinished: boolean
+  /** The response's status (an adaptive limit counts some as drops). */
+  readonly statusCode?: number
   /** Abort the response (a lost lease with `onLost: 'abort'`); must lead to 'close'. */
   destroy(): unknown
 }
@@ -83,7 +85,9 @@ export async function admitWatched<Req>(
   let held: TollgateInfo | undefined
   res.once('close', () => {
     gone.abort(RESPONSE_CLOSED)
-    if (held) void admission.release(held)
+    // How it ended, for an adaptive limit: its status once the response was sent, else nothing (the
+    // client left, or the handler failed before answering).
+    if (held) void admission.release(held, res.writableFinished ? { status: res.statusCode } : undefined)
     held = undefined
   })
   const bucket = admission.bucketOf(req)

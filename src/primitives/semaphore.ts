@@ -1,8 +1,18 @@
+import { debuglog } from 'node:util'
 import { ConfigError } from '../core/errors.js'
-import type { Lease } from '../core/client/lease.js'
+import { type Lease, whenLost } from '../core/client/lease.js'
+import { createMemoryStore } from '../core/memory/store.js'
+import {
+  AdaptiveLimit,
+  type AdaptiveOptions,
+  type AdaptiveStatus,
+  type Outcome,
+  parseAdaptiveOptions,
+} from './adaptive/limit.js'
 import { positiveInt } from '../core/options.js'
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
+import type { KeySpace } from '../core/keys.js'
 import type { Store } from '../core/protocol/store.js'
 import { runHolding } from './mutex.js'
 import { MAX_WEIGHT } from '../core/weight.js'
@@ -15,12 +25,30 @@ import {
   rejectUnknown,
 } from '../core/options.js'
 
+const debug = debuglog('tollgate:adaptive')
+
 /** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
 const MAX_PERMITS = 1_000_000
 
 export interface SemaphoreOptions extends LockOptions {
-  /** How many leases may be held at once across every process (G1). */
-  permits: number
+  /** How many leases may be held at once across every process (G1). Required unless `adaptive` is
+   * given. */
+  permits?: number
+  /** An adaptive limit instead of `permits` (README "Adaptive limits"): the permits follow the hold
+   * times and drops of the leases, within `min` and `max`, one limit for every process sharing the
+   * store (`scope: 'local'`: this process's own). */
+  adaptive?: AdaptiveOptions
+}
+
+/** The adaptive limit of a semaphore made with `adaptive`. Every lease is a sample: from its acquire
+ * to its release, unless marked as a drop; a lease lost or never released counts for nothing. */
+export interface SemaphoreAdaptive {
+  /** The limit, its estimate, the baseline and latest latency, the gradient, the leadership. */
+  status(): AdaptiveStatus
+  /** Count this lease as a drop (what it guarded was refused or timed out) when it is released. */
+  dropped(lease: Lease): void
+  /** Stop reporting and stepping (the fleet's other processes go on). */
+  close(): void
 }
 
 /** A semaphore's acquire options: AcquireOptions and the permits the lease counts for. */
@@ -41,6 +69,8 @@ export interface SemaphoreStats {
   limit: number
   /** The run-time permits set with setPermits() (for every process), if any. */
   override: number | undefined
+  /** The fleet's adaptive limit in the store, if any (an override wins over it). */
+  adaptive?: number | undefined
 }
 
 export interface Semaphore {
@@ -64,6 +94,8 @@ export interface Semaphore {
   /** Live holders and queue length of this name (one store call, no scan), the limit in force (the
    * run-time override if one is set, else this instance's `permits`), and the override. */
   stats(): Promise<SemaphoreStats>
+  /** With the `adaptive` option: its limit; undefined otherwise. */
+  readonly adaptive?: SemaphoreAdaptive | undefined
 }
 
 /**
@@ -73,9 +105,76 @@ export interface Semaphore {
  * is one; a release hands its permit straight to the next waiter and notifies it (G10).
  */
 export function createSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
+  if (typeof options === 'object' && options !== null && options.adaptive !== undefined) {
+    return adaptiveSemaphore(store, name, options)
+  }
   const semaphore = bucketSemaphore(store, name, options)
   // Claimed for as long as the client lives: every call of the semaphore keeps it alive.
   claimName(store, name, 'semaphore', clients.get(semaphore) as PermitClient)
+  return semaphore
+}
+
+/** createSemaphore() with an adaptive limit: the semaphore, its leases sampled (adaptive/limit.ts). */
+function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
+  const { adaptive, permits, ...lockOptions } = options
+  const resolved = parseAdaptiveOptions(adaptive)
+  if (permits !== undefined) {
+    throw new ConfigError(
+      'permits',
+      'no permits beside adaptive (an adaptive limit starts at `adaptive.initial`)',
+      permits,
+    )
+  }
+  // A local limit is this process's own: its permit set lives in a store of its own.
+  const home = resolved.scope === 'local' ? createMemoryStore({ prefix: store.prefix }) : store
+  const inner = bucketSemaphore(home, name, { ...lockOptions, permits: resolved.initial })
+  const client = clients.get(inner) as PermitClient
+  claimName(store, name, 'semaphore', client)
+  const limit = new AdaptiveLimit(
+    resolved,
+    { store: home, space: client.space, setOwn: (n) => client.setPermits(n) },
+    // The library prints nothing: NODE_DEBUG=tollgate:adaptive traces changes and store trouble, and
+    // status() tells them.
+    { warn: (message, meta) => debug('%s %o', message, meta) },
+    name,
+  )
+  const drops = new WeakSet<Lease>()
+  /** A lease of this semaphore, sampled from now until it is released. */
+  const sampled = (lease: Lease): Lease => {
+    const admittedAt = limit.admitted()
+    let open = true
+    const finish = (outcome: Outcome | undefined) => {
+      if (!open) return
+      open = false
+      limit.finished(admittedAt, outcome)
+    }
+    const release = lease.release
+    lease.release = function (this: Lease) {
+      finish({ dropped: drops.has(lease) })
+      return release.call(this)
+    }
+    whenLost(lease, () => finish(undefined))
+    return lease
+  }
+  const semaphore: Semaphore = {
+    ...inner,
+    name,
+    get permits() {
+      return client.permits()
+    },
+    acquire: async (opts) => sampled(await inner.acquire(opts)),
+    tryAcquire: async (opts) => {
+      const lease = await inner.tryAcquire(opts)
+      return lease && sampled(lease)
+    },
+    withLease: async (fn, opts) => runHolding(sampled(await inner.acquire(opts)), fn),
+    adaptive: {
+      status: () => limit.status(),
+      dropped: (lease) => drops.add(lease),
+      close: () => limit.close(),
+    },
+  }
+  clients.set(semaphore, client)
   return semaphore
 }
 
@@ -88,8 +187,8 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
   if (typeof options !== 'object' || options === null) {
     throw new ConfigError('permits', 'an options object with "permits"', options)
   }
-  const { permits, ...lockOptions } = options
-  positiveInt('permits', permits, MAX_PERMITS)
+  const { permits: given, ...lockOptions } = options
+  const permits = positiveInt('permits', given, MAX_PERMITS)
   const client = new PermitClient(parseLockOptions('sem', store, name, lockOptions), permits)
   const semaphore: Semaphore = {
     name,
@@ -106,10 +205,18 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
       // every other instance, so dropping the override (from anywhere) brings all of them back alike.
       await store.permits.setLimit(client.space, next, client.permits())
     },
-    resetPermits: () => store.permits.setLimit(client.space, undefined, client.permits()),
+    resetPermits: async () => {
+      await store.permits.setLimit(client.space, undefined, client.permits())
+    },
     stats: async () => {
-      const { holders, queued, limit } = await store.permits.inspect(client.space)
-      return { holders, queued, limit: limit ?? permits, override: limit }
+      const { holders, queued, limit, adaptive } = await store.permits.inspect(client.space)
+      return {
+        holders,
+        queued,
+        limit: limit ?? adaptive ?? client.permits(),
+        override: limit,
+        ...(adaptive === undefined ? {} : { adaptive }),
+      }
     },
   }
   clients.set(semaphore, client)
@@ -143,4 +250,18 @@ const clients = new WeakMap<Semaphore, PermitClient>()
  */
 export function acquireNow(semaphore: Semaphore, weight = 1): Lease | undefined {
   return clients.get(semaphore)?.acquireNow(undefined, weight)
+}
+
+/**
+ * Set the permits a semaphore asks for from now on (its `permits`; a run-time limit in the store still
+ * wins). For the admission engine's adaptive limits; not part of the public API.
+ */
+export function setOwnPermits(semaphore: Semaphore, permits: number): void {
+  clients.get(semaphore)?.setPermits(permits)
+}
+
+/** The key space of a semaphore (where its adaptive limit keeps its state); not part of the public
+ * API. */
+export function spaceOf(semaphore: Semaphore): KeySpace | undefined {
+  return clients.get(semaphore)?.space
 }

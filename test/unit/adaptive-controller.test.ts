@@ -12,7 +12,7 @@ import {
   type ResolvedAdaptiveLimitOptions,
   step,
   type WindowSummary,
-} from '../../src/admission/adaptive-controller.js'
+} from '../../src/primitives/adaptive/controller.js'
 import { ConfigError } from '../../src/index.js'
 
 /** One window of a saturated upstream of capacity `c` and service time `s` ms, at limit `limit`. */

@@ -5,7 +5,7 @@ import type { AcquireReply, Acquisition, RecheckReply, ReleaseResult, RenewReply
 
 /** The fair permit set (lua/permit-*.lua): mutex, reentrant mutex and semaphore. */
 export class PermitClient extends LockClient {
-  private readonly currentPermits: number
+  private currentPermits: number
 
   constructor(settings: LockSettings, permits: number) {
     super(settings)
@@ -14,6 +14,11 @@ export class PermitClient extends LockClient {
 
   permits(): number {
     return this.currentPermits
+  }
+
+  /** The permits this client asks for from now on (an adaptive limit's, src/admission/adaptive.ts). */
+  setPermits(permits: number): void {
+    this.currentPermits = permits
   }
 
   protected attempt(acquisition: Acquisition, enqueue: boolean): Promise<AcquireReply> {

@@ -50,7 +50,9 @@ export class MemoryPermitSets implements PermitFamily {
   /** State per name (space.base). */
   readonly sets = new Map<string, PermitSet>()
   /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
-  private readonly limits = new Map<string, number>()
+  /** Run-time limits per name (P in lib/permits.lua): an override, or the fleet's adaptive limit
+   * (`until`: it runs out then, as the key's expiry in Redis). */
+  private readonly limits = new Map<string, { permits: number; adaptive: boolean; until: number }>()
 
   constructor(
     /** Deliver grants to the space's subscribers (asynchronously, like a pub/sub message). */
@@ -201,28 +203,53 @@ export class MemoryPermitSets implements PermitFamily {
   async inspect(space: KeySpace): Promise<PermitStats> {
     const now = nowMs()
     const set = this.sets.get(space.base)
-    const limit = this.limits.get(space.base)
-    if (!set) return { holders: 0, queued: 0, limit }
+    const stored = this.stored(space, now)
+    const limit = stored && !stored.adaptive ? stored.permits : undefined
+    const adaptive = stored?.adaptive ? stored.permits : undefined
+    if (!set) return { holders: 0, queued: 0, limit, adaptive }
     let holders = 0
     let queued = 0
     for (const h of set.holders.values()) if (h.expiresAt > now) holders += h.weight
     for (const w of set.queue.values()) if (w.heartbeat > now) queued++
-    return { holders, queued, limit }
+    return { holders, queued, limit, adaptive }
   }
 
-  async setLimit(space: KeySpace, permits: number | undefined, own: number): Promise<void> {
-    if (permits === undefined) this.limits.delete(space.base)
-    else this.limits.set(space.base, permits)
-    const set = this.sets.get(space.base)
-    if (!set || set.queue.size === 0) return
+  async setLimit(
+    space: KeySpace,
+    permits: number | undefined,
+    own: number,
+    adaptive?: { ttlMs: number },
+  ): Promise<boolean> {
     const now = nowMs()
+    let written = true
+    if (adaptive) {
+      const current = this.stored(space, now)
+      if (current && !current.adaptive)
+        written = false // an override wins while it is set
+      else if (permits !== undefined)
+        this.limits.set(space.base, { permits, adaptive: true, until: now + adaptive.ttlMs })
+    } else if (permits === undefined) this.limits.delete(space.base)
+    else this.limits.set(space.base, { permits, adaptive: false, until: Number.POSITIVE_INFINITY })
+    const set = this.sets.get(space.base)
+    if (!set || set.queue.size === 0) return written
     purge(set, now)
     this.admit(space, set, this.limit(space, own), now)
     this.settle(space, set)
+    return written
+  }
+
+  /** The run-time limit of a name, if one is set and has not run out. */
+  private stored(space: KeySpace, now: number): { permits: number; adaptive: boolean } | undefined {
+    const stored = this.limits.get(space.base)
+    if (stored && stored.until <= now) {
+      this.limits.delete(space.base)
+      return undefined
+    }
+    return stored
   }
 
   private limit(space: KeySpace, requested: number): number {
-    return this.limits.get(space.base) ?? requested
+    return this.stored(space, nowMs())?.permits ?? requested
   }
 
   /** Forget names whose leases and waiters simply ran out, as Redis expires their keys. */

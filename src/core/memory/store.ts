@@ -4,6 +4,7 @@ import type { KeySpace } from '../keys.js'
 import { defined, isPlainObjectOrUndefined, keyPrefix, rejectUnknown } from '../options.js'
 import type { Grant, Store, Unsubscribe } from '../protocol/store.js'
 import { nowMs } from './clock.js'
+import { MemoryAdaptive } from './adaptive.js'
 import { MemoryPermitSets } from './permit-sets.js'
 import { MemoryRwLocks } from './rwlocks.js'
 
@@ -30,6 +31,7 @@ class MemoryStore implements Store {
   private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
   readonly permits = new MemoryPermitSets((space, grants) => this.publish(space, grants))
   readonly rwlock = new MemoryRwLocks((space, grants) => this.publish(space, grants))
+  readonly adaptive = new MemoryAdaptive()
   // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
   private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
 

@@ -17,6 +17,8 @@ export interface Store {
   readonly permits: PermitFamily
   /** The writer-preferring read/write lock. */
   readonly rwlock: RwLockFamily
+  /** The fleet's adaptive limits (src/admission/adaptive.ts); a store without it cannot share one. */
+  readonly adaptive?: AdaptiveFamily
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
   subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
   /** Stop background work (subscriber connection). Never closes a client the user passed in. */
@@ -51,8 +53,62 @@ export interface PermitFamily {
   inspect(space: KeySpace): Promise<PermitStats>
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Admits at once the
    * waiters the limit now in force has room for (`own`: the caller's permits, in force once the
-   * override is dropped); lowering never evicts a holder. */
-  setLimit(space: KeySpace, permits: number | undefined, own: number): Promise<void>
+   * override is dropped); lowering never evicts a holder. With `adaptive`, the value is the fleet's
+   * adaptive limit: kept for `ttlMs`, and never written over an override (then it resolves false). */
+  setLimit(
+    space: KeySpace,
+    permits: number | undefined,
+    own: number,
+    adaptive?: { ttlMs: number },
+  ): Promise<boolean | void>
+}
+
+/** lua/adaptive-*.lua: the fleet's adaptive limit of a bucket (src/admission/adaptive.ts). Every
+ * replica reports each window; the one that leads steps the controller once per window. */
+export interface AdaptiveFamily {
+  /** One window's report of one replica; its heartbeat and leadership; the fleet's state back. */
+  report(space: KeySpace, report: AdaptiveReport): Promise<AdaptiveReportReply>
+  /** Save the step of `window` (the controller's state after it), unless that window or a later one
+   * was stepped already: exactly one step per window. */
+  commit(space: KeySpace, window: number, state: string, stateTtlMs: number): Promise<boolean>
+}
+
+/** What one replica's admitted requests did in one window (the store adds the replicas' up). */
+export interface AdaptiveWindow {
+  requests: number
+  /** Of them, drops (timeouts, the configured statuses). */
+  drops: number
+  /** Sum of the latencies of the requests that were not drops, µs. */
+  latencyUs: number
+  /** The most this replica had in flight at once (summed over replicas: an upper bound). */
+  maxInFlight: number
+}
+
+export interface AdaptiveReport extends AdaptiveWindow {
+  replica: string
+  /** The window reported: floor(server time / windowMs). */
+  window: number
+  windowMs: number
+  /** How long a leader leads without reporting again. */
+  leaderTtlMs: number
+  /** How long the fleet's state outlives its last report. */
+  stateTtlMs: number
+}
+
+export interface AdaptiveReportReply {
+  /** The store's clock. */
+  now: number
+  /** This replica leads: it steps the controller. */
+  leads: boolean
+  /** Replicas that reported within the last 3 windows. */
+  replicas: number
+  /** The last window stepped (-1: none). */
+  stepped: number
+  /** The controller's state after that step (JSON), if any. */
+  state: string | undefined
+  /** When this replica leads and the window before the reported one was not stepped yet: the fleet's
+   * reports of it, merged. */
+  previous: AdaptiveWindow | undefined
 }
 
 /** lua/rwlock-*.lua: a writer-preferring read/write lock per name. */
@@ -162,6 +218,8 @@ export interface PermitStats {
   queued: number
   /** The run-time permits set with setPermits(), if any. */
   limit: number | undefined
+  /** The fleet's adaptive limit in force, if any (an override set with setPermits() wins). */
+  adaptive?: number | undefined
 }
 
 /** A grant message: lines "<token> <fence> <expiresAt>[ <acquisition> ...]" (see lua/lib/permits.lua). */

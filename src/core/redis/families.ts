@@ -2,7 +2,13 @@
 // and the channel), how the calls of a name may be merged, and what each caller gets of the reply.
 // lua/*.lua headers are the contract.
 import { debuglog } from 'node:util'
-import type { AcquireRequest, PermitFamily, RwAcquireRequest, RwLockFamily } from '../protocol/store.js'
+import type {
+  AcquireRequest,
+  AdaptiveFamily,
+  PermitFamily,
+  RwAcquireRequest,
+  RwLockFamily,
+} from '../protocol/store.js'
 import {
   acquireRow,
   acquireRowTakes,
@@ -23,6 +29,8 @@ const debug = debuglog('tollgate:store')
 export interface ScriptCall extends Call {
   readonly script: ScriptName
   readonly space: KeySpace
+  /** The call's KEYS, when not the family's fixed ones (the adaptive scripts name a window). */
+  readonly keys?: readonly string[] | undefined
   /** Arguments after the channel; the tokens of the (merged) call follow when `withToken`. */
   readonly head: readonly (string | number)[]
   readonly withToken: boolean
@@ -68,8 +76,6 @@ function heldAtMost(r: { ttlMs: number; waiterTtlMs: number; enqueue: boolean })
 
 /** Queue a script call (store.ts). */
 type Caller = <T>(spec: CallSpec & { pick: (reply: unknown, i: number) => T }) => Promise<T>
-
-const same = (reply: unknown) => reply
 
 export function permitFamily(
   call: Caller,
@@ -148,21 +154,81 @@ export function permitFamily(
         head: [],
         withToken: false,
         pick: (reply) => {
-          const [holders, queued, limit] = reply as [number, number, number]
-          return { holders, queued, limit: limit || undefined }
+          const [holders, queued, limit, , adaptive] = reply as [number, number, number, number, number?]
+          return { holders, queued, limit: limit || undefined, adaptive: adaptive || undefined }
         },
       }),
-    setLimit: async (space, permits, own) => {
-      await call({
+    setLimit: (space, permits, own, adaptive) =>
+      call({
         script: 'tgPermitSetLimit',
         space,
-        head: [permits ?? 0, own],
+        head: adaptive ? [permits ?? 0, own, 'a', adaptive.ttlMs] : [permits ?? 0, own],
         withToken: false,
-        pick: same,
-      })
-    },
+        pick: (reply) => (reply as number[])[2] !== 0,
+      }),
   }
   return family
+}
+
+/** The keys of the adaptive scripts for the window reported (lib/adaptive.lua: S R C V). */
+function adaptiveKeys(space: KeySpace, window: number): string[] {
+  return [space.key('as'), space.key('ar'), space.key(`aw${window}`), space.key(`aw${window - 1}`)]
+}
+
+export function adaptiveFamily(call: Caller): AdaptiveFamily {
+  return {
+    report: (space, r) =>
+      call({
+        script: 'tgAdaptiveReport',
+        space,
+        keys: adaptiveKeys(space, r.window),
+        head: [
+          r.replica,
+          r.window,
+          r.requests,
+          r.drops,
+          Math.round(r.latencyUs),
+          r.maxInFlight,
+          r.windowMs,
+          r.leaderTtlMs,
+          r.stateTtlMs,
+        ],
+        withToken: false,
+        pick: (reply) => {
+          const [now, leads, replicas, stepped, state, n, d, l, m] = reply as [
+            number,
+            number,
+            number,
+            number,
+            string,
+            number?,
+            number?,
+            number?,
+            number?,
+          ]
+          return {
+            now,
+            leads: leads === 1,
+            replicas,
+            stepped,
+            state: state === '' ? undefined : state,
+            previous:
+              n === undefined
+                ? undefined
+                : { requests: n, drops: d ?? 0, latencyUs: l ?? 0, maxInFlight: m ?? 0 },
+          }
+        },
+      }),
+    commit: (space, window, state, stateTtlMs) =>
+      call({
+        script: 'tgAdaptiveCommit',
+        space,
+        keys: adaptiveKeys(space, window),
+        head: [window, state, stateTtlMs],
+        withToken: false,
+        pick: (reply) => reply === 1,
+      }),
+  }
 }
 
 export function rwLockFamily(call: Caller): RwLockFamily {

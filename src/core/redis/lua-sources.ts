@@ -2,6 +2,9 @@
 // `npm run build` (or `node scripts/embed-lua.mjs`). test/package/generated.test.ts fails when stale.
 
 export type LuaFile =
+  | 'adaptive-commit.lua'
+  | 'adaptive-report.lua'
+  | 'lib/adaptive.lua'
   | 'lib/common.lua'
   | 'lib/permits.lua'
   | 'lib/rwlock.lua'
@@ -19,6 +22,85 @@ export type LuaFile =
 
 /** The text of every lua/ file, byte for byte. */
 export const LUA_SOURCES: Readonly<Record<LuaFile, string>> = {
+  'adaptive-commit.lua': `-- lua/adaptive-commit.lua: save the controller's step of one window, exactly once per window: a step
+-- of a window already stepped (or older than the last one) is refused, so two replicas that both
+-- believe they lead (a leader paused past its lease) never step one window twice.
+-- KEYS  S R C V (see lib/adaptive.lua; only S is touched)
+-- ARGV[1] channel  ARGV[2] the window stepped  ARGV[3] the state after it (JSON)  ARGV[4] state ttl ms
+-- Cost: O(1).
+-- Returns 1 when saved, 0 when that window (or a later one) was stepped already.
+local window = tonumber(ARGV[2])
+if tonumber(redis.call('HGET', S, 'w') or '-1') >= window then return 0 end
+redis.call('HSET', S, 'w', window, 's', ARGV[3])
+redis.call('PEXPIREAT', S, NOW + tonumber(ARGV[4]))
+return 1
+`,
+  'adaptive-report.lua': `-- lua/adaptive-report.lua: one replica's report of one window, once per window: what its admitted
+-- requests did, that it is alive, and (leadership) whether it steps the controller; the fleet's
+-- state back. Leadership is a lease kept in S: the leader renews it with every report, and any
+-- replica takes it over once it ran out (a leader that died is replaced within the lease's ttl).
+-- KEYS  S R C V (see lib/adaptive.lua)
+-- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported
+-- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
+-- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
+-- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
+-- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
+--          then, when the caller leads and the window before the reported one was not stepped yet:
+--          that window's n, d, l, m}
+local replica, window = ARGV[2], tonumber(ARGV[3])
+local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+
+if requests > 0 then
+  redis.call('HINCRBY', C, 'n', requests)
+  if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
+  redis.call('HINCRBY', C, 'l', latency)
+end
+if most > 0 then redis.call('HINCRBY', C, 'm', most) end
+if requests > 0 or most > 0 then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
+
+redis.call('ZADD', R, NOW, replica)
+local silent = redis.call('ZRANGEBYSCORE', R, '-inf', NOW - 3 * window_ms, 'LIMIT', 0, 100)
+if #silent > 0 then redis.call('ZREM', R, unpack(silent)) end
+redis.call('PEXPIREAT', R, NOW + state_ttl)
+local replicas = redis.call('ZCARD', R)
+
+local f = redis.call('HMGET', S, 'w', 'l', 'lu', 's')
+local leads = f[2] == replica or not f[3] or tonumber(f[3]) <= NOW
+if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
+redis.call('PEXPIREAT', S, NOW + state_ttl)
+local stepped = tonumber(f[1] or '-1')
+local out = { NOW, leads and 1 or 0, replicas, stepped, f[4] or '' }
+if leads and stepped < window - 1 then
+  local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm')
+  for i = 1, 4 do out[5 + i] = tonumber(before[i] or '0') end
+end
+return out
+`,
+  'lib/adaptive.lua': `-- lua/lib/adaptive.lua: shared prelude of the adaptive-*.lua scripts, after lib/common.lua.
+--
+-- The fleet's adaptive limit of one bucket (src/admission/adaptive.ts): every replica reports, once a
+-- window, what the requests it admitted did; the replica that leads steps the controller once per
+-- window from the merged reports, and puts the limit it computes in the bucket's permit set (P of
+-- lib/permits.lua, through permit-set-limit.lua). Every key shares the hash tag of that permit set,
+-- e.g. tollgate:{sem:api%3Aglobal}:as (G8).
+--   KEYS[1] S  HASH  w = the last window stepped (exactly one step per window: adaptive-commit.lua);
+--                    s = the controller's state after it (JSON: only the client reads and writes it);
+--                    l = the leader's replica id; lu = until when it leads (ms, server clock).
+--   KEYS[2] R  ZSET  replica id -> when it last reported (ms): the replicas alive.
+--   KEYS[3] C  HASH  the reports of the window being reported: n = requests, d = drops, l = sum of
+--                    their latencies (µs), m = sum over replicas of the most each had in flight.
+--   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
+-- ARGV[1] is the bucket's wake-up channel (unused here). Windows are numbered floor(time / window),
+-- on the server clock as each replica estimates it.
+local S, R, C, V -- this call's keys, set by begin()
+
+-- Every adaptive script starts here: the call's keys and clock.
+local function begin(keys, _)
+  read_clock()
+  S, R, C, V = keys[1], keys[2], keys[3], keys[4]
+end
+`,
   'lib/common.lua': `-- lua/lib/common.lua: first prelude of every script (lib/permits.lua or lib/rwlock.lua follows it).
 -- The server clock (G9) and the key helpers both families of scripts share.
 --
@@ -103,8 +185,11 @@ end
 --                    of A (see holds_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
 --                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
 --                    the acquisitions waiting on it (handed over together when it is admitted)
---   KEYS[5] P  STRING permits set at run time for the name (setPermits); overrides the caller's
---                    permits. The one key that persists while idle: it is configuration, not state.
+--   KEYS[5] P  STRING permits set at run time for the name; overrides the caller's permits. "<n>": an
+--                    override (setPermits, the admin API), the one key that persists while idle: it is
+--                    configuration, not state. "<n>a": the fleet's adaptive limit (lib/adaptive.lua),
+--                    with an expiry its controller renews every window; an override is never replaced
+--                    by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
 --   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
@@ -164,10 +249,10 @@ local function add_members(list, tok)
   for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
 end
 
--- The permits in force: the run-time override when one is set, else the caller's.
+-- The permits in force: the run-time override or adaptive limit when one is set, else the caller's.
 local function limit(requested)
   local stored = redis.call('GET', P)
-  return stored and tonumber(stored) or tonumber(requested)
+  return stored and (tonumber(stored) or tonumber(string.match(stored, '^%d+'))) or tonumber(requested)
 end
 
 -- Fencing tokens (G7): one more than the last, and never below the server's microsecond clock, so a
@@ -1076,17 +1161,19 @@ return out
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel
 -- Cost: O(log n).
--- Returns {holders, queued, permits override (0 = none), now}
+-- Returns {holders, queued, permits override (0 = none), now, adaptive limit (0 = none)}
 local holders = redis.call('ZCOUNT', H, '(' .. NOW, '+inf')
 if holders == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then holders = 1 end
 end
+local stored = redis.call('GET', P) or '0'
 return {
   holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
-  tonumber(redis.call('GET', P) or '0'),
+  tonumber(stored) or 0,
   NOW,
+  tonumber(stored) and 0 or tonumber(string.match(stored, '^%d+') or '0'),
 }
 `,
   'permit-recheck.lua': `-- lua/permit-recheck.lua: one process's batched heartbeat for its waiters on one name, and the
@@ -1355,15 +1442,25 @@ return out
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
 -- ARGV[3] the caller's own permits: the limit in force once the override is dropped
+-- ARGV[4] 'a' for the fleet's adaptive limit (ARGV[5]: its expiry, ms): written only while no override
+--         is set, and dropped by an override; '' (or absent) for an override
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
 -- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
--- Returns {live holders, now}
+-- Returns {live holders, now, 1 when the limit was written | 0 when an override kept it}
 local permits = tonumber(ARGV[2])
-if permits > 0 then
+local written = 1
+if ARGV[4] == 'a' then
+  local current = redis.call('GET', P)
+  if current and tonumber(current) then
+    written = 0 -- an override is set: it wins while it is there
+  else
+    redis.call('SET', P, permits .. 'a', 'PX', tonumber(ARGV[5]))
+  end
+elseif permits > 0 then
   redis.call('SET', P, permits)
 else
   redis.call('DEL', P)
@@ -1379,7 +1476,7 @@ if count == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then count = 1 end
 end
-return { count, NOW }
+return { count, NOW, written }
 `,
   'rwlock-acquire.lua': `-- lua/rwlock-acquire.lua: take the read or write lock now, re-enter it, or join the FIFO queue.
 -- Idempotent (G12): every call has its own acquisition id; a resent call finds its id already holding

@@ -14,6 +14,7 @@ import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 const PRELUDES = {
   permits: ['lib/common.lua', 'lib/permits.lua'],
   rwlock: ['lib/common.lua', 'lib/rwlock.lua'],
+  adaptive: ['lib/common.lua', 'lib/adaptive.lua'],
 } as const satisfies Record<string, readonly LuaFile[]>
 
 type Family = keyof typeof PRELUDES
@@ -31,6 +32,8 @@ export const SCRIPTS = {
   tgRwRenew: { file: 'rwlock-renew.lua', numberOfKeys: 6, lib: 'rwlock' },
   tgRwRecheck: { file: 'rwlock-recheck.lua', numberOfKeys: 6, lib: 'rwlock' },
   tgRwInspect: { file: 'rwlock-inspect.lua', numberOfKeys: 6, lib: 'rwlock' },
+  tgAdaptiveReport: { file: 'adaptive-report.lua', numberOfKeys: 4, lib: 'adaptive' },
+  tgAdaptiveCommit: { file: 'adaptive-commit.lua', numberOfKeys: 4, lib: 'adaptive' },
 } as const satisfies Record<string, { file: LuaFile; numberOfKeys: number; lib: Family }>
 
 export type ScriptName = keyof typeof SCRIPTS
@@ -95,7 +98,7 @@ function build() {
   return libraries
 }
 
-/** Both function libraries (FUNCTION LOAD each on every server that runs the scripts). */
+/** The function libraries (FUNCTION LOAD each on every server that runs the scripts). */
 export function functionLibraries(): Library[] {
   return Object.values(build().byFamily)
 }

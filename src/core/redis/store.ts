@@ -9,13 +9,27 @@ import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
 import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt, rejectUnknown } from '../options.js'
-import type { Grant, PermitFamily, RwLockFamily, Store, Unsubscribe } from '../protocol/store.js'
+import type {
+  AdaptiveFamily,
+  Grant,
+  PermitFamily,
+  RwLockFamily,
+  Store,
+  Unsubscribe,
+} from '../protocol/store.js'
 import { parseGrants } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
 import { Coalescer } from './coalescer.js'
 import { Reload } from './reload.js'
 import { Subscriptions } from './subscriptions.js'
-import { type CallSpec, type GiveBack, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
+import {
+  adaptiveFamily,
+  type CallSpec,
+  type GiveBack,
+  permitFamily,
+  rwLockFamily,
+  type ScriptCall,
+} from './families.js'
 import {
   functionName,
   loadLibraries,
@@ -131,6 +145,7 @@ class RedisStore implements Store {
 
   readonly permits: PermitFamily = permitFamily((spec) => this.call(spec), this.deliver.bind(this))
   readonly rwlock: RwLockFamily = rwLockFamily((spec) => this.call(spec))
+  readonly adaptive: AdaptiveFamily = adaptiveFamily((spec) => this.call(spec))
 
   constructor(
     private readonly redis: Redis | Cluster,
@@ -439,7 +454,7 @@ class RedisStore implements Store {
     const unknown = first.undo && (() => calls.forEach((call) => call.undo && this.giveBack(call.undo(call))))
     let reply: unknown
     try {
-      reply = await this.invoke(first.script, first.space, args, first.started, late, unknown)
+      reply = await this.invoke(first, args, late, unknown)
     } catch (error) {
       this.coalescer.landed(first.name)
       for (const call of calls) call.reject(error)
@@ -463,16 +478,14 @@ class RedisStore implements Store {
   }
 
   private async invoke(
-    script: ScriptName,
-    space: KeySpace,
+    { script, space, keys: given, started }: ScriptCall,
     args: (string | number)[],
-    started: number,
     onLateReply: ((reply: unknown) => void) | undefined,
     /** The call failed and Redis may have run it: give back what it may have taken. */
     onUnknown: (() => void) | undefined,
   ): Promise<unknown> {
     if (this.closed) throw this.failure(script, space, undefined)
-    const keys = scriptKeys(space, script.startsWith('tgRw'))
+    const keys = given ?? scriptKeys(space, script.startsWith('tgRw'))
     const pending = this.run(script, keys, space.channel, args)
     try {
       return await this.deadlines.watch(pending, started + this.commandTimeoutMs)
@@ -519,6 +532,8 @@ const VERBS: Record<ScriptName, string> = {
   tgRwRenew: 'renew',
   tgRwRecheck: 'check the queue of',
   tgRwInspect: 'read the state of',
+  tgAdaptiveReport: 'report the adaptive limit of',
+  tgAdaptiveCommit: 'step the adaptive limit of',
 }
 
 /** A call as the coalescer queues it. One class (every field always set) rather than a spread of the
@@ -530,6 +545,7 @@ class QueuedCall implements ScriptCall {
   readonly token: string
   readonly script: ScriptCall['script']
   readonly space: KeySpace
+  readonly keys: ScriptCall['keys']
   readonly head: readonly (string | number)[]
   readonly withToken: boolean
   readonly started = monoNow()
@@ -549,6 +565,7 @@ class QueuedCall implements ScriptCall {
     this.token = spec.token ?? ''
     this.script = spec.script
     this.space = spec.space
+    this.keys = spec.keys
     this.head = spec.head
     this.withToken = spec.withToken
     this.pick = spec.pick

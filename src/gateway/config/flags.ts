@@ -67,6 +67,14 @@ export interface GatewayFlags {
   shutdownGraceMs?: number
   failOpen?: boolean
   permitKeepAliveMs?: number
+  /** An adaptive limit instead of --permits (any of these turns it on; --adaptive-max is needed). */
+  adaptiveMax?: number
+  adaptiveMin?: number
+  adaptiveInitial?: number
+  adaptiveAlgorithm?: 'gradient' | 'aimd'
+  adaptiveWindowMs?: number
+  adaptiveScope?: 'fleet' | 'local'
+  adaptiveDrops?: (number | '5xx' | 'timeout')[]
   trustProxy?: TrustProxy
   logLevel?: LogLevel
   logFormat?: LogFormat
@@ -120,6 +128,13 @@ const FLAG_OPTIONS = {
   'shutdown-grace-ms': { type: 'string' },
   'fail-open': { type: 'boolean' },
   'permit-keepalive-ms': { type: 'string' },
+  'adaptive-max': { type: 'string' },
+  'adaptive-min': { type: 'string' },
+  'adaptive-initial': { type: 'string' },
+  'adaptive-algorithm': { type: 'string' },
+  'adaptive-window-ms': { type: 'string' },
+  'adaptive-scope': { type: 'string' },
+  'adaptive-drops': { type: 'string' },
   'trust-proxy': { type: 'boolean' },
   'trusted-proxies': { type: 'string' },
   'log-level': { type: 'string' },
@@ -199,6 +214,15 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --fail-open                 let requests through while Redis is unavailable (default: reject with 503)
   --permit-keepalive-ms <n>   keep a finished request's permit up to n ms for the next request of its
                               bucket on this replica, fewer Redis calls; no fencing header (default 0: off)
+  --adaptive-max <n>          an adaptive limit instead of --permits: found from the requests' latency and
+                              drops, one for the fleet, never above n (README "Adaptive limits")
+  --adaptive-min <n>          never below n (default 1)
+  --adaptive-initial <n>      the limit before the first step (default: --adaptive-min)
+  --adaptive-algorithm <gradient|aimd>  gradient: follows latency; aimd: only drops (default gradient)
+  --adaptive-window-ms <n>    one step per window of n ms (default 1000)
+  --adaptive-scope <fleet|local>  fleet: one limit shared through the store; local: this replica's own
+                              (default fleet)
+  --adaptive-drops <list>     what backs the limit off: statuses, 5xx, timeout (default timeout,429,503)
   --trust-proxy               trust the proxy clients connect to: the client address is the last
                               X-Forwarded-For entry (one hop; see --trusted-proxies)
   --trusted-proxies <n|list>  trust n proxy hops, or the proxies at these addresses and CIDR ranges
@@ -352,6 +376,39 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     shutdownGraceMs: numberFlag('shutdown-grace-ms', ms(0)),
     failOpen: boolFlag('fail-open'),
     permitKeepAliveMs: numberFlag('permit-keepalive-ms', keepAlive),
+    adaptiveMax: numberFlag('adaptive-max', positiveInt(1_000_000)),
+    adaptiveMin: numberFlag('adaptive-min', positiveInt(1_000_000)),
+    adaptiveInitial: numberFlag('adaptive-initial', positiveInt(1_000_000)),
+    adaptiveAlgorithm: stringFlag(
+      'adaptive-algorithm',
+      z.enum(['gradient', 'aimd'], { error: 'expected gradient or aimd' }),
+    ),
+    adaptiveWindowMs: numberFlag(
+      'adaptive-window-ms',
+      intIn(10, 3_600_000, 'expected an integer of milliseconds from 10 to 3600000'),
+    ),
+    adaptiveScope: stringFlag(
+      'adaptive-scope',
+      z.enum(['fleet', 'local'], { error: 'expected fleet or local' }),
+    ),
+    adaptiveDrops: stringFlag(
+      'adaptive-drops',
+      z
+        .string()
+        .transform((list) => list.split(',').map((item) => item.trim()))
+        .pipe(
+          z.array(
+            z.union([
+              z.enum(['5xx', 'timeout']),
+              z
+                .string()
+                .regex(/^[45]\d\d$/)
+                .transform(Number),
+            ]),
+            { error: 'expected a list of statuses (400-599), 5xx and timeout, e.g. timeout,429,503' },
+          ),
+        ),
+    ),
     trustProxy: trustFlags(),
     logLevel: stringFlag('log-level', logLevel),
     logFormat: stringFlag('log-format', logFormat),

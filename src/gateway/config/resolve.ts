@@ -6,6 +6,8 @@ import { normalizeHost } from '../http/target.js'
 import { readConfigFile } from './file.js'
 import type { GatewayFlags } from './flags.js'
 import type { ConcurrencyInput, GatewayFile, RwLockInput } from './schema.js'
+import { ConfigError } from '../../core/errors.js'
+import { parseAdaptiveOptions, type ResolvedAdaptiveOptions } from '../../primitives/adaptive/limit.js'
 import {
   type ConcurrencyConfig,
   GATEWAY_DEFAULTS,
@@ -221,6 +223,27 @@ function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
   }
   if (Object.values(concurrencyFlags).some((value) => value !== undefined))
     concurrency = { ...(concurrency || {}), ...defined(concurrencyFlags) }
+  const adaptiveFlags = defined({
+    max: flags.adaptiveMax,
+    min: flags.adaptiveMin,
+    initial: flags.adaptiveInitial,
+    algorithm: flags.adaptiveAlgorithm,
+    windowMs: flags.adaptiveWindowMs,
+    scope: flags.adaptiveScope,
+    drops: flags.adaptiveDrops,
+  })
+  if (Object.keys(adaptiveFlags).length > 0) {
+    // The flags turn an adaptive limit on for every route that inherits the defaults: it replaces the
+    // file's default permits (--permits beside them is refused when the route is resolved).
+    const base = concurrency || {}
+    const fileAdaptive = base.adaptive || {}
+    const { permits: _, ...rest } = base
+    concurrency = {
+      ...rest,
+      ...(flags.permits === undefined ? {} : { permits: flags.permits }),
+      adaptive: { ...fileAdaptive, ...adaptiveFlags } as NonNullable<ConcurrencyInput['adaptive']>,
+    }
+  }
   let rwlock: RwLockInput | false = defaults.rwlock ?? false
   if (flags.rwlock) {
     // The lock waits and fails like the concurrency cap: the same flags set both.
@@ -281,7 +304,16 @@ function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issue
       return
     }
     const concurrencyInput = merged(base.concurrency, route.concurrency)
-    const concurrency = concurrencyInput === false ? undefined : resolveConcurrency(concurrencyInput)
+    const concurrency =
+      concurrencyInput === false
+        ? undefined
+        : resolveConcurrency(
+            concurrencyInput,
+            `${at}.concurrency`,
+            issues,
+            route.concurrency,
+            base.concurrency,
+          )
     if (concurrency?.per === 'global') globalBuckets.push({ index, concurrency })
     if (concurrency && concurrency.weight > concurrency.permits)
       issues.push({
@@ -317,9 +349,46 @@ function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issue
   return routes
 }
 
-function resolveConcurrency(input: ConcurrencyInput): ConcurrencyConfig {
+function resolveConcurrency(
+  input: ConcurrencyInput,
+  at: string,
+  issues: Issues,
+  own: ConcurrencyInput | false | undefined,
+  inherited: ConcurrencyInput | false,
+): ConcurrencyConfig {
   const d = GATEWAY_DEFAULTS
+  let adaptive: ResolvedAdaptiveOptions | undefined
+  if (input.adaptive) {
+    try {
+      adaptive = parseAdaptiveOptions(input.adaptive, `${at}.adaptive.`)
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error
+      issues.push({ path: error.option, message: error.message })
+    }
+    // One limit, learnt from the requests it admits: one bucket, each request counting 1. `permits`
+    // is refused where the adaptive limit is set (the route's own, or defaults), not when one layer
+    // has each (a route's adaptive limit replaces the default permits).
+    const layer = own && own.adaptive ? own : inherited
+    if (layer && layer.permits !== undefined)
+      issues.push({
+        path: `${at}.permits`,
+        message:
+          'not beside adaptive: an adaptive limit starts at adaptive.initial, within adaptive.min and adaptive.max',
+      })
+    if (input.per === 'tenant' || input.per === 'ip')
+      issues.push({ path: `${at}.per`, message: 'an adaptive limit is one bucket: per global or per route' })
+    if ((input.weight ?? 1) !== 1)
+      issues.push({ path: `${at}.weight`, message: 'not beside adaptive: an adaptive limit counts requests' })
+    if ((input.keepAliveMs ?? 0) > 0)
+      issues.push({
+        path: `${at}.keepAliveMs`,
+        message: 'not beside adaptive: permit keep-alive would hide the requests it measures',
+      })
+    if (Object.keys(input.overrides ?? {}).length > 0)
+      issues.push({ path: `${at}.overrides`, message: 'an adaptive limit is one bucket: no overrides' })
+  }
   return {
+    adaptive,
     permits: input.permits ?? d.permits,
     per: input.per ?? d.per,
     tenantHeader: (input.tenantHeader ?? d.tenantHeader).toLowerCase(),

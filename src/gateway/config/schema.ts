@@ -110,8 +110,37 @@ export const logLevel = z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trac
   error: 'expected one of fatal, error, warn, info, debug, trace, silent',
 })
 
+const orFalse = <T extends z.ZodType>(schema: T, what: string) =>
+  z.union([schema, z.literal(false)], { error: `expected ${what} or false` })
+
+const ratio = (low: number, high: number) =>
+  z
+    .number({ error: `expected a number from ${low} to ${high}` })
+    .min(low, { error: `expected a number from ${low} to ${high}` })
+    .max(high, { error: `expected a number from ${low} to ${high}` })
+const dropRule = z.union([intIn(400, 599, 'x'), z.literal('5xx'), z.literal('timeout')], {
+  error: "expected an HTTP status from 400 to 599, '5xx' or 'timeout'",
+})
+/** An adaptive limit (README "Adaptive limits"); cross-field rules (min <= initial <= max) are checked
+ * when the route is resolved. */
+export const adaptiveSchema = z.strictObject({
+  min: positiveInt(1_000_000).optional(),
+  max: positiveInt(1_000_000),
+  initial: positiveInt(1_000_000).optional(),
+  algorithm: z.enum(['gradient', 'aimd'], { error: 'expected gradient or aimd' }).optional(),
+  windowMs: intIn(10, 3_600_000, 'expected an integer of milliseconds from 10 to 3600000').optional(),
+  tolerance: ratio(1, 10).optional(),
+  probeEvery: positiveInt(1_000_000).optional(),
+  smoothing: ratio(0.01, 1).optional(),
+  backoff: ratio(0.01, 0.99).optional(),
+  increase: positiveInt(1_000_000).optional(),
+  drops: z.array(dropRule, { error: "expected a list of statuses, '5xx' and 'timeout'" }).optional(),
+  scope: z.enum(['fleet', 'local'], { error: 'expected fleet or local' }).optional(),
+})
+
 const concurrencySchema = z.strictObject({
   permits: positiveInt(1_000_000).optional(),
+  adaptive: orFalse(adaptiveSchema, 'an adaptive object').optional(),
   per: per.optional(),
   tenantHeader: headerName.optional(),
   maxWaitMs: maxWait.optional(),
@@ -143,9 +172,6 @@ const timeoutsSchema = z.strictObject({
 const bufferSchema = z.strictObject({
   maxBytes: intIn(1, 1_073_741_824, 'expected a number of bytes from 1 to 1073741824'),
 })
-const orFalse = <T extends z.ZodType>(schema: T, what: string) =>
-  z.union([schema, z.literal(false)], { error: `expected ${what} or false` })
-
 const routeSchema = z.strictObject({
   name: routeName.optional(),
   match: z.strictObject(

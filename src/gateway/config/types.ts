@@ -1,6 +1,7 @@
 // What the gateway runs on: the validated configuration, its defaults, and the error that names every
 // bad field. Built from flags and a file by resolve.ts; nothing here reads anything.
 import { ConfigError } from '../../core/errors.js'
+import type { ResolvedAdaptiveOptions } from '../../primitives/adaptive/limit.js'
 import { PATH_DEFAULTS, type PathOptions } from '../http/target.js'
 
 export type Per = 'global' | 'route' | 'tenant' | 'ip'
@@ -36,6 +37,8 @@ export interface ConcurrencyConfig {
   /** The permits one request of the route counts for (an export 5, a health check 1); at most
    * `permits`. Routes of `per: global` share one bucket, each with its own weight. */
   weight: number
+  /** An adaptive limit instead of `permits` (README "Adaptive limits"); undefined: `permits`. */
+  adaptive: ResolvedAdaptiveOptions | undefined
 }
 
 export interface RwLockConfig {

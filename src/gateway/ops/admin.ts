@@ -4,6 +4,7 @@
 // with the bearer token (docs/gateway.md, "Admin API").
 import { createHash, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
+import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { Logger as PinoLogger } from 'pino'
 import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
 import type { GatewayConfig } from '../config/index.js'
@@ -29,11 +30,16 @@ const READS_AT_ONCE = 16
  * (null: none), what applies, and the store's live holders and queue (fleet-wide). */
 interface BucketState {
   bucket: string | null
+  /** The permits the config gives (an adaptive limit's `initial`). */
   configured: number
   override: number | null
+  /** What applies: the override, else the adaptive limit, else the configured permits. */
   effective: number
   holders: number
   queued: number
+  /** An adaptive limit's state (README "Adaptive limits"): the limit in force in the store (null: none
+   * there now), and what this replica knows of its controller. */
+  adaptive?: (AdaptiveStatus & { inStore: number | null; initial: number; algorithm: string }) | undefined
 }
 
 class HttpError extends Error {
@@ -177,7 +183,10 @@ export function createAdminServer(view: AdminView): http.Server {
       route: live.config.name,
       limited: true,
       per: concurrency.per,
-      permits: concurrency.permits,
+      permits: concurrency.adaptive ? null : concurrency.permits,
+      ...(concurrency.adaptive
+        ? { adaptive: { min: concurrency.adaptive.min, max: concurrency.adaptive.max } }
+        : {}),
       buckets,
       ...(all.length > keys.length
         ? { truncated: true, bucketsListed: keys.length, bucketsKnown: all.length }
@@ -191,20 +200,32 @@ export function createAdminServer(view: AdminView): http.Server {
     const configured =
       bucket !== null && Object.hasOwn(concurrency.overrides, bucket)
         ? (concurrency.overrides[bucket] as number)
-        : concurrency.permits
+        : (concurrency.adaptive?.initial ?? concurrency.permits)
     let stats
     try {
       stats = await semaphore.stats()
     } catch (error) {
       throw new HttpError(503, `the store did not answer: ${(error as Error).message}`)
     }
+    const adaptive = live.concurrency!.adaptive
+    const status = adaptive?.status()
     return {
       bucket,
       configured,
       override: stats.override ?? null,
-      effective: stats.override ?? configured,
+      effective: stats.override ?? stats.adaptive ?? status?.limit ?? configured,
       holders: stats.holders,
       queued: stats.queued,
+      ...(adaptive && status
+        ? {
+            adaptive: {
+              ...status,
+              inStore: stats.adaptive ?? null,
+              initial: adaptive.options.initial,
+              algorithm: adaptive.options.algorithm,
+            },
+          }
+        : {}),
     }
   }
 

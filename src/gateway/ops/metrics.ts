@@ -10,6 +10,7 @@ import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom
 import { REJECT_REASONS } from '../../admission/options.js'
 import { HistogramSeries, histogramValues, type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
+import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 
 export type { Observer } from '../../admission/histogram.js'
 
@@ -125,6 +126,8 @@ export function createMetrics(
     keptOf?: (route: string) => number
     storeUp?: () => Promise<boolean>
     limits?: () => Promise<{ route: string; permits: number }[]>
+    /** The adaptive limit of a route, if it has one. */
+    adaptiveOf?: (route: string) => AdaptiveStatus | undefined
   } = {},
 ): GatewayMetrics {
   const routes = [...initialRoutes]
@@ -305,6 +308,54 @@ export function createMetrics(
       this.set(options.storeUp ? ((await options.storeUp()) ? 1 : 0) : 1)
     },
   })
+  // An adaptive limit's state, read at scrape time (routes without one have no series).
+  const adaptiveGauge = (name: string, help: string, value: (status: AdaptiveStatus) => number | undefined) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['route'],
+      registers,
+      collect() {
+        this.reset()
+        if (!options.adaptiveOf) return
+        for (const route of routes) {
+          const status = options.adaptiveOf(route)
+          const number = status && value(status)
+          if (number !== undefined) this.set({ route }, number)
+        }
+      },
+    })
+  adaptiveGauge('tollgate_adaptive_limit', 'The adaptive limit the controller set last', (s) => s.limit)
+  adaptiveGauge(
+    'tollgate_adaptive_min_rtt_seconds',
+    'The adaptive limit’s baseline: the unloaded latency of the route’s requests',
+    (s) => (s.minRttMs === undefined ? undefined : s.minRttMs / 1000),
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_rtt_seconds',
+    'Mean latency (admission to the end of the response) of the last window stepped',
+    (s) => (s.rttMs === undefined ? undefined : s.rttMs / 1000),
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_gradient',
+    'tolerance x baseline / latency of the last window, clamped to [0.5, 1]',
+    (s) => s.gradient,
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_leader',
+    'Whether this replica steps the controller (1) or not (0)',
+    (s) => (s.leader ? 1 : 0),
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_replicas',
+    'Replicas that reported in the last 3 windows',
+    (s) => s.replicas,
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_store_reachable',
+    'Whether the last report reached the store (0: the last limit is held)',
+    (s) => (s.storeReachable ? 1 : 0),
+  )
   metrics.reloads.inc({ result: 'success' }, 0)
   metrics.reloads.inc({ result: 'failure' }, 0)
   metrics.reloadSuccessful.set(1)

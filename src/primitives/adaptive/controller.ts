@@ -25,8 +25,8 @@
 // the upstream takes more: Netflix's "app limited" check); an empty window changes nothing. The limit
 // stays within [min, max], always an integer.
 
-import { ConfigError } from '../core/errors.js'
-import { positiveInt, rejectUnknown } from '../core/options.js'
+import { ConfigError } from '../../core/errors.js'
+import { positiveInt, rejectUnknown } from '../../core/options.js'
 
 /** What the requests that ended in one window (on one replica, or merged across the fleet) say. */
 export interface WindowSummary {

@@ -1,0 +1,41 @@
+-- lua/adaptive-report.lua: one replica's report of one window, once per window: what its admitted
+-- requests did, that it is alive, and (leadership) whether it steps the controller; the fleet's
+-- state back. Leadership is a lease kept in S: the leader renews it with every report, and any
+-- replica takes it over once it ran out (a leader that died is replaced within the lease's ttl).
+-- KEYS  S R C V (see lib/adaptive.lua)
+-- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported
+-- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
+-- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
+-- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
+-- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
+--          then, when the caller leads and the window before the reported one was not stepped yet:
+--          that window's n, d, l, m}
+local replica, window = ARGV[2], tonumber(ARGV[3])
+local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+
+if requests > 0 then
+  redis.call('HINCRBY', C, 'n', requests)
+  if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
+  redis.call('HINCRBY', C, 'l', latency)
+end
+if most > 0 then redis.call('HINCRBY', C, 'm', most) end
+if requests > 0 or most > 0 then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
+
+redis.call('ZADD', R, NOW, replica)
+local silent = redis.call('ZRANGEBYSCORE', R, '-inf', NOW - 3 * window_ms, 'LIMIT', 0, 100)
+if #silent > 0 then redis.call('ZREM', R, unpack(silent)) end
+redis.call('PEXPIREAT', R, NOW + state_ttl)
+local replicas = redis.call('ZCARD', R)
+
+local f = redis.call('HMGET', S, 'w', 'l', 'lu', 's')
+local leads = f[2] == replica or not f[3] or tonumber(f[3]) <= NOW
+if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
+redis.call('PEXPIREAT', S, NOW + state_ttl)
+local stepped = tonumber(f[1] or '-1')
+local out = { NOW, leads and 1 or 0, replicas, stepped, f[4] or '' }
+if leads and stepped < window - 1 then
+  local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm')
+  for i = 1, 4 do out[5 + i] = tonumber(before[i] or '0') end
+end
+return out

@@ -1,0 +1,23 @@
+-- lua/lib/adaptive.lua: shared prelude of the adaptive-*.lua scripts, after lib/common.lua.
+--
+-- The fleet's adaptive limit of one bucket (src/admission/adaptive.ts): every replica reports, once a
+-- window, what the requests it admitted did; the replica that leads steps the controller once per
+-- window from the merged reports, and puts the limit it computes in the bucket's permit set (P of
+-- lib/permits.lua, through permit-set-limit.lua). Every key shares the hash tag of that permit set,
+-- e.g. tollgate:{sem:api%3Aglobal}:as (G8).
+--   KEYS[1] S  HASH  w = the last window stepped (exactly one step per window: adaptive-commit.lua);
+--                    s = the controller's state after it (JSON: only the client reads and writes it);
+--                    l = the leader's replica id; lu = until when it leads (ms, server clock).
+--   KEYS[2] R  ZSET  replica id -> when it last reported (ms): the replicas alive.
+--   KEYS[3] C  HASH  the reports of the window being reported: n = requests, d = drops, l = sum of
+--                    their latencies (µs), m = sum over replicas of the most each had in flight.
+--   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
+-- ARGV[1] is the bucket's wake-up channel (unused here). Windows are numbered floor(time / window),
+-- on the server clock as each replica estimates it.
+local S, R, C, V -- this call's keys, set by begin()
+
+-- Every adaptive script starts here: the call's keys and clock.
+local function begin(keys, _)
+  read_clock()
+  S, R, C, V = keys[1], keys[2], keys[3], keys[4]
+end

@@ -1,0 +1,92 @@
+// The fleet's adaptive limits in memory (lua/adaptive-*.lua in one process): the same reports,
+// leadership and one step per window, for the memory store. One process is the whole fleet here, so
+// it always leads; the contract is the same as on Redis (G11).
+import type { KeySpace } from '../keys.js'
+import type {
+  AdaptiveFamily,
+  AdaptiveReport,
+  AdaptiveReportReply,
+  AdaptiveWindow,
+} from '../protocol/store.js'
+import { nowMs } from './clock.js'
+
+interface Fleet {
+  stepped: number
+  state: string | undefined
+  leader: string | undefined
+  leaderUntil: number
+  /** Replica -> when it last reported. */
+  replicas: Map<string, number>
+  /** Window -> the reports of it, merged. */
+  windows: Map<number, AdaptiveWindow>
+  /** When the state runs out (as S's expiry in Redis). */
+  until: number
+}
+
+export class MemoryAdaptive implements AdaptiveFamily {
+  private readonly fleets = new Map<string, Fleet>()
+
+  async report(space: KeySpace, r: AdaptiveReport): Promise<AdaptiveReportReply> {
+    const now = nowMs()
+    const fleet = this.fleet(space, now)
+    if (r.requests > 0 || r.maxInFlight > 0) {
+      const sums = fleet.windows.get(r.window) ?? { requests: 0, drops: 0, latencyUs: 0, maxInFlight: 0 }
+      sums.requests += r.requests
+      sums.drops += r.drops
+      sums.latencyUs += Math.round(r.latencyUs)
+      sums.maxInFlight += r.maxInFlight
+      fleet.windows.set(r.window, sums)
+    }
+    // Windows older than the one before the reported one are done with (C and V expire in Redis).
+    for (const window of fleet.windows.keys()) if (window < r.window - 3) fleet.windows.delete(window)
+    fleet.replicas.set(r.replica, now)
+    for (const [replica, seen] of fleet.replicas)
+      if (seen <= now - 3 * r.windowMs) fleet.replicas.delete(replica)
+    const leads = fleet.leader === r.replica || fleet.leaderUntil <= now
+    if (leads) {
+      fleet.leader = r.replica
+      fleet.leaderUntil = now + r.leaderTtlMs
+    }
+    fleet.until = now + r.stateTtlMs
+    const before = leads && fleet.stepped < r.window - 1 ? fleet.windows.get(r.window - 1) : undefined
+    return {
+      now,
+      leads,
+      replicas: fleet.replicas.size,
+      stepped: fleet.stepped,
+      state: fleet.state,
+      previous:
+        leads && fleet.stepped < r.window - 1
+          ? { ...(before ?? { requests: 0, drops: 0, latencyUs: 0, maxInFlight: 0 }) }
+          : undefined,
+    }
+  }
+
+  async commit(space: KeySpace, window: number, state: string, stateTtlMs: number): Promise<boolean> {
+    const now = nowMs()
+    const fleet = this.fleet(space, now)
+    if (fleet.stepped >= window) return false
+    fleet.stepped = window
+    fleet.state = state
+    fleet.until = now + stateTtlMs
+    return true
+  }
+
+  private fleet(space: KeySpace, now: number): Fleet {
+    let fleet = this.fleets.get(space.base)
+    if (fleet && fleet.until <= now) fleet = undefined
+    if (!fleet) {
+      fleet = {
+        stepped: -1,
+        state: undefined,
+        leader: undefined,
+        leaderUntil: 0,
+        replicas: new Map(),
+        windows: new Map(),
+        until: Number.POSITIVE_INFINITY,
+      }
+      this.fleets.set(space.base, fleet)
+    }
+    return fleet
+  }
+}

@@ -1,0 +1,406 @@
+// The adaptive limit of one bucket: the controller (adaptive-controller.ts) driven by what the requests
+// it admits do, applied to the bucket's permits.
+//
+// scope 'fleet' (the default), one limit for every replica sharing the store:
+// - every replica measures each request it admitted (admission to the end of its response, and
+//   whether it was a drop) and adds it to its summary of the current window;
+// - windows are numbered on the store's clock (floor(time / windowMs)); shortly after each window
+//   ends, every replica reports its summary of it in one store call (lua/adaptive-report.lua), which
+//   is also its heartbeat and returns the fleet's state: one call per window per replica, never one
+//   per request;
+// - the replica that leads (a lease kept in the store, renewed by every report of its holder and
+//   taken over by any replica once it ran out) steps the controller once per window, from the merged
+//   reports of the window before (every replica's report of it is in by then), and saves the step
+//   only if no step of that window was saved yet (lua/adaptive-commit.lua): exactly one step per
+//   window, even while two replicas believe they lead;
+// - the leader puts the new limit in the permit set (permit-set-limit.lua, adaptive), where it wins
+//   over every replica's own permits at once and never over an operator's override; every replica
+//   learns it from its next report and asks for it as its own permits, which apply if the store loses
+//   the limit (it expires 10 windows after the last step, so a fleet that stopped leaves nothing).
+// What happens when things go wrong:
+// - the leader dies: another replica leads once its lease ran out (3 windows), and goes on from the
+//   last saved state;
+// - a replica joins: it reports from its first window and learns the limit from the first reply; a
+//   replica leaves: the others' reports make the sums; its heartbeat lapses in 3 windows;
+// - the store is unreachable: every replica keeps the last limit it learnt (as its own permits), says
+//   so once (a warning) and in its status, and the steps resume when the store answers.
+// scope 'local': this process's own limit from its own samples, each window, on a store of its own in
+// memory: N replicas then run N limits, as a per-instance limiter does (Envoy's adaptive concurrency,
+// Netflix's concurrency-limits). The benchmark compares the two (`npm run bench -- adaptive`).
+import { randomBytes } from 'node:crypto'
+import { ConfigError } from '../../core/errors.js'
+import type { KeySpace } from '../../core/keys.js'
+import type { AdaptiveReportReply, Store } from '../../core/protocol/store.js'
+import {
+  type AdaptiveLimitOptions,
+  type ControllerState,
+  initialState,
+  parseAdaptiveLimitOptions,
+  type ResolvedAdaptiveLimitOptions,
+  step,
+  type StepReport,
+  type WindowSummary,
+} from './controller.js'
+/** Where an adaptive limit logs (the middleware's and gateway's logger). */
+export interface AdaptiveLogger {
+  warn(message: string, meta?: Record<string, unknown>): void
+  info?(message: string, meta?: Record<string, unknown>): void
+}
+
+export type { AdaptiveLimitOptions } from './controller.js'
+
+/** What counts as a drop: an upstream status, every 5xx, or a timeout (no answer in time). */
+export type DropRule = number | '5xx' | 'timeout'
+
+export interface AdaptiveOptions extends AdaptiveLimitOptions {
+  /** Which outcomes are drops (back off, whatever the latency). @default ['timeout', 429, 503] */
+  drops?: readonly DropRule[]
+  /** 'fleet': one limit for every process sharing the store; 'local': this process's own.
+   * @default 'fleet' */
+  scope?: 'fleet' | 'local'
+}
+
+export interface ResolvedAdaptiveOptions extends ResolvedAdaptiveLimitOptions {
+  drops: readonly DropRule[]
+  scope: 'fleet' | 'local'
+}
+
+/** How a request admitted under an adaptive limit ended; undefined: it did not (the client left
+ * before its response): not counted. */
+export interface Outcome {
+  /** The response's status. */
+  status?: number | undefined
+  /** No answer in time (the gateway's upstream timeout). */
+  timedOut?: boolean | undefined
+  /** A drop, whatever the rules say (a library lease marked with `adaptive.dropped()`). */
+  dropped?: boolean | undefined
+}
+
+/** An adaptive limit as metrics, logs, the admin API and the dashboard see it. */
+export interface AdaptiveStatus {
+  scope: 'fleet' | 'local'
+  min: number
+  max: number
+  /** The limit the controller set last (as this process knows it). */
+  limit: number
+  /** The controller's unrounded estimate. */
+  estimate: number
+  /** The baseline (unloaded latency) and the latest window's mean latency, ms. */
+  minRttMs: number | undefined
+  rttMs: number | undefined
+  /** tolerance x baseline / latency, clamped to [0.5, 1] (gradient algorithm). */
+  gradient: number | undefined
+  /** What moved the limit last. */
+  reason: StepReport['reason'] | undefined
+  /** Steps taken by the fleet (or this process). */
+  steps: number
+  /** This process steps the controller (fleet: it leads). */
+  leader: boolean
+  /** Processes that reported in the last 3 windows (fleet; 1 for local). */
+  replicas: number
+  /** The store answered the last report (fleet). While it does not, the last limit is kept. */
+  storeReachable: boolean
+}
+
+const DEFAULT_DROPS: readonly DropRule[] = Object.freeze(['timeout', 429, 503])
+/** A leader leads this many windows without reporting again. */
+const LEADER_WINDOWS = 3
+/** The fleet's limit in the store outlives the last step by this many windows. */
+const LIMIT_WINDOWS = 10
+/** The fleet's state outlives its last report by this long (then a fleet starts from `initial`). */
+const STATE_TTL_MS = 24 * 3_600_000
+/** A limit change of this share or more is worth a log line... */
+const SIGNIFICANT = 0.2
+/** ... at most one per this long per limit (the rest are counted in the next one). */
+const LOG_EVERY_MS = 10_000
+/** Store trouble is logged at most this often. */
+const WARN_EVERY_MS = 30_000
+
+/** Validate an adaptive limit's options (ConfigError naming the option; `at` prefixes names, e.g.
+ * "adaptive."). */
+export function parseAdaptiveOptions(options: unknown, at = 'adaptive.'): ResolvedAdaptiveOptions {
+  const object = typeof options === 'object' && options !== null && !Array.isArray(options)
+  // drops and scope are this layer's; the rest are the controller's (unknown ones refused there).
+  const { drops, scope, ...controller } = (object ? options : {}) as Record<string, unknown>
+  const resolved = parseAdaptiveLimitOptions(object ? controller : options, at)
+  let rules = DEFAULT_DROPS
+  if (drops !== undefined) {
+    if (
+      !Array.isArray(drops) ||
+      !drops.every(
+        (rule) =>
+          rule === '5xx' ||
+          rule === 'timeout' ||
+          (typeof rule === 'number' && Number.isInteger(rule) && rule >= 400 && rule <= 599),
+      )
+    ) {
+      throw new ConfigError(`${at}drops`, "a list of statuses (400-599), '5xx' and 'timeout'", drops)
+    }
+    rules = Object.freeze([...(drops as DropRule[])])
+  }
+  if (scope !== undefined && scope !== 'fleet' && scope !== 'local')
+    throw new ConfigError(`${at}scope`, "'fleet' or 'local'", scope)
+  return { ...resolved, drops: rules, scope: (scope as 'fleet' | 'local' | undefined) ?? 'fleet' }
+}
+
+/** Whether an outcome is a drop under `rules`. */
+export function isDrop(outcome: Outcome, rules: readonly DropRule[]): boolean {
+  if (outcome.dropped) return true
+  if (outcome.timedOut) return rules.includes('timeout')
+  const status = outcome.status
+  if (status === undefined) return false
+  return rules.includes(status) || (status >= 500 && status <= 599 && rules.includes('5xx'))
+}
+
+/** What an AdaptiveLimit drives: the bucket's permits. */
+export interface LimitTarget {
+  /** The store the limit is kept in (fleet: the shared one; local: this process's own). */
+  store: Store
+  /** The permit set of the bucket. */
+  space: KeySpace
+  /** Ask for `limit` as this process's own permits from now on. */
+  setOwn(limit: number): void
+}
+
+export class AdaptiveLimit {
+  /** This process among the fleet's replicas. */
+  readonly replica = randomBytes(9).toString('base64url')
+  private state: ControllerState
+  private window: WindowSummary = { count: 0, drops: 0, latencySumMs: 0, maxInFlight: 0 }
+  private inFlight = 0
+  private timer: NodeJS.Timeout | undefined
+  private reporting = false
+  private closed = false
+  /** The store's clock minus Date.now(), from the last reply (fleet). */
+  private offsetMs = 0
+  private leader = false
+  private replicas = 1
+  private storeReachable = true
+  private lastWarnAt = Number.NEGATIVE_INFINITY
+  private lastLogAt = Number.NEGATIVE_INFINITY
+  private loggedLimit: number
+  private unlogged = 0
+
+  constructor(
+    readonly options: ResolvedAdaptiveOptions,
+    private readonly target: LimitTarget,
+    private readonly logger: AdaptiveLogger,
+    /** The bucket's name, for logs. */
+    private readonly name: string,
+  ) {
+    if (options.scope === 'fleet' && !target.store.adaptive) {
+      throw new ConfigError(
+        'adaptive.scope',
+        "a store that can share adaptive limits, or scope: 'local'",
+        'fleet',
+      )
+    }
+    this.state = initialState(options)
+    this.loggedLimit = this.state.limit
+    target.setOwn(this.state.limit)
+    this.arm()
+  }
+
+  /** A request was admitted under the limit: returns when (for finished()). */
+  admitted(): number {
+    this.inFlight++
+    if (this.inFlight > this.window.maxInFlight) this.window.maxInFlight = this.inFlight
+    return performance.now()
+  }
+
+  /** A request admitted at `admittedAt` ended so (undefined: not counted, e.g. the client left). */
+  finished(admittedAt: number, outcome: Outcome | undefined): void {
+    this.inFlight = Math.max(0, this.inFlight - 1)
+    if (!outcome) return
+    this.window.count++
+    if (isDrop(outcome, this.options.drops)) this.window.drops++
+    else this.window.latencySumMs += performance.now() - admittedAt
+  }
+
+  status(): AdaptiveStatus {
+    const last = this.state.last
+    return {
+      scope: this.options.scope,
+      min: this.options.min,
+      max: this.options.max,
+      limit: this.state.limit,
+      estimate: this.state.estimate,
+      minRttMs: this.state.baselineMs,
+      rttMs: last?.rttMs,
+      gradient: last?.gradient,
+      reason: last?.reason,
+      steps: this.state.steps,
+      leader: this.options.scope === 'local' || this.leader,
+      replicas: this.options.scope === 'local' ? 1 : this.replicas,
+      storeReachable: this.storeReachable,
+    }
+  }
+
+  /** Stop: no more reports or steps (the fleet's other replicas go on; a leader's lease runs out). */
+  close(): void {
+    this.closed = true
+    clearTimeout(this.timer)
+    this.timer = undefined
+  }
+
+  /** The store's time now, as this process estimates it. */
+  private storeNow(): number {
+    return Date.now() + this.offsetMs
+  }
+
+  /** Fire shortly after the current window ends (on the store's clock). */
+  private arm(): void {
+    if (this.closed) return
+    const { windowMs } = this.options
+    const now = this.storeNow()
+    const ended = Math.floor(now / windowMs)
+    const at = (ended + 1) * windowMs + Math.min(50, windowMs / 10)
+    this.timer = setTimeout(() => this.tick(ended), Math.max(1, at - now))
+    this.timer.unref()
+  }
+
+  private tick(window: number): void {
+    if (this.closed) return
+    const summary = this.window
+    this.window = { count: 0, drops: 0, latencySumMs: 0, maxInFlight: this.inFlight }
+    this.arm()
+    if (this.options.scope === 'local') {
+      this.apply(step(this.state, summary, this.options), true)
+      return
+    }
+    // One report at a time: a slow store skips windows rather than piling calls up.
+    if (this.reporting) return
+    this.reporting = true
+    void this.report(window, summary).finally(() => {
+      this.reporting = false
+    })
+  }
+
+  private async report(window: number, summary: WindowSummary): Promise<void> {
+    const store = this.target.store
+    const { windowMs } = this.options
+    let reply: AdaptiveReportReply
+    try {
+      const asked = Date.now()
+      reply = await (store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
+        replica: this.replica,
+        window,
+        requests: summary.count,
+        drops: summary.drops,
+        latencyUs: summary.latencySumMs * 1000,
+        maxInFlight: summary.maxInFlight,
+        windowMs,
+        leaderTtlMs: LEADER_WINDOWS * windowMs,
+        stateTtlMs: STATE_TTL_MS,
+      })
+      this.offsetMs = reply.now - (asked + Date.now()) / 2
+      this.reached()
+    } catch (error) {
+      this.unreachable(error)
+      return
+    }
+    this.leader = reply.leads
+    this.replicas = reply.replicas
+    const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
+    if (saved) this.apply(saved, false)
+    if (!reply.leads || !reply.previous) return
+    const previous: WindowSummary = {
+      count: reply.previous.requests,
+      drops: reply.previous.drops,
+      latencySumMs: reply.previous.latencyUs / 1000,
+      maxInFlight: reply.previous.maxInFlight,
+    }
+    const next = step(saved ?? this.state, previous, this.options)
+    try {
+      const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(
+        this.target.space,
+        window - 1,
+        JSON.stringify(next),
+        STATE_TTL_MS,
+      )
+      if (!committed) return // another replica stepped that window
+      this.apply(next, true)
+      await store.permits.setLimit(this.target.space, next.limit, next.limit, {
+        ttlMs: LIMIT_WINDOWS * windowMs,
+      })
+    } catch (error) {
+      this.unreachable(error)
+    }
+  }
+
+  /** Take a state as the current one; `stepped`: this process just computed it (it logs changes). */
+  private apply(next: ControllerState, stepped: boolean): void {
+    const before = this.state.limit
+    this.state = next
+    if (next.limit !== before) this.target.setOwn(next.limit)
+    if (this.options.scope === 'local' && next.limit !== before) {
+      void this.target.store.permits
+        .setLimit(this.target.space, next.limit, next.limit, { ttlMs: LIMIT_WINDOWS * this.options.windowMs })
+        .catch(() => undefined)
+    }
+    if (stepped) this.logChange(next)
+  }
+
+  /** One log line per significant change, at most one per LOG_EVERY_MS. */
+  private logChange(next: ControllerState): void {
+    if (next.limit === this.loggedLimit) return
+    const share = Math.abs(next.limit - this.loggedLimit) / Math.max(1, this.loggedLimit)
+    const edge = next.limit === this.options.min || next.limit === this.options.max
+    if (share < SIGNIFICANT && !edge) return
+    const now = performance.now()
+    if (now - this.lastLogAt < LOG_EVERY_MS) {
+      this.unlogged++
+      return
+    }
+    const log = this.logger.info ?? this.logger.warn
+    log.call(this.logger, 'tollgate: adaptive limit changed', {
+      name: this.name,
+      from: this.loggedLimit,
+      to: next.limit,
+      reason: next.last?.reason,
+      rttMs: round(next.last?.rttMs),
+      minRttMs: round(next.baselineMs),
+      gradient: round(next.last?.gradient),
+      changesNotLogged: this.unlogged,
+    })
+    this.loggedLimit = next.limit
+    this.lastLogAt = now
+    this.unlogged = 0
+  }
+
+  private reached(): void {
+    if (this.storeReachable) return
+    this.storeReachable = true
+    this.logger.warn('tollgate: adaptive limit: the store answers again; steps resume', { name: this.name })
+  }
+
+  private unreachable(error: unknown): void {
+    this.storeReachable = false
+    const now = performance.now()
+    if (now - this.lastWarnAt < WARN_EVERY_MS) return
+    this.lastWarnAt = now
+    this.logger.warn('tollgate: adaptive limit held: the store does not answer', {
+      name: this.name,
+      limit: this.state.limit,
+      error: error instanceof Error ? error.message : String(error),
+    })
+  }
+}
+
+/** A saved state, within this process's min and max (a reload may have changed them), or undefined
+ * when it is not one. */
+function parseState(text: string, options: ResolvedAdaptiveOptions): ControllerState | undefined {
+  let state: ControllerState
+  try {
+    state = JSON.parse(text) as ControllerState
+  } catch {
+    return undefined
+  }
+  if (!Number.isFinite(state.limit) || !Number.isFinite(state.estimate)) return undefined
+  const bound = (n: number) => Math.min(options.max, Math.max(options.min, n))
+  return { ...state, limit: Math.round(bound(state.limit)), estimate: bound(state.estimate) }
+}
+
+function round(value: number | undefined): number | undefined {
+  return value === undefined ? undefined : Math.round(value * 100) / 100
+}

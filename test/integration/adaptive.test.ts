@@ -1,0 +1,268 @@
+// Adaptive limits on real stores (src/primitives/adaptive/limit.ts): the limit finds a simulated
+// upstream's capacity and follows it; one limit for a fleet of replicas; a leader that dies is
+// replaced within its lease; a store that stops answering leaves the last limit in force; and no more
+// than the limit in force is ever admitted while it changes every window (an independent checker).
+import type { Redis } from 'ioredis'
+import { afterEach, describe, expect, it } from 'vitest'
+import {
+  createMemoryStore,
+  createRedisStore,
+  createSemaphore,
+  type Lease,
+  type Semaphore,
+  type Store,
+} from '../../src/index.js'
+import { spawnReadyChild } from '../helpers/child.js'
+import { eventually, sleep } from '../helpers/contract.js'
+import { connectStandalone, connectTo, uniquePrefix } from '../helpers/redis.js'
+import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
+
+const WINDOW_MS = 100
+
+/** A simulated upstream: `capacity` requests served at once in `serviceMs` each; the rest queue inside
+ * it, so a request that starts with n in flight takes serviceMs x max(1, n / capacity). */
+class Upstream {
+  inFlight = 0
+  constructor(
+    public capacity: number,
+    readonly serviceMs: number,
+  ) {}
+
+  async serve(): Promise<void> {
+    this.inFlight++
+    try {
+      await sleep(this.serviceMs * Math.max(1, this.inFlight / this.capacity))
+    } finally {
+      this.inFlight--
+    }
+  }
+}
+
+/** `workers` closed loops (acquire, serve, release) spread over `semaphores`, until stopped. */
+function drive(semaphores: readonly Semaphore[], upstream: Upstream, workers: number) {
+  let running = true
+  const loops = Array.from({ length: workers }, async (_, i) => {
+    const semaphore = semaphores[i % semaphores.length] as Semaphore
+    while (running) {
+      const lease = await semaphore.acquire({ timeoutMs: 10_000 })
+      try {
+        await upstream.serve()
+      } finally {
+        await lease.release()
+      }
+    }
+  })
+  return {
+    async stop() {
+      running = false
+      await Promise.all(loops)
+    },
+  }
+}
+
+/** The median of `count` readings of `read`, one per `everyMs`. */
+async function medianOf(count: number, everyMs: number, read: () => number): Promise<number> {
+  const values: number[] = []
+  for (let i = 0; i < count; i++) {
+    values.push(read())
+    await sleep(everyMs)
+  }
+  values.sort((a, b) => a - b)
+  return values[Math.floor(values.length / 2)] as number
+}
+
+const opened: { close(): unknown }[] = []
+afterEach(async () => {
+  for (const item of opened.splice(0).reverse()) await item.close()
+})
+
+function adaptiveSemaphore(store: Store, name: string, options: Record<string, unknown> = {}) {
+  const semaphore = createSemaphore(store, name, {
+    adaptive: { min: 1, max: 64, initial: 2, windowMs: WINDOW_MS, ...options },
+  })
+  opened.push({ close: () => semaphore.adaptive?.close() })
+  return semaphore
+}
+
+describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s]', (kind) => {
+  it('finds the upstream’s capacity, holds near it, and follows it when the capacity halves', async () => {
+    const store =
+      kind === 'memory'
+        ? createMemoryStore()
+        : createRedisStore(connectStandalone(), { prefix: uniquePrefix().slice(0, -1) })
+    opened.push(store)
+    const semaphore = adaptiveSemaphore(store, 'found')
+    const upstream = new Upstream(8, 20)
+    const load = drive([semaphore], upstream, 24)
+    try {
+      await sleep(3_000)
+      const limit = () => semaphore.adaptive?.status().limit ?? 0
+      // Within ±50 % of the capacity (the headroom the gradient keeps, sqrt(limit) / 2, and a probe of
+      // the baseline at a quarter of the limit every 60 windows).
+      expect(await medianOf(10, WINDOW_MS, limit)).toBeGreaterThanOrEqual(6)
+      expect(await medianOf(10, WINDOW_MS, limit)).toBeLessThanOrEqual(12)
+      upstream.capacity = 4
+      await sleep(2_000)
+      expect(await medianOf(10, WINDOW_MS, limit)).toBeLessThanOrEqual(7)
+      expect(semaphore.adaptive?.status().minRttMs).toBeGreaterThan(15)
+    } finally {
+      await load.stop()
+    }
+  }, 30_000)
+})
+
+describe('a fleet on Redis', () => {
+  it('two replicas share one limit: together they keep the upstream near its capacity, and both learn the same limit', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    const stores = [connectStandalone(), connectStandalone()].map((c) => createRedisStore(c, { prefix }))
+    opened.push(...stores)
+    const replicas = stores.map((store) => adaptiveSemaphore(store, 'shared'))
+    const upstream = new Upstream(8, 20)
+    const load = drive(replicas, upstream, 32)
+    try {
+      await sleep(3_000)
+      const inFlight = await medianOf(20, WINDOW_MS / 2, () => upstream.inFlight)
+      expect(inFlight).toBeLessThanOrEqual(14)
+      expect(inFlight).toBeGreaterThanOrEqual(5)
+      const statuses = replicas.map((r) => r.adaptive?.status())
+      expect(statuses.filter((s) => s?.leader)).toHaveLength(1)
+      expect(statuses.every((s) => s?.replicas === 2)).toBe(true)
+      await eventually(() => {
+        const [a, b] = replicas.map((r) => r.adaptive?.status().limit)
+        return a === b
+      }, 2_000)
+    } finally {
+      await load.stop()
+    }
+  }, 30_000)
+
+  it('the leader is killed (SIGKILL): another replica leads within the lease, 3 windows', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    const child = await spawnReadyChild(new URL('../fixtures/adaptive-worker.ts', import.meta.url))
+    child.send({ type: 'start', prefix, name: 'elected', windowMs: WINDOW_MS, max: 16 })
+    await child.waitFor('started')
+    // The child reported first: it leads.
+    await eventually(
+      () => child.messages.some((m) => m.type === 'status' && (m.status as { leader: boolean }).leader),
+      3_000,
+    )
+    const store = createRedisStore(connectStandalone(), { prefix })
+    opened.push(store)
+    const replica = adaptiveSemaphore(store, 'elected', { max: 16 })
+    await sleep(5 * WINDOW_MS)
+    expect(replica.adaptive?.status()).toMatchObject({ leader: false, replicas: 2 })
+    child.kill('SIGKILL')
+    const killedAt = performance.now()
+    await eventually(() => replica.adaptive?.status().leader === true, 3_000, 5)
+    // The lease runs 3 windows past the child's last report, and the replica reports once a window.
+    expect(performance.now() - killedAt).toBeLessThan(5 * WINDOW_MS)
+    await eventually(() => replica.adaptive?.status().replicas === 1, 3_000)
+  }, 30_000)
+})
+
+describe('a store that stops answering', () => {
+  let server: RedisServerHandle | undefined
+  afterEach(async () => {
+    await server?.stop()
+    server = undefined
+  })
+
+  it('keeps the last limit in force, says so, and steps again once the store answers', async () => {
+    server = await startRedisServer()
+    const client: Redis = connectTo(server, { maxRetriesPerRequest: 1, retryStrategy: () => 50 })
+    const store = createRedisStore(client, { prefix: 'held', commandTimeoutMs: 200 })
+    opened.push(store)
+    // AIMD: one more each window with load; the limit climbs from 2.
+    const semaphore = adaptiveSemaphore(store, 'held', { algorithm: 'aimd', increase: 1, max: 40 })
+    const upstream = new Upstream(100, 10)
+    const load = drive([semaphore], upstream, 50)
+    try {
+      await eventually(() => (semaphore.adaptive?.status().limit ?? 0) >= 6, 5_000)
+      await load.stop()
+      await server.stop()
+      const held = semaphore.adaptive?.status().limit
+      await eventually(() => semaphore.adaptive?.status().storeReachable === false, 3_000)
+      await sleep(5 * WINDOW_MS)
+      expect(semaphore.adaptive?.status()).toMatchObject({ limit: held, storeReachable: false })
+      // This process asks for the last limit as its own permits: it applies if the store lost its own.
+      expect(semaphore.permits).toBe(held)
+    } finally {
+      await load.stop()
+    }
+  }, 30_000)
+})
+
+describe('G1 while the limit changes every window', () => {
+  it('G1: no more than the limit in force is ever admitted; lowering waits for holders and never revokes them', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    // Every write of the limit the leader makes, when it was sent and when it landed.
+    const writes: { sent: number; landed: number; limit: number }[] = []
+    const recorded = (store: Store): Store => {
+      const setLimit = store.permits.setLimit.bind(store.permits)
+      const permits = Object.create(store.permits) as Store['permits']
+      permits.setLimit = async (space, limit, own, adaptive) => {
+        const sent = performance.now()
+        const result = await setLimit(space, limit, own, adaptive)
+        if (adaptive && result !== false)
+          writes.push({ sent, landed: performance.now(), limit: limit as number })
+        return result
+      }
+      return Object.assign(Object.create(store) as Store, { permits })
+    }
+    const stores = [connectStandalone(), connectStandalone(), connectStandalone()].map((c) =>
+      createRedisStore(c, { prefix }),
+    )
+    opened.push(...stores)
+    // AIMD with drops in some windows: up by 4 without, halved with.
+    const replicas = stores.map((store) =>
+      adaptiveSemaphore(recorded(store), 'g1', {
+        algorithm: 'aimd',
+        increase: 4,
+        backoff: 0.5,
+        max: 24,
+        initial: 4,
+      }),
+    )
+    // The independent checker: what the workers hold, counted by the workers themselves.
+    let held = 0
+    const admissions: { at: number; asked: number; held: number }[] = []
+    let running = true
+    const loops = Array.from({ length: 36 }, async (_, i) => {
+      const semaphore = replicas[i % replicas.length] as Semaphore
+      while (running) {
+        const asked = performance.now()
+        const lease: Lease = await semaphore.acquire({ timeoutMs: 10_000 })
+        held++
+        admissions.push({ at: performance.now(), asked, held })
+        await sleep(5 + (i % 7))
+        // Drops in about a third of the windows, in no regular pattern: the limit wanders.
+        if (((Math.floor(Date.now() / WINDOW_MS) * 2_654_435_761) >>> 0) % 3 === 0)
+          semaphore.adaptive?.dropped(lease)
+        held--
+        await lease.release()
+      }
+    })
+    await sleep(4_000)
+    running = false
+    await Promise.all(loops)
+    const limits = new Set(writes.map((w) => w.limit))
+    expect(limits.size).toBeGreaterThan(3) // it did change, many times
+    expect(writes.length).toBeGreaterThan(15)
+    // The limit in force during an admission's call: any write that may have landed while the call was
+    // on its way, and the last one that surely landed before it was sent (or `initial`).
+    let violations = 0
+    for (const a of admissions) {
+      let before = 4
+      let most = 0
+      for (const w of writes) {
+        if (w.landed <= a.asked) before = w.limit
+        else if (w.sent <= a.at) most = Math.max(most, w.limit)
+      }
+      if (a.held > Math.max(before, most)) violations++
+    }
+    expect(violations).toBe(0)
+    expect(admissions.length).toBeGreaterThan(1_000)
+    // And it used the room it had: the most held at once reached the highest limit set.
+    expect(Math.max(...admissions.map((a) => a.held))).toBe(Math.max(...limits))
+  }, 30_000)
+})
