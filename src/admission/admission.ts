@@ -13,7 +13,15 @@ import { attachMetrics } from './metrics.js'
 import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { KeptPermits } from './keep-alive.js'
-import type { AdaptiveLimit, Outcome } from '../primitives/adaptive/limit.js'
+import type { AdaptiveLimit, AdaptiveStatus, Outcome } from '../primitives/adaptive/limit.js'
+
+/** The adaptive limit of a middleware made with the `adaptive` option. */
+export interface AdaptiveControl {
+  /** The limit, its estimate, the baseline and latest latency, the gradient, the leadership. */
+  status(): AdaptiveStatus
+  /** Stop reporting and stepping (the fleet's other processes go on). */
+  close(): void
+}
 
 /** Counters for metrics (the gateway exports them). */
 export interface AdmissionCounters {
@@ -78,6 +86,13 @@ export class Admission<Req> {
   readonly waits: HistogramSeries | undefined
   /** The bucket's adaptive limit (adaptive.ts), if it has one: it sees every admitted request. */
   adaptive: AdaptiveLimit | undefined = undefined
+
+  /** What an adapter shows of the adaptive limit (the `adaptive` option): its status, and a way to
+   * stop it (at shutdown). Undefined without the option. */
+  get adaptiveControl(): AdaptiveControl | undefined {
+    const adaptive = this.adaptive
+    return adaptive && { status: () => adaptive.status(), close: () => adaptive.close() }
+  }
 
   constructor(
     readonly config: ResolvedConfig<Req>,

@@ -19,6 +19,8 @@ interface AnyAdmission {
     queued: number
   }
   readonly waits?: HistogramSeries | undefined
+  /** An adaptive limit's (the `adaptive` option's), set after construction. */
+  readonly adaptive?: { status(): { limit: number } } | undefined
 }
 
 /** The admissions counted on a registry, kept on the registry itself under a global symbol: the ESM
@@ -70,6 +72,7 @@ const METRIC_NAMES = [
   'tollgate_policy_in_flight',
   'tollgate_policy_queued',
   'tollgate_policy_wait_seconds',
+  'tollgate_policy_adaptive_limit',
 ]
 
 function register(
@@ -154,6 +157,18 @@ function register(
     'Requests waiting for a permit in this process right now',
     (a) => a.counters.queued,
   )
+  new prom.Gauge({
+    name: 'tollgate_policy_adaptive_limit',
+    help: 'The adaptive limit in force, by policy (policies with the adaptive option)',
+    labelNames: ['policy'],
+    registers,
+    collect() {
+      this.reset()
+      each((a) => {
+        if (a.adaptive) this.set({ policy: a.config.name }, a.adaptive.status().limit)
+      })
+    },
+  })
   // The gateway's tollgate_wait_seconds, per policy: observed as plain numbers on the request path
   // (admission.ts), read here at scrape time.
   const name = 'tollgate_policy_wait_seconds'

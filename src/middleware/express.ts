@@ -1,5 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { type Admission, isThenable, type Rejection, type TollgateInfo } from '../admission/admission.js'
+import {
+  type Admission,
+  isThenable,
+  type Rejection,
+  type TollgateInfo,
+  type AdaptiveControl,
+} from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
@@ -21,6 +27,8 @@ type Next = (error?: unknown) => void
 export type ExpressMiddleware = ((req: ExpressLikeRequest, res: ServerResponse, next: Next) => void) & {
   /** Live counters of this middleware (admitted, rejected by reason, in flight, queued, ...). */
   readonly counters: Admission<ExpressLikeRequest>['counters']
+  /** With the `adaptive` option: its limit's status, and close(). */
+  readonly adaptive: AdaptiveControl | undefined
 }
 
 /** The `handler` option: sends the rejection itself (express-rate-limit's `handler`), or calls
@@ -123,7 +131,7 @@ function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddle
       (error: unknown) => next(error), // a bug (e.g. a throwing key()): Express answers 500
     )
   }
-  return Object.assign(middleware, { counters: admission.counters })
+  return Object.assign(middleware, { counters: admission.counters, adaptive: admission.adaptiveControl })
 }
 
 /** Bucket by the matched route pattern (`/docs/:id`, not the raw URL): mount the middleware on the

@@ -8,7 +8,13 @@ import type {
   FastifyRequest,
   HookHandlerDoneFunction,
 } from 'fastify'
-import { type Admission, isThenable, type Rejection, type TollgateInfo } from '../admission/admission.js'
+import {
+  type Admission,
+  isThenable,
+  type Rejection,
+  type TollgateInfo,
+  type AdaptiveControl,
+} from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
@@ -34,6 +40,8 @@ export type TollgateOnRequest = (
 export type FastifyTollgatePlugin = FastifyPluginCallback & {
   /** Live counters of this plugin (admitted, rejected by reason, in flight, queued, ...). */
   readonly counters: Admission<FastifyRequest>['counters']
+  /** With the `adaptive` option: its limit's status, and close(). */
+  readonly adaptive: AdaptiveControl | undefined
   /** The hook itself, to limit one route without registering the plugin:
    * `app.get('/export', { onRequest: limiter.onRequest }, handler)`. */
   readonly onRequest: TollgateOnRequest
@@ -143,7 +151,11 @@ function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTollgatePl
     [Symbol.for('fastify.display-name')]: 'tollgate',
     [Symbol.for('plugin-meta')]: { name: 'tollgate', fastify: '5.x' },
   })
-  return Object.assign(plugin as FastifyPluginCallback, { counters: admission.counters, onRequest })
+  return Object.assign(plugin as FastifyPluginCallback, {
+    counters: admission.counters,
+    adaptive: admission.adaptiveControl,
+    onRequest,
+  })
 }
 
 /** Bucket by the matched route pattern (`GET /docs/:id`, not the raw URL). Requests without a matched

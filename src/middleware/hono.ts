@@ -3,7 +3,7 @@
 // FetchResponseWatch). Only types and the `hono/route` helper (Hono 4.8+) are imported from hono.
 import type { Context, MiddlewareHandler, Next } from 'hono'
 import { matchedRoutes } from 'hono/route'
-import type { Admission, Rejection, TollgateInfo } from '../admission/admission.js'
+import type { Admission, Rejection, TollgateInfo, AdaptiveControl } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
@@ -22,6 +22,8 @@ declare module 'hono' {
 export type HonoMiddleware = MiddlewareHandler & {
   /** Live counters of this middleware (admitted, rejected by reason, in flight, queued, ...). */
   readonly counters: Admission<Context>['counters']
+  /** With the `adaptive` option: its limit's status, and close(). */
+  readonly adaptive: AdaptiveControl | undefined
 }
 
 /** The `handler` option: returns the rejection's Response itself (or sets `c.res`), or awaits `next()`
@@ -104,7 +106,7 @@ function honoAdapter(admission: Admission<Context>): HonoMiddleware {
       }
     }
   }
-  return Object.assign(middleware, { counters: admission.counters })
+  return Object.assign(middleware, { counters: admission.counters, adaptive: admission.adaptiveControl })
 }
 
 /** Node's ServerResponse when running on @hono/node-server (`c.env.outgoing`). */

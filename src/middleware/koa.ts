@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import type { Admission, Rejection } from '../admission/admission.js'
+import type { Admission, Rejection, AdaptiveControl } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
@@ -26,6 +26,8 @@ export interface KoaLikeContext {
 export type KoaMiddleware = ((ctx: KoaLikeContext, next: () => Promise<unknown>) => Promise<void>) & {
   /** Live counters of this middleware (admitted, rejected by reason, in flight, queued, ...). */
   readonly counters: Admission<KoaLikeContext>['counters']
+  /** With the `adaptive` option: its limit's status, and close(). */
+  readonly adaptive: AdaptiveControl | undefined
 }
 
 /** The `handler` option: answers the rejection itself (sets `ctx.status` and `ctx.body`), or calls
@@ -106,7 +108,7 @@ function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware {
       throw error
     }
   }
-  return Object.assign(middleware, { counters: admission.counters })
+  return Object.assign(middleware, { counters: admission.counters, adaptive: admission.adaptiveControl })
 }
 
 function keepHeadersOnError(error: unknown, headers: Record<string, string>): void {

@@ -386,6 +386,117 @@ describe('gateway config file', () => {
     ).toBe('redis: give one of redis.url, redis.cluster, redis.sentinel')
   })
 
+  it('an adaptive limit: from the file or the --adaptive-* flags, completed with its defaults', () => {
+    const fromFile = resolveConfig(
+      validateConfigFile({
+        defaults: { upstream: 'http://u', concurrency: { permits: 10 } },
+        routes: [
+          {
+            match: { pathPrefix: '/a' },
+            concurrency: { per: 'route', adaptive: { max: 64, drops: ['5xx', 'timeout'] } },
+          },
+          { match: { pathPrefix: '/b' }, concurrency: { per: 'route' } },
+        ],
+      }),
+    )
+    expect(fromFile.routes[0]!.concurrency?.adaptive).toMatchObject({
+      min: 1,
+      max: 64,
+      initial: 1,
+      algorithm: 'gradient',
+      windowMs: 1000,
+      drops: ['5xx', 'timeout'],
+      scope: 'fleet',
+    })
+    expect(fromFile.routes[1]!.concurrency).toMatchObject({ permits: 10, adaptive: undefined })
+    const fromFlags = resolveConfig(
+      {},
+      parseFlags([
+        '--upstream=http://u',
+        '--adaptive-max=40',
+        '--adaptive-min=2',
+        '--adaptive-initial=8',
+        '--adaptive-algorithm=aimd',
+        '--adaptive-window-ms=500',
+        '--adaptive-scope=local',
+        '--adaptive-drops=timeout,503,5xx',
+      ]),
+    )
+    expect(fromFlags.routes[0]!.concurrency?.adaptive).toMatchObject({
+      min: 2,
+      max: 40,
+      initial: 8,
+      algorithm: 'aimd',
+      windowMs: 500,
+      scope: 'local',
+      drops: ['timeout', 503, '5xx'],
+    })
+    // A file's default permits give way to the flags' adaptive limit; a route's own permits are refused
+    // beside its own adaptive limit.
+    const file = validateConfigFile({ defaults: { upstream: 'http://u', concurrency: { permits: 10 } } })
+    expect(resolveConfig(file, parseFlags(['--adaptive-max=9'])).routes[0]!.concurrency?.adaptive?.max).toBe(
+      9,
+    )
+  })
+
+  it('an adaptive limit refuses what would not be one limit of requests, naming the field', () => {
+    const message = problem(() =>
+      resolveConfig(
+        validateConfigFile({
+          defaults: { upstream: 'http://u' },
+          routes: [
+            { match: { pathPrefix: '/a' }, concurrency: { per: 'route', permits: 5, adaptive: { max: 8 } } },
+            { match: { pathPrefix: '/b' }, concurrency: { per: 'tenant', adaptive: { max: 8 } } },
+            { match: { pathPrefix: '/c' }, concurrency: { per: 'route', weight: 2, adaptive: { max: 8 } } },
+            {
+              match: { pathPrefix: '/d' },
+              concurrency: { per: 'route', keepAliveMs: 50, adaptive: { max: 8 } },
+            },
+            { match: { pathPrefix: '/e' }, concurrency: { per: 'route', adaptive: { max: 8, min: 9 } } },
+            { match: { pathPrefix: '/f' }, concurrency: { per: 'route', adaptive: { max: 8, initial: 9 } } },
+          ],
+        }),
+      ),
+    )
+    expect(message.split('\n')).toEqual([
+      'routes[0].concurrency.permits: not beside adaptive: an adaptive limit starts at adaptive.initial, within adaptive.min and adaptive.max',
+      'routes[1].concurrency.per: an adaptive limit is one bucket: per global or per route',
+      'routes[2].concurrency.weight: not beside adaptive: an adaptive limit counts requests',
+      'routes[3].concurrency.keepAliveMs: not beside adaptive: permit keep-alive would hide the requests it measures',
+      'routes[4].concurrency.adaptive.min: expected an integer from 1 to 8 (received 9).',
+      'routes[5].concurrency.adaptive.initial: expected an integer from 1 to 8 (received 9).',
+    ])
+    expect(
+      problem(() =>
+        validateConfigFile({
+          routes: [
+            {
+              match: { pathPrefix: '/' },
+              concurrency: {
+                adaptive: { max: 8, drops: [200], scope: 'world', algorithm: 'vegas', speed: 2 },
+              },
+            },
+          ],
+        }),
+      )
+        .split('\n')
+        .sort(),
+    ).toEqual(
+      [
+        "routes[0].concurrency.adaptive.drops[0]: expected an HTTP status from 400 to 599, '5xx' or 'timeout'",
+        'routes[0].concurrency.adaptive.scope: expected fleet or local',
+        'routes[0].concurrency.adaptive.algorithm: expected gradient or aimd',
+        'routes[0].concurrency.adaptive.speed: unknown field',
+      ].sort(),
+    )
+    expect(problem(() => parseFlags(['--adaptive-drops=timeout,200']))).toContain(
+      '--adaptive-drops: expected a list of statuses',
+    )
+    expect(problem(() => parseFlags(['--adaptive-scope=world']))).toContain(
+      '--adaptive-scope: expected fleet or local',
+    )
+  })
+
   it('reports unreadable and unparsable files', async () => {
     await expect(readConfigFile('/nonexistent/tollgate.yaml')).rejects.toThrow(/^--config: cannot read/)
     await expect(

@@ -393,21 +393,16 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     ),
     adaptiveDrops: stringFlag(
       'adaptive-drops',
-      z
-        .string()
-        .transform((list) => list.split(',').map((item) => item.trim()))
-        .pipe(
-          z.array(
-            z.union([
-              z.enum(['5xx', 'timeout']),
-              z
-                .string()
-                .regex(/^[45]\d\d$/)
-                .transform(Number),
-            ]),
-            { error: 'expected a list of statuses (400-599), 5xx and timeout, e.g. timeout,429,503' },
-          ),
-        ),
+      z.string().transform((list, ctx) => {
+        const rules = list.split(',').map((item) => item.trim())
+        if (rules.every((rule) => rule === '5xx' || rule === 'timeout' || /^[45]\d\d$/.test(rule)))
+          return rules.map((rule) => (rule === '5xx' || rule === 'timeout' ? rule : Number(rule)))
+        ctx.addIssue({
+          code: 'custom',
+          message: 'expected a list of statuses (400-599), 5xx and timeout, e.g. timeout,429,503',
+        })
+        return z.NEVER
+      }),
     ),
     trustProxy: trustFlags(),
     logLevel: stringFlag('log-level', logLevel),

@@ -363,7 +363,7 @@ function resolveConcurrency(
       adaptive = parseAdaptiveOptions(input.adaptive, `${at}.adaptive.`)
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error
-      issues.push({ path: error.option, message: error.message })
+      issues.push({ path: error.option, message: error.message.replace(/^Invalid option "[^"]*": /, '') })
     }
     // One limit, learnt from the requests it admits: one bucket, each request counting 1. `permits`
     // is refused where the adaptive limit is set (the route's own, or defaults), not when one layer

@@ -118,8 +118,9 @@ const ratio = (low: number, high: number) =>
     .number({ error: `expected a number from ${low} to ${high}` })
     .min(low, { error: `expected a number from ${low} to ${high}` })
     .max(high, { error: `expected a number from ${low} to ${high}` })
-const dropRule = z.union([intIn(400, 599, 'x'), z.literal('5xx'), z.literal('timeout')], {
-  error: "expected an HTTP status from 400 to 599, '5xx' or 'timeout'",
+const DROP_RULE = "expected an HTTP status from 400 to 599, '5xx' or 'timeout'"
+const dropRule = z.union([intIn(400, 599, DROP_RULE), z.literal('5xx'), z.literal('timeout')], {
+  error: DROP_RULE,
 })
 /** An adaptive limit (README "Adaptive limits"); cross-field rules (min <= initial <= max) are checked
  * when the route is resolved. */
