@@ -89,6 +89,25 @@ routes: # matched in order; the first match serves the request. Without routes: 
       pathPrefix: /health
     concurrency: false # never limited
 
+  - name: search
+    match:
+      pathPrefix: /search
+    concurrency:
+      per: route # an adaptive limit is one bucket: per route or global
+      adaptive: # instead of permits: found from the requests' latency and drops (README "Adaptive limits")
+        max: 200 # never above this (required; --adaptive-max)
+        min: 4 # never below, default 1 (--adaptive-min)
+        initial: 16 # before the first step, default min (--adaptive-initial)
+        algorithm: gradient # gradient: follows latency | aimd: only drops (--adaptive-algorithm)
+        windowMs: 1000 # one step per window (--adaptive-window-ms)
+        drops: [timeout, 429, 503] # what backs it off: statuses, 5xx, timeout (--adaptive-drops)
+        scope: fleet # fleet: one limit for every replica sharing Redis | local: this replica's own
+        tolerance: 1 # latency up to this x the baseline counts as unloaded
+        probeEvery: 60 # one window in 60 runs at a quarter of the limit to re-measure the baseline
+        smoothing: 0.5 # weight of a step's estimate against the last one
+        backoff: 0.9 # factor on a window with drops
+        increase: 1 # aimd: added per window without drops
+
   - name: api
     match:
       pathPrefix: /

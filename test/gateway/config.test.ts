@@ -254,8 +254,8 @@ describe('gateway config file', () => {
   it('loads the complete example file', async () => {
     const config = await loadConfig({ config: EXAMPLE })
     expect(config.store).toEqual({ kind: 'redis', url: 'redis://127.0.0.1:6379' })
-    expect(config.routes.map((route) => route.name)).toEqual(['export', 'docs', 'health', 'api'])
-    const [exportRoute, docs, health, api] = config.routes
+    expect(config.routes.map((route) => route.name)).toEqual(['export', 'docs', 'health', 'search', 'api'])
+    const [exportRoute, docs, health, search, api] = config.routes
     expect(exportRoute).toMatchObject({
       methods: ['GET', 'POST'],
       host: 'api.example.com',
@@ -274,6 +274,10 @@ describe('gateway config file', () => {
     expect(docs!.concurrency).toMatchObject({ permits: 10, per: 'global' })
     expect(health!.concurrency).toBeUndefined()
     expect(health!.rwlock).toBeUndefined()
+    expect(search!.concurrency).toMatchObject({
+      per: 'route',
+      adaptive: { min: 4, max: 200, initial: 16, algorithm: 'gradient', windowMs: 1000, scope: 'fleet' },
+    })
     expect(api).toMatchObject({
       concurrency: { permits: 50, per: 'route' },
       timeouts: { upstreamMs: 30_000 },
@@ -288,7 +292,7 @@ describe('gateway config file', () => {
     expect(config.port).toBe(0)
     expect(config.store).toEqual({ kind: 'redis', url: 'redis://other:1' })
     // Flags set the defaults; a route's own permits still win.
-    expect(config.routes.map((route) => route.concurrency?.permits)).toEqual([2, 4, undefined, 50])
+    expect(config.routes.map((route) => route.concurrency?.permits)).toEqual([2, 4, undefined, 4, 50]) // (search's is unused: it is adaptive)
     const plain = resolveConfig(
       validateConfigFile({ defaults: { upstream: 'http://u' } }),
       parseFlags(['--permits', '4']),
