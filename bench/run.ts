@@ -1,6 +1,7 @@
 // Benchmark runner: `npm run bench` runs every scenario, `npm run bench -- <name> ...` only those.
 // Starts a private redis-server on 127.0.0.1 and stops exactly that one (by PID) at the end, also on
-// failure. Prints a markdown report and writes bench/results/latest.{md,json}.
+// failure. Prints a markdown report and writes bench/results/latest.{md,json} (--out <name>:
+// bench/results/<name>.{md,json}, so a run of one scenario leaves the full run's report alone).
 import { execFileSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { mkdir, rename, writeFile } from 'node:fs/promises'
@@ -18,10 +19,23 @@ function log(line: string): void {
 
 function usage(): string {
   return [
-    'usage: npm run bench [-- <scenario> ...]',
+    'usage: npm run bench [-- [--out <name>] <scenario> ...]',
+    '  --out <name>  write bench/results/<name>.{md,json} instead of latest.{md,json}',
     'scenarios:',
     ...scenarios.map((s) => `  ${s.name.padEnd(20)} ${s.title} (~${s.seconds} s)`),
   ].join('\n')
+}
+
+/** --out <name>: letters, digits, '-' and '_' only (it names files in bench/results). */
+function outName(args: string[]): { out: string; rest: string[] } {
+  const at = args.indexOf('--out')
+  if (at < 0) return { out: 'latest', rest: args }
+  const out = args[at + 1]
+  if (out === undefined || !/^[A-Za-z0-9_-]{1,64}$/.test(out))
+    throw new UsageError(
+      `--out needs a name of letters, digits, '-' or '_' (got ${out ?? 'nothing'})\n${usage()}`,
+    )
+  return { out, rest: [...args.slice(0, at), ...args.slice(at + 2)] }
 }
 
 function select(args: string[]): Scenario[] {
@@ -117,7 +131,8 @@ async function main(): Promise<number> {
     process.stdout.write(`${usage()}\n`)
     return 0
   }
-  const selected = select(args)
+  const { out, rest } = outName(args)
+  const selected = select(rest)
   const started = performance.now()
   const date = new Date().toISOString()
   const loadAverage = loadAverages()
@@ -162,8 +177,8 @@ async function main(): Promise<number> {
   process.stdout.write(`\n${markdown}`)
   await mkdir(RESULTS_DIR, { recursive: true })
   const written = [
-    await writeAtomically('latest.md', markdown),
-    await writeAtomically('latest.json', `${JSON.stringify({ meta, results }, null, 2)}\n`),
+    await writeAtomically(`${out}.md`, markdown),
+    await writeAtomically(`${out}.json`, `${JSON.stringify({ meta, results }, null, 2)}\n`),
   ]
   log(`wrote ${written.join(', ')}`)
   for (const result of results) for (const verdict of result.verdicts) log(verdictLine(result, verdict))

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // npm run build (and `prepare`, so `npm ci` in a checkout and `npm pack` build too):
-//   1. regenerate src/core/redis/lua-sources.ts and src/gateway/version.ts (scripts/embed-*.mjs);
+//   1. regenerate src/core/redis/lua-sources.ts, src/gateway/version.ts and
+//      src/gateway/ops/dashboard-assets.ts (scripts/embed-*.mjs);
 //   2. empty dist/ (no stale files or source maps from older builds get packed);
 //   3. tsc twice, in parallel: ESM into dist/ (tsconfig.build.json) and CommonJS into dist/cjs/
 //      (tsconfig.cjs.json, without the bin), each with its .d.ts;
@@ -16,6 +17,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { LUA_MODULE, renderLuaModule } from './embed-lua.mjs'
 import { renderVersionModule, VERSION_MODULE } from './embed-version.mjs'
+import { DASHBOARD_MODULE, renderDashboardModule } from './embed-dashboard.mjs'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const args = process.argv.slice(2)
@@ -47,6 +49,7 @@ function tsc(project, outDir) {
 if (!args.includes('--no-generate')) {
   writeIfChanged(LUA_MODULE, renderLuaModule())
   writeIfChanged(VERSION_MODULE, renderVersionModule())
+  writeIfChanged(DASHBOARD_MODULE, renderDashboardModule())
 }
 rmSync(DIST, { recursive: true, force: true })
 const builds = [tsc('tsconfig.build.json', DIST), tsc('tsconfig.cjs.json', path.join(DIST, 'cjs'))]

@@ -14,7 +14,7 @@ import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { diffSnapshots, type ServerDelta, sumDeltas, topCommands } from '../lib/redis.js'
 import { fmtFixed, fmtInt, fmtMs } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
-import { median } from '../lib/stats.js'
+import { median, percentile } from '../lib/stats.js'
 import { type LoadRound, loadRound, wrkAvailable } from '../lib/wrk.js'
 
 const CONNECTIONS = 50
@@ -28,6 +28,10 @@ const PERMITS = 1000
 /** The permit keep-alive variant's --permit-keepalive-ms: long enough that a busy replica rarely calls Redis,
  * short enough to bound what other replicas wait (docs/gateway.md, "Permit keep-alive"). */
 const KEEPALIVE_MS = 100
+/** Dashboard viewers polling /dashboard/data.json while the dashboard variant runs, and how often
+ * each polls (the page polls every 2 s: these poll twice as often). */
+const VIEWERS = 10
+const VIEWER_POLL_MS = 1000
 const LEAK_REQUESTS = 20
 const LEAK_UPSTREAM_MS = 2000
 /** The bin as it ships (npm run build; prebench builds it): tsx would add its own per-call cost. */
@@ -39,6 +43,8 @@ interface Target {
   /** The process(es) doing the proxying (CPU per request); the upstream's for 'direct'. */
   pid: number
   redis: boolean
+  /** The admin listener whose dashboard is polled while this variant runs. */
+  dashboard?: string
 }
 
 interface Round extends LoadRound {
@@ -84,10 +90,46 @@ async function waitUntilIdle(upstream: string): Promise<void> {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
+interface Viewers {
+  polls: number
+  failures: number
+  /** Milliseconds each data.json took, as a viewer saw it. */
+  took: number[]
+}
+
+/** Runs `fn` while VIEWERS dashboards poll `admin`'s data.json (the page's one request a poll). */
+async function withViewers<T>(admin: string | undefined, viewers: Viewers, fn: () => Promise<T>): Promise<T> {
+  if (!admin) return fn()
+  let running = true
+  const viewer = async (offset: number) => {
+    await sleep(offset)
+    while (running) {
+      const started = performance.now()
+      try {
+        const response = await fetch(`${admin}/dashboard/data.json`, { cache: 'no-store' })
+        await response.arrayBuffer()
+        if (!response.ok) viewers.failures++
+      } catch {
+        viewers.failures++
+      }
+      viewers.took.push(performance.now() - started)
+      viewers.polls++
+      await sleep(VIEWER_POLL_MS)
+    }
+  }
+  const all = Array.from({ length: VIEWERS }, (_, i) => viewer((i * VIEWER_POLL_MS) / VIEWERS))
+  try {
+    return await fn()
+  } finally {
+    running = false
+    await Promise.all(all)
+  }
+}
+
 export const gatewayThroughput: Scenario = {
   name: 'gateway',
   title: `tollgate gateway vs http-proxy (keep-alive) and nginx, wrk ${CONNECTIONS} connections; client-abort leak check`,
-  seconds: 7 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
+  seconds: 8 * (WARMUP_S + ROUNDS * ROUND_S + ROUND_S) + 25,
   async run(ctx) {
     const processes: BenchProcess[] = []
     let nginx: Nginx | undefined
@@ -126,6 +168,18 @@ export const gatewayThroughput: Scenario = {
         '--prefix',
         'bench-gw',
       ])
+      const dashboardPort = await freePort()
+      const dashboard = await start(GATEWAY_BIN, [
+        ...gatewayFlags.slice(0, -4),
+        '--admin-port',
+        String(dashboardPort),
+        '--permits',
+        String(PERMITS),
+        '--redis',
+        redisUrl,
+        '--prefix',
+        'bench-gw-dash',
+      ])
       const keepAlive = await start(GATEWAY_BIN, [
         ...gatewayFlags,
         '--redis',
@@ -145,6 +199,13 @@ export const gatewayThroughput: Scenario = {
         { name: 'tollgate in-memory', url: memory.ready, pid: memory.pid, redis: false },
         { name: 'tollgate + Redis', url: withRedis.ready, pid: withRedis.pid, redis: true },
         {
+          name: `tollgate + Redis, ${VIEWERS} dashboards polling`,
+          url: dashboard.ready,
+          pid: dashboard.pid,
+          redis: true,
+          dashboard: `http://127.0.0.1:${dashboardPort}`,
+        },
+        {
           name: `tollgate + Redis, permit keep-alive ${KEEPALIVE_MS} ms`,
           url: keepAlive.ready,
           pid: keepAlive.pid,
@@ -155,7 +216,10 @@ export const gatewayThroughput: Scenario = {
       ctx.log(
         `  ${generator}, warm-up ${WARMUP_S} s each, then ${ROUNDS} alternating rounds of ${ROUND_S} s, ${CONNECTIONS} connections`,
       )
-      for (const target of targets) await load(`${target.url}/`, WARMUP_S)
+      const viewers: Viewers = { polls: 0, failures: 0, took: [] }
+      for (const target of targets)
+        await withViewers(target.dashboard, viewers, () => load(`${target.url}/`, WARMUP_S))
+      viewers.took.length = 0
       const rounds: Round[][] = targets.map(() => [])
       for (let round = 0; round < ROUNDS; round++) {
         const order = targets.map((_, i) => i)
@@ -165,7 +229,7 @@ export const gatewayThroughput: Scenario = {
           const before = await ctx.redis.snapshot()
           const cpuBefore = treeCpuSeconds(target.pid)
           const upstreamBefore = treeCpuSeconds(upstreamProcess.pid)
-          const result = await load(`${target.url}/`, ROUND_S)
+          const result = await withViewers(target.dashboard, viewers, () => load(`${target.url}/`, ROUND_S))
           const cpuUs = ((treeCpuSeconds(target.pid) - cpuBefore) * 1e6) / result.requests
           const upstreamCpuUs =
             ((treeCpuSeconds(upstreamProcess.pid) - upstreamBefore) * 1e6) / result.requests
@@ -234,7 +298,8 @@ export const gatewayThroughput: Scenario = {
 
       const memoryIndex = targets.findIndex((t) => t.name === 'tollgate in-memory')
       const redisIndex = targets.findIndex((t) => t.name === 'tollgate + Redis')
-      const keptIndex = targets.length - 1
+      const keptIndex = targets.findIndex((t) => t.name.includes('permit keep-alive'))
+      const dashboardIndex = targets.findIndex((t) => t.dashboard !== undefined)
       const leaks = []
       for (const i of [baseIndex, memoryIndex])
         leaks.push(await leakCheck(ctx, targets[i]!.name, targets[i]!.url, upstream))
@@ -247,6 +312,7 @@ export const gatewayThroughput: Scenario = {
         (total, target, i) => (target.name.startsWith('tollgate') ? total + sum(i, (r) => r.errors) : total),
         0,
       )
+      const tookSorted = Float64Array.from(viewers.took).sort()
       const cpuRatio = (i: number) => cpu(i) / cpu(baseIndex)
       const verdicts: Verdict[] = [
         {
@@ -268,6 +334,15 @@ export const gatewayThroughput: Scenario = {
           target: 'tollgate proxy CPU per request <= 0.7 x http-proxy (in-memory and Redis)',
           pass: cpuRatio(memoryIndex) <= 0.7 && cpuRatio(redisIndex) <= 0.7,
           detail: `in-memory ${fmtFixed(cpu(memoryIndex), 1)} µs (${fmtFixed(cpuRatio(memoryIndex))} x), Redis ${fmtFixed(cpu(redisIndex), 1)} µs (${fmtFixed(cpuRatio(redisIndex))} x), http-proxy ${fmtFixed(cpu(baseIndex), 1)} µs`,
+        },
+        {
+          target: `${VIEWERS} dashboards polling cost the data plane nothing measurable: req/s >= 0.95 x and p99 <= 1.2 x 'tollgate + Redis' (median round)`,
+          pass:
+            ratio(dashboardIndex, redisIndex) >= 0.95 &&
+            median(rounds[dashboardIndex]!.map((r) => r.p99)) <=
+              1.2 * median(rounds[redisIndex]!.map((r) => r.p99)) &&
+            viewers.failures === 0,
+          detail: `${fmtFixed(ratio(dashboardIndex, redisIndex))} x req/s; p99 ${fmtMs(median(rounds[dashboardIndex]!.map((r) => r.p99)))} vs ${fmtMs(median(rounds[redisIndex]!.map((r) => r.p99)))}; ${viewers.polls} polls of data.json, ${viewers.failures} failed, each p50 ${fmtMs(percentile(tookSorted, 50))} / p99 ${fmtMs(percentile(tookSorted, 99))}`,
         },
         {
           target: 'no request failed through tollgate',
@@ -292,6 +367,7 @@ export const gatewayThroughput: Scenario = {
             sumDeltas(rounds[redisIndex]!.map((r) => r.server)),
             sum(redisIndex, (r) => r.requests),
           )}.`,
+          `Dashboard: the '${VIEWERS} dashboards polling' variant is 'tollgate + Redis' (its own process and prefix) while ${VIEWERS} clients poll its admin listener's /dashboard/data.json every ${VIEWER_POLL_MS} ms each (the page polls every 2 s); the listener builds one snapshot a second whoever asks (a store read per route), so its cost does not grow with viewers. Its Redis columns include those reads (one inspect a second: a few commands a second); the rest of their difference to 'tollgate + Redis' is how many calls the batcher merges per event-loop turn, which the admin listener's work moves a little. Its proxy CPU includes the admin listener's (the same process).`,
           `Leak check: ${LEAK_REQUESTS} requests to /slow?ms=${LEAK_UPSTREAM_MS}, aborted by the client after 300 ms; the upstream is asked how many of them it is still serving 500 ms later.`,
         ],
         data: { targets: targets.map((t) => t.name), rounds, cannon, leaks },

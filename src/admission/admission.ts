@@ -23,6 +23,9 @@ export interface AdaptiveControl {
   close(): void
 }
 
+/** Buckets whose requests a keyed admission counts for the dashboard at once. */
+const MAX_TRACKED_KEYS = 1000
+
 /** Counters for metrics (the gateway exports them). */
 export interface AdmissionCounters {
   admitted: number
@@ -84,6 +87,24 @@ export class Admission<Req> {
   /** Seconds each admitted request waited for its permit (the `metrics` option's
    * tollgate_policy_wait_seconds); undefined without metrics. */
   readonly waits: HistogramSeries | undefined
+  /** Requests per bucket of a keyed admission since takeArrivals() last asked (the dashboard's busiest
+   * buckets), at most MAX_TRACKED_KEYS buckets: one Map update per request. */
+  private arrivals = new Map<string, number>()
+
+  /** Requests per bucket since the last call (admitted, waiting or refused); starts counting anew. */
+  takeArrivals(): Map<string, number> {
+    const taken = this.arrivals
+    this.arrivals = new Map()
+    return taken
+  }
+
+  private arrived(bucket: Bucket): void {
+    if (!bucket.keyed || !this.semaphoreOf) return
+    const seen = this.arrivals.get(bucket.key)
+    if (seen !== undefined) this.arrivals.set(bucket.key, seen + 1)
+    else if (this.arrivals.size < MAX_TRACKED_KEYS) this.arrivals.set(bucket.key, 1)
+  }
+
   /** The bucket's adaptive limit (adaptive.ts), if it has one: it sees every admitted request. */
   adaptive: AdaptiveLimit | undefined = undefined
 
@@ -124,15 +145,22 @@ export class Admission<Req> {
   admitNow(bucket: Bucket): AdmitResult | undefined {
     if (this.health.down) return undefined
     // Kept leases are of weight 1 (the gateway's permit keep-alive; see release()).
+    // (Counted as an arrival only when it answers: otherwise admit() follows and counts it.)
     const kept = bucket.weight === 1 ? this.kept?.take(bucket.key) : undefined
-    if (kept) return this.admitted(bucket, kept, undefined, false)
+    if (kept) {
+      this.arrived(bucket)
+      return this.admitted(bucket, kept, undefined, false)
+    }
     if (!this.acquireNow) return undefined
     const lease = this.acquireNow(bucket.gate, bucket.weight)
-    return lease && this.admitted(bucket, lease, undefined)
+    if (!lease) return undefined
+    this.arrived(bucket)
+    return this.admitted(bucket, lease, undefined)
   }
 
   async admit(req: Req, signal: AbortSignalLike, bucket: Bucket = this.gateFor(req)): Promise<AdmitResult> {
     const started = Date.now()
+    this.arrived(bucket)
     // The store is known down: answer now, without waiting for another timeout (G14).
     if (this.health.down) {
       this.health.failedFast++

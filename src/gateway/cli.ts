@@ -180,6 +180,7 @@ async function reloadOnce(gateway: Gateway, argv: readonly string[], env: NodeJS
   } catch (error) {
     metrics.reloads.inc({ result: 'failure' })
     metrics.reloadSuccessful.set(0)
+    gateway.reloadFailed(error instanceof Error ? error.message.split('\n')[0]! : String(error))
     if (!(error instanceof ConfigError)) {
       logger.error({ err: error }, 'config reload failed; the running config stays')
       return

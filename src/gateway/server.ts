@@ -12,6 +12,7 @@ import { storeHealth } from '../admission/store-health.js'
 import { StoreUnavailableError } from '../core/errors.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './ops/admin.js'
+import { VERSION } from './version.js'
 import type { GatewayConfig } from './config/index.js'
 import { LineBuffer } from './ops/access-log.js'
 import { type GatewayContext, PendingCount } from './context.js'
@@ -64,6 +65,8 @@ export interface Gateway {
   /** Apply a new, already validated config (SIGHUP): routes, limits, overrides and timeouts swap for
    * new requests; in-flight ones keep theirs. Returns the sections that need a restart (kept). */
   reload(next: GatewayConfig): { kept: string[] }
+  /** A reload that could not be applied (the running config stays): what the dashboard says. */
+  reloadFailed(message: string): void
   /** Graceful shutdown: stop accepting, let in-flight requests and WebSockets finish (up to
    * shutdownGraceMs, then cut them), release every permit, close the store. Idempotent. */
   close(): Promise<void>
@@ -207,8 +210,22 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     )
   }
 
+  /** When the running config was loaded, and the last reload's outcome (the dashboard shows them). */
+  const reloads: { loadedAt: number; last: { at: number; ok: boolean; message: string } | undefined } = {
+    loadedAt: Date.now(),
+    last: undefined,
+  }
   const admin = config.admin
-    ? createAdminServer({ metrics, logger, ready, config: () => ctx.config, routes: () => ctx.routes })
+    ? createAdminServer({
+        metrics,
+        logger,
+        ready,
+        config: () => ctx.config,
+        routes: () => ctx.routes,
+        version: VERSION,
+        health,
+        reloads: () => reloads,
+      })
     : undefined
 
   /**
@@ -254,6 +271,12 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     for (const route of retired)
       for (const admission of route.admissions) ctx.releases.track(admission.close())
     logger.level = applied.logLevel
+    reloads.loadedAt = Date.now()
+    reloads.last = {
+      at: reloads.loadedAt,
+      ok: true,
+      message: kept.length > 0 ? `applied; these need a restart: ${kept.join(', ')}` : 'applied',
+    }
     return { kept }
   }
 
@@ -351,6 +374,9 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     listen,
     ready,
     reload,
+    reloadFailed(message) {
+      reloads.last = { at: Date.now(), ok: false, message }
+    },
     close() {
       closing ??= shutdown()
       return closing

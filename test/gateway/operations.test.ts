@@ -329,7 +329,7 @@ describe('admin /limits API', () => {
     await Promise.all(held)
   }, 30_000)
 
-  it('without a token, /limits answers only local requests: a foreign Host (DNS rebinding) or an Origin gets 403', async () => {
+  it('without a token, /limits answers only local requests: a foreign Host (DNS rebinding) or another page’s Origin gets 403; the dashboard’s own origin passes', async () => {
     const recorder = await startRecorder()
     const gateway = await spawnGateway(baseFlags(recorder.url, prefix()))
     const port = new URL(gateway.adminUrl ?? '').port
@@ -348,6 +348,17 @@ describe('admin /limits API', () => {
     expect(await raw(`host: attacker.example:${port}\r\n`)).toMatch(/^HTTP\/1\.1 403/)
     expect(await raw(`host: 127.0.0.1:${port}\r\norigin: http://attacker.example\r\n`)).toMatch(
       /^HTTP\/1\.1 403/,
+    )
+    // Another local origin (a page of some other service on this machine), an opaque origin, and a
+    // page whose origin names this port under another host are other pages; only the dashboard's
+    // own origin (http://<this Host>) is this listener's.
+    for (const origin of [`http://127.0.0.1:${Number(port) + 1}`, 'null', `https://127.0.0.1:${port}`])
+      expect(await raw(`host: 127.0.0.1:${port}\r\norigin: ${origin}\r\n`)).toMatch(/^HTTP\/1\.1 403/)
+    expect(
+      await raw(`host: attacker.example:${port}\r\norigin: http://attacker.example:${port}\r\n`),
+    ).toMatch(/^HTTP\/1\.1 403/)
+    expect(await raw(`host: 127.0.0.1:${port}\r\norigin: http://127.0.0.1:${port}\r\n`)).toMatch(
+      /^HTTP\/1\.1 200/,
     )
     expect(await raw(`host: localhost:${port}\r\n`)).toMatch(/^HTTP\/1\.1 200/)
     expect((await limits(gateway, '/default')).body).toMatchObject({ buckets: [{ override: 1 }] })

@@ -12,7 +12,7 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const exec = promisify(execFile)
 
 describe('generated sources', () => {
-  it.each(['scripts/embed-lua.mjs', 'scripts/embed-version.mjs'])(
+  it.each(['scripts/embed-lua.mjs', 'scripts/embed-version.mjs', 'scripts/embed-dashboard.mjs'])(
     '%s --check: up to date',
     async (script) => {
       await expect(exec(process.execPath, [script, '--check'], { cwd: ROOT })).resolves.toBeDefined()

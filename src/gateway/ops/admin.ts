@@ -10,9 +10,10 @@ import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
 import type { GatewayConfig } from '../config/index.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { LiveRoute } from '../routes.js'
+import { type Access, Dashboard, type DashboardView } from './dashboard.js'
 
 /** What the admin listener reads from the running gateway (the config and routes change on reload). */
-export interface AdminView {
+export interface AdminView extends DashboardView {
   readonly metrics: GatewayMetrics
   readonly logger: PinoLogger
   config(): GatewayConfig
@@ -55,6 +56,7 @@ class HttpError extends Error {
 export function createAdminServer(view: AdminView): http.Server {
   /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
   const setHere = new Map<string, Set<string>>()
+  const dashboard = new Dashboard(view)
 
   // A slow client holds an admin socket for seconds, not Node's default 5 minutes; and only so many.
   const server = http.createServer({ requestTimeout: 10_000, headersTimeout: 5_000 }, (req, res) => {
@@ -66,6 +68,7 @@ export function createAdminServer(view: AdminView): http.Server {
     })
   })
   server.maxConnections = 64
+  server.once('close', () => dashboard.close())
   return server
 
   async function route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
@@ -82,7 +85,43 @@ export function createAdminServer(view: AdminView): http.Server {
     if (path === '/healthz') return text(res, 200, 'ok\n')
     if (path === '/readyz')
       return (await view.ready()) ? text(res, 200, 'ready\n') : text(res, 503, 'not ready\n')
+    if (await dashboard.serve(req, res, path, accessOf(req))) return
     text(res, 404, 'not found\n')
+  }
+
+  /** What a page on this listener may do, by /limits's rules (authorize()). */
+  function accessOf(req: http.IncomingMessage): Access {
+    let authorized = true
+    try {
+      authorize(req)
+    } catch {
+      authorized = false
+    }
+    const admin = view.config().admin
+    if (admin?.token !== undefined) {
+      return {
+        authorized,
+        canWrite: true,
+        tokenRequired: true,
+        note: 'Setting a limit needs the admin token (--admin-token-file or TOLLGATE_ADMIN_TOKEN): enter it below. It applies to every replica sharing the store.',
+      }
+    }
+    if (admin && !isLoopback(admin.host)) {
+      return {
+        authorized: false,
+        canWrite: false,
+        tokenRequired: false,
+        note: 'Read-only: this admin listener is not on loopback and has no token, so /limits answers no one. Give the gateway --admin-token-file (or TOLLGATE_ADMIN_TOKEN) to set limits from this page.',
+      }
+    }
+    return {
+      authorized,
+      canWrite: authorized,
+      tokenRequired: false,
+      note: authorized
+        ? 'A limit set here applies to every replica sharing the store (PUT /limits). No token is configured: only local requests may set limits.'
+        : 'Read-only: without a token, /limits answers only requests to a loopback address (open this page at 127.0.0.1).',
+    }
   }
 
   async function limits(req: http.IncomingMessage, res: http.ServerResponse, path: string): Promise<void> {
@@ -135,6 +174,7 @@ export function createAdminServer(view: AdminView): http.Server {
     if (method === 'PUT') {
       const permits = await readPermits(req)
       await semaphore.setPermits(permits)
+      if (bucketLabel === null) dashboard.noteChange(live.config.name, permits, 'override (this replica)')
       // This replica's kept permits (permit keep-alive) obey the new limit at once; other replicas'
       // within their keepAliveMs.
       admission.kept?.flush(key)
@@ -243,10 +283,13 @@ export function createAdminServer(view: AdminView): http.Server {
         )
       }
       const host = (req.headers.host ?? '').replace(/:\d+$/, '')
-      if (!isLoopback(host) || req.headers.origin !== undefined) {
+      // A page of another origin (a cross-site request, or DNS rebinding) sends its own Origin; the
+      // dashboard, served by this listener, sends this one's.
+      const origin = req.headers.origin
+      if (!isLoopback(host) || (origin !== undefined && origin !== `http://${req.headers.host}`)) {
         throw new HttpError(
           403,
-          'without a token, /limits answers only local requests (loopback Host, no Origin)',
+          'without a token, /limits answers only local requests (loopback Host, no Origin but this page’s)',
         )
       }
       return

@@ -75,7 +75,8 @@ export interface RouteMetrics {
  * writes it).
  */
 export class PlainHistogram extends Histogram<string> {
-  private readonly bounds: readonly number[]
+  /** Upper bounds of the buckets, ascending (seconds). */
+  readonly bounds: readonly number[]
   private readonly all = new Map<string, HistogramSeries>()
 
   constructor(
@@ -89,6 +90,11 @@ export class PlainHistogram extends Histogram<string> {
   ) {
     super({ ...config, labelNames: [config.label] })
     this.bounds = [...config.buckets].sort((a, b) => a - b)
+  }
+
+  /** Every series so far, by label value. */
+  entries(): IterableIterator<[string, HistogramSeries]> {
+    return this.all.entries()
   }
 
   /** The series of one label value (created at 0 on first use). */

@@ -1,0 +1,466 @@
+// The dashboard of the admin listener (docs/gateway.md, "Dashboard"): a page at / and /dashboard
+// (dashboard/*, embedded by scripts/embed-dashboard.mjs), and /dashboard/data.json, what it draws.
+//
+// Cost: a viewer costs the data plane nothing. The data is one snapshot, made at most once a second
+// whoever asks (any number of viewers share it), and only while someone asks: its store reads are one
+// stats call per route with one bucket, and one per busy bucket (at most BUSIEST per keyed route),
+// each within READ_TIMEOUT_MS, none while the store is known down. Without viewers the only work is a
+// timer a second that copies this replica's own counters into the charts' history.
+// Truth: in flight and waiting come from the store (the fleet's), beside this replica's own; limits
+// are the store's (an override, the adaptive limit) over the config's.
+// Trust: the page and its data are read-only, like /metrics; bucket names (request data: tenant ids,
+// addresses) are shown only to a request /limits would answer; changing a limit goes through /limits
+// and its rules (a bearer token beyond loopback, the DNS-rebinding guard, no cookie).
+import type http from 'node:http'
+import type { Logger as PinoLogger } from 'pino'
+import { GLOBAL_KEY } from '../../admission/keys.js'
+import type { StoreHealth } from '../../admission/store-health.js'
+import type { HistogramSeries } from '../../admission/histogram.js'
+import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
+import type { SemaphoreStats } from '../../primitives/semaphore.js'
+import { within } from '../../core/timeout.js'
+import type { GatewayConfig } from '../config/index.js'
+import type { LiveRoute } from '../routes.js'
+import { DASHBOARD_ASSETS } from './dashboard-assets.js'
+import type { GatewayMetrics } from './metrics.js'
+
+const SNAPSHOT_MS = 1000
+const READ_TIMEOUT_MS = 250
+/** Points of each route's chart: one a second, 5 minutes. */
+const HISTORY = 300
+/** Latency quantiles over this many seconds. */
+const QUANTILE_WINDOW_S = 60
+/** Busy buckets shown per keyed route, and routes shown at most. */
+const BUSIEST = 5
+const MAX_ROUTES = 50
+const MAX_CHANGES = 50
+/** A bucket's score keeps this share a second (half-life ~3 s), and a route scores this many at most. */
+const DECAY = 0.8
+const MAX_SCORED = 1000
+
+/** The page's response headers: nothing from elsewhere, no framing, no inline script or style. */
+export const DASHBOARD_HEADERS = {
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'x-frame-options': 'DENY',
+}
+
+/** What the dashboard reads of the running gateway. */
+export interface DashboardView {
+  readonly metrics: GatewayMetrics
+  readonly logger: PinoLogger
+  readonly version: string
+  config(): GatewayConfig
+  routes(): readonly LiveRoute[]
+  readonly health: StoreHealth
+  /** When the running config was loaded, and the last reload's outcome (undefined: none since start). */
+  reloads(): { loadedAt: number; last: { at: number; ok: boolean; message: string } | undefined }
+}
+
+/** How a request may act, by /limits's rules (admin.ts). */
+export interface Access {
+  /** The request could read /limits (and so see bucket names). */
+  authorized: boolean
+  /** A page on this listener can set limits through /limits (with the token where one is needed). */
+  canWrite: boolean
+  tokenRequired: boolean
+  note: string
+}
+
+interface Point {
+  t: number
+  local: number
+  fleet: number | null
+  queued: number | null
+  limit: number | null
+}
+
+interface Change {
+  at: number
+  route: string
+  from: number
+  to: number
+  by: string
+}
+
+export class Dashboard {
+  private readonly history = new Map<string, Point[]>()
+  /** Each second, a copy of every latency histogram's counts: quantiles over the last minute. */
+  private readonly marks: { at: number; series: Map<string, Float64Array> }[] = []
+  private readonly changes: Change[] = []
+  /** The limit last seen in force per route (for the changes list). */
+  private readonly seen = new Map<string, number>()
+  /** Per keyed route, each bucket's requests a second, decayed (half-life ~3 s): the busiest are the
+   * top BUSIEST of it. At most MAX_SCORED buckets a route. */
+  private readonly scores = new Map<string, Map<string, number>>()
+  private snapshot: { at: number; data: Promise<Snapshot>; bodies: Map<string, string> } | undefined
+  private lastViewed = Number.NEGATIVE_INFINITY
+  private outages = 0
+  private downSince: number | undefined
+  private lastOutage: { from: number; ms: number | null } | undefined
+  private readonly timer: NodeJS.Timeout
+  private readonly offHealth: () => void
+
+  constructor(private readonly view: DashboardView) {
+    this.offHealth = view.health.onChange((down) => {
+      if (down) {
+        this.outages++
+        this.downSince = Date.now()
+        this.lastOutage = { from: this.downSince, ms: null }
+      } else if (this.lastOutage) {
+        this.lastOutage.ms = Date.now() - this.lastOutage.from
+        this.downSince = undefined
+      }
+    })
+    this.timer = setInterval(() => this.sample(), 1000)
+    this.timer.unref()
+  }
+
+  close(): void {
+    clearInterval(this.timer)
+    this.offHealth()
+  }
+
+  /** A limit this replica changed through /limits (the store's value shows in the next snapshot). */
+  noteChange(route: string, to: number | undefined, by: string): void {
+    const from = this.seen.get(route)
+    if (to === undefined || from === undefined || from === to) return
+    this.record({ at: Date.now(), route, from, to, by })
+    this.seen.set(route, to)
+    // Until the next snapshot reads it from the store, the limit this replica knows is this one (not
+    // the one before: the next second's sample would list a change back).
+    this.lastEffective.set(route, to)
+  }
+
+  /** Serve GET / and /dashboard (the page), /dashboard/app.js and app.css, and /dashboard/data.json;
+   * false for any other path. */
+  async serve(
+    req: http.IncomingMessage,
+    res: http.ServerResponse,
+    path: string,
+    access: Access,
+  ): Promise<boolean> {
+    const file =
+      path === '/' || path === '/dashboard' || path === '/dashboard/'
+        ? 'index.html'
+        : path.startsWith('/dashboard/')
+          ? path.slice('/dashboard/'.length)
+          : undefined
+    if (file === undefined) return false
+    if (file === 'data.json') {
+      this.lastViewed = performance.now()
+      const body = await this.body(access)
+      res.writeHead(200, {
+        ...DASHBOARD_HEADERS,
+        'content-type': 'application/json; charset=utf-8',
+        'cache-control': 'no-store',
+        'content-length': Buffer.byteLength(body),
+      })
+      res.end(req.method === 'HEAD' ? undefined : body)
+      return true
+    }
+    const asset = Object.hasOwn(DASHBOARD_ASSETS, file) ? DASHBOARD_ASSETS[file] : undefined
+    if (!asset) return false
+    const headers = {
+      ...DASHBOARD_HEADERS,
+      'content-type': asset.type,
+      'cache-control': 'no-cache',
+      etag: asset.etag,
+    }
+    if (req.headers['if-none-match'] === asset.etag) {
+      res.writeHead(304, headers)
+      res.end()
+      return true
+    }
+    res.writeHead(200, { ...headers, 'content-length': Buffer.byteLength(asset.body) })
+    res.end(req.method === 'HEAD' ? undefined : asset.body)
+    return true
+  }
+
+  /** data.json for this request: the snapshot with what it may see, serialized once per snapshot and
+   * kind of access (a viewer costs the bytes it is sent, not a store read or a serialization). */
+  private async body(access: Access): Promise<string> {
+    const now = performance.now()
+    if (!this.snapshot || now - this.snapshot.at >= SNAPSHOT_MS) {
+      this.snapshot = { at: now, data: this.take(), bodies: new Map() }
+    }
+    const snapshot = this.snapshot
+    const key = JSON.stringify(access)
+    let body = snapshot.bodies.get(key)
+    if (body === undefined) {
+      body = JSON.stringify(this.visible(await snapshot.data, access))
+      snapshot.bodies.set(key, body)
+    }
+    return body
+  }
+
+  /** The snapshot, with what this request may see. */
+  private visible(
+    snapshot: Snapshot,
+    access: Access,
+  ): Snapshot & { access: Access & { bucketsShown: boolean } } {
+    const routes = access.authorized
+      ? snapshot.routes
+      : snapshot.routes.map((route) => ({ ...route, buckets: [] }))
+    return { ...snapshot, routes, access: { ...access, bucketsShown: access.authorized } }
+  }
+
+  /** Each second: this replica's own counters into the charts, the latency marks, the busiest
+   * buckets, and a change of the limit this replica knows of (an adaptive step). */
+  private sample(): void {
+    const t = Date.now()
+    const viewed = performance.now() - this.lastViewed < 10_000
+    for (const live of this.view.routes().slice(0, MAX_ROUTES)) {
+      const name = live.config.name
+      const points = this.history.get(name) ?? []
+      const local = this.view.metrics.route(name).inFlight
+      const last = this.lastFleet.get(name)
+      points.push({
+        t,
+        local,
+        // The fleet's figures only while someone looks (they cost a store read); this replica's always.
+        fleet: viewed && last ? last.holders : null,
+        queued: viewed && last ? last.queued : live.admissions.reduce((sum, a) => sum + a.counters.queued, 0),
+        limit: this.knownLimit(live),
+      })
+      if (points.length > HISTORY) points.splice(0, points.length - HISTORY)
+      this.history.set(name, points)
+      const known = this.knownLimit(live)
+      if (known !== null) this.compare(name, known, live.concurrency?.adaptive ? 'adaptive limit' : 'config')
+      if (live.concurrency && live.config.concurrency && isKeyed(live.config.concurrency.per))
+        this.score(name, live.admissions)
+    }
+    const series = new Map<string, Float64Array>()
+    for (const [label, s] of this.view.metrics.waitSeconds.entries())
+      series.set(`wait ${label}`, s.counts.slice())
+    for (const [label, s] of this.view.metrics.redisSeconds.entries())
+      series.set(`redis ${label}`, s.counts.slice())
+    this.marks.push({ at: t, series })
+    if (this.marks.length > QUANTILE_WINDOW_S + 1) this.marks.shift()
+    for (const name of this.history.keys())
+      if (!this.view.routes().some((live) => live.config.name === name)) {
+        this.history.delete(name)
+        this.scores.delete(name)
+      }
+  }
+
+  /** Decay a route's bucket scores and add the last second's requests (of every admission of it). */
+  private score(route: string, admissions: LiveRoute['admissions']): void {
+    const scores = this.scores.get(route) ?? new Map<string, number>()
+    for (const [bucket, value] of scores) {
+      const next = value * DECAY
+      if (next < 0.05) scores.delete(bucket)
+      else scores.set(bucket, next)
+    }
+    for (const admission of admissions)
+      for (const [bucket, count] of admission.takeArrivals())
+        scores.set(bucket, (scores.get(bucket) ?? 0) + count)
+    if (scores.size > MAX_SCORED) {
+      const kept = [...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED)
+      scores.clear()
+      for (const [bucket, value] of kept) scores.set(bucket, value)
+    }
+    this.scores.set(route, scores)
+  }
+
+  /** The busiest buckets of a keyed route: highest score first. */
+  private busiest(route: string): string[] {
+    const scores = this.scores.get(route)
+    if (!scores) return []
+    return [...scores]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, BUSIEST)
+      .map(([bucket]) => bucket)
+  }
+
+  /** The fleet's figures of each route's one bucket at the last snapshot. */
+  private readonly lastFleet = new Map<string, { holders: number; queued: number }>()
+
+  /** The limit of a route this replica knows without asking the store: the last override or
+   * adaptive limit read, else what it knows of the adaptive limit, else the config's. */
+  private knownLimit(live: LiveRoute): number | null {
+    const concurrency = live.config.concurrency
+    if (!concurrency) return null
+    const adaptive = live.concurrency?.adaptive?.status()
+    return this.lastEffective.get(live.config.name) ?? adaptive?.limit ?? concurrency.permits
+  }
+
+  private readonly lastEffective = new Map<string, number>()
+
+  private compare(route: string, limit: number, by: string): void {
+    const from = this.seen.get(route)
+    // Adaptive steps are listed once they moved the limit 20 % from the last one listed (as the log
+    // line does): a list of every step would push the operators' changes out.
+    if (by === 'adaptive limit' && from !== undefined && Math.abs(limit - from) < 0.2 * from) return
+    this.seen.set(route, limit)
+    if (from !== undefined && from !== limit) this.record({ at: Date.now(), route, from, to: limit, by })
+  }
+
+  private record(change: Change): void {
+    this.changes.unshift(change)
+    if (this.changes.length > MAX_CHANGES) this.changes.pop()
+  }
+
+  /** Quantiles of a histogram series over the last minute (from the oldest mark), as bucket bounds in
+   * ms: "p99 <= 25 ms". Undefined without observations in that minute. */
+  private quantiles(key: string, bounds: readonly number[], current: HistogramSeries) {
+    const old = this.marks[0]?.series.get(key)
+    const counts = Array.from(current.counts, (count, i) => count - (old?.[i] ?? 0))
+    const total = counts.reduce((a, b) => a + b, 0)
+    if (total <= 0) return { p50Ms: null, p99Ms: null, count: 0 }
+    const at = (q: number) => {
+      let cumulative = 0
+      for (let i = 0; i < counts.length; i++) {
+        cumulative += counts[i] as number
+        if (cumulative >= q * total) return i < bounds.length ? (bounds[i] as number) * 1000 : null
+      }
+      return null
+    }
+    return { p50Ms: at(0.5), p99Ms: at(0.99), count: total }
+  }
+
+  private async take(): Promise<Snapshot> {
+    const { metrics, health } = this.view
+    const config = this.view.config()
+    const rejected = new Map<string, Record<string, number>>()
+    for (const value of (await metrics.rejected.get()).values) {
+      const route = String(value.labels.route)
+      const reasons = rejected.get(route) ?? {}
+      reasons[String(value.labels.reason)] = value.value
+      rejected.set(route, reasons)
+    }
+    const readable = !health.down
+    const routes = await Promise.all(
+      this.view
+        .routes()
+        .slice(0, MAX_ROUTES)
+        .map(async (live) => {
+          const name = live.config.name
+          const concurrency = live.config.concurrency
+          const cap = live.concurrency
+          const keyed = concurrency !== undefined && isKeyed(concurrency.per)
+          const adaptive = cap?.adaptive?.status()
+          let stats: SemaphoreStats | undefined
+          if (concurrency && cap?.semaphoreOf && !keyed && readable) {
+            const read = await within(cap.semaphoreOf(GLOBAL_KEY).stats(), READ_TIMEOUT_MS)
+            if (read.ok) stats = read.value
+          }
+          const configured = concurrency ? (concurrency.adaptive?.initial ?? concurrency.permits) : null
+          const limit = concurrency
+            ? {
+                configured,
+                override: stats ? (stats.override ?? null) : null,
+                adaptive: adaptive ? { ...adaptive, inStore: stats?.adaptive ?? null } : null,
+                effective: stats?.override ?? stats?.adaptive ?? adaptive?.limit ?? (configured as number),
+                perBucket: keyed,
+              }
+            : null
+          if (stats) {
+            this.lastFleet.set(name, { holders: stats.holders, queued: stats.queued })
+            this.lastEffective.set(name, limit!.effective)
+            this.compare(
+              name,
+              limit!.effective,
+              stats.override !== undefined ? 'override' : adaptive ? 'adaptive limit' : 'config',
+            )
+          }
+          const buckets =
+            keyed && cap?.semaphoreOf && readable
+              ? await Promise.all(
+                  this.busiest(name).map(async (bucket) => {
+                    const read = await within(cap.semaphoreOf!(bucket).stats(), READ_TIMEOUT_MS)
+                    const s = read.ok ? read.value : undefined
+                    return {
+                      bucket,
+                      holders: s?.holders ?? null,
+                      queued: s?.queued ?? null,
+                      effective: s?.limit ?? null,
+                    }
+                  }),
+                )
+              : []
+          const waitKey = `wait ${name}`
+          return {
+            name,
+            limited: concurrency !== undefined,
+            settable: concurrency !== undefined && !keyed,
+            per: concurrency?.per ?? null,
+            limit,
+            fleet: stats ? { holders: stats.holders, queued: stats.queued } : null,
+            local: {
+              inFlight: metrics.route(name).inFlight,
+              queued: live.admissions.reduce((sum, a) => sum + a.counters.queued, 0),
+              kept: cap?.kept?.size ?? 0,
+            },
+            wait: this.quantiles(waitKey, metrics.waitSeconds.bounds, metrics.waitSeconds.series(name)),
+            rejected: rejected.get(name) ?? {},
+            history: this.history.get(name) ?? [],
+            buckets,
+          }
+        }),
+    )
+    const latency: Record<string, { p50Ms: number | null; p99Ms: number | null; count: number }> = {}
+    for (const [call, series] of metrics.redisSeconds.entries())
+      latency[call] = this.quantiles(`redis ${call}`, metrics.redisSeconds.bounds, series)
+    const reloads = this.view.reloads()
+    return {
+      at: Date.now(),
+      replica: { version: this.view.version, pid: process.pid },
+      store: {
+        kind: config.store.kind,
+        up: !health.down,
+        downSince: this.downSince ?? null,
+        outages: this.outages,
+        lastOutage: this.lastOutage ?? null,
+        latency,
+      },
+      config: { loadedAt: reloads.loadedAt, lastReload: reloads.last ?? null, routes: config.routes.length },
+      routes,
+      changes: this.changes,
+    }
+  }
+}
+
+function isKeyed(per: string): boolean {
+  return per === 'tenant' || per === 'ip'
+}
+
+interface Snapshot {
+  at: number
+  replica: { version: string; pid: number }
+  store: {
+    kind: string
+    up: boolean
+    downSince: number | null
+    outages: number
+    lastOutage: { from: number; ms: number | null } | null
+    latency: Record<string, { p50Ms: number | null; p99Ms: number | null; count: number }>
+  }
+  config: {
+    loadedAt: number
+    lastReload: { at: number; ok: boolean; message: string } | null
+    routes: number
+  }
+  routes: {
+    name: string
+    limited: boolean
+    settable: boolean
+    per: string | null
+    limit: {
+      configured: number | null
+      override: number | null
+      adaptive: (AdaptiveStatus & { inStore: number | null }) | null
+      effective: number
+      perBucket: boolean
+    } | null
+    fleet: { holders: number; queued: number } | null
+    local: { inFlight: number; queued: number; kept: number }
+    wait: { p50Ms: number | null; p99Ms: number | null; count: number }
+    rejected: Record<string, number>
+    history: Point[]
+    buckets: { bucket: string; holders: number | null; queued: number | null; effective: number | null }[]
+  }[]
+  changes: Change[]
+}

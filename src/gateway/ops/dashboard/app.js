@@ -1,0 +1,365 @@
+// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
+// snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
+// request data, never markup). Limits are set through the admin API (/limits), with the admin token
+// when one is needed: kept in this page's memory only, sent only as a bearer token (no cookie, so no
+// cross-site request can borrow it).
+/* global document, window, fetch */
+'use strict'
+
+const POLL_MS = 2000
+const REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable']
+let token = ''
+let access = { canWrite: false, tokenRequired: false, note: '' }
+/** Rows of the routes table by route name, made once (so a focused input keeps its focus). */
+const rows = new Map()
+
+function el(tag, attributes, ...children) {
+  const node = document.createElement(tag)
+  for (const [name, value] of Object.entries(attributes || {})) {
+    if (value !== undefined && value !== false) node.setAttribute(name, value === true ? '' : String(value))
+  }
+  for (const child of children) node.append(child)
+  return node
+}
+
+function svg(tag, attributes) {
+  const node = document.createElementNS('http://www.w3.org/2000/svg', tag)
+  for (const [name, value] of Object.entries(attributes || {})) node.setAttribute(name, String(value))
+  return node
+}
+
+function text(node, value) {
+  const shown = value === undefined || value === null ? '–' : String(value)
+  if (node.textContent !== shown) node.textContent = shown
+}
+
+function ms(value) {
+  if (value === undefined || value === null) return '–'
+  return value < 10 ? `${value.toFixed(1)} ms` : `${Math.round(value)} ms`
+}
+
+function ago(at) {
+  if (!at) return '–'
+  const seconds = Math.max(0, Math.round((Date.now() - at) / 1000))
+  const when = new Date(at).toLocaleTimeString()
+  return seconds < 120 ? `${when} (${seconds} s ago)` : when
+}
+
+function say(message, bad) {
+  const status = document.getElementById('status')
+  text(status, message)
+  status.className = bad ? 'bad' : ''
+}
+
+async function poll() {
+  try {
+    const response = await fetch('/dashboard/data.json', { cache: 'no-store' })
+    if (!response.ok) throw new Error(`the admin listener answered ${response.status}`)
+    render(await response.json())
+  } catch (error) {
+    say(`Could not read this replica's data: ${error.message}. Retrying.`, true)
+  } finally {
+    window.setTimeout(poll, POLL_MS)
+  }
+}
+
+function render(data) {
+  text(document.getElementById('replica'), `${data.replica.version} · pid ${data.replica.pid}`)
+  const store = data.store
+  say(
+    store.up
+      ? `Store ${store.kind}: up. Updated ${new Date(data.at).toLocaleTimeString()}.`
+      : `Store ${store.kind}: DOWN since ${ago(store.downSince)}. Fleet figures are this replica's last; limits follow each route's outage policy.`,
+    !store.up,
+  )
+  access = data.access
+  renderAccess()
+  renderRoutes(data.routes)
+  renderBuckets(data)
+  renderStore(store)
+  renderConfig(data.config)
+  renderChanges(data.changes)
+}
+
+function renderAccess() {
+  text(document.getElementById('access-note'), access.note)
+  const form = document.getElementById('token-form')
+  form.hidden = !access.tokenRequired
+}
+
+function limitCell(limit) {
+  if (!limit) return '–'
+  return String(limit.effective)
+}
+
+function adaptiveText(adaptive) {
+  if (!adaptive) return 'off'
+  const parts = [`${adaptive.limit} (${adaptive.min}–${adaptive.max})`]
+  if (adaptive.minRttMs !== undefined && adaptive.minRttMs !== null)
+    parts.push(`base ${ms(adaptive.minRttMs)}`)
+  if (adaptive.rttMs !== undefined && adaptive.rttMs !== null) parts.push(`now ${ms(adaptive.rttMs)}`)
+  if (!adaptive.storeReachable) parts.push('held: store unreachable')
+  return parts.join(', ')
+}
+
+function rejectedText(rejected) {
+  if (!rejected) return '–'
+  const parts = REASONS.filter((reason) => rejected[reason] > 0).map(
+    (reason) => `${reason} ${rejected[reason]}`,
+  )
+  return parts.length > 0 ? parts.join(', ') : 'none'
+}
+
+function makeRow(route, index) {
+  const cells = {}
+  const cell = (name, number) => (cells[name] = el('td', { class: number ? 'number' : undefined }))
+  const heading = el('th', { scope: 'row' }, route.name)
+  const chart = el('td')
+  const control = el('td')
+  const row = el(
+    'tr',
+    {},
+    heading,
+    cell('effective', true),
+    cell('configured', true),
+    cell('override', true),
+    cell('adaptive'),
+    cell('fleetInFlight', true),
+    cell('localInFlight', true),
+    cell('fleetQueued', true),
+    cell('localQueued', true),
+    cell('wait'),
+    cell('rejected'),
+    cell('kept', true),
+    chart,
+    control,
+  )
+  if (route.settable) {
+    const id = `limit-${index}`
+    const input = el('input', { id, type: 'number', min: 1, max: 1000000, step: 1, inputmode: 'numeric' })
+    const set = el('button', { type: 'submit' }, 'Set')
+    const reset = el('button', { type: 'button', class: 'secondary' }, 'Reset')
+    const form = el(
+      'form',
+      { class: 'limit', 'aria-label': `Set the limit of ${route.name}` },
+      el('label', { for: id, class: 'visually-hidden' }, `New limit for ${route.name}`),
+      input,
+      set,
+      reset,
+    )
+    form.addEventListener('submit', (event) => {
+      event.preventDefault()
+      const permits = Number(input.value)
+      if (!Number.isInteger(permits) || permits < 1) {
+        say(`Enter a whole number of at least 1 for ${route.name}.`, true)
+        input.focus()
+        return
+      }
+      void change(route.name, 'PUT', permits)
+    })
+    reset.addEventListener('click', () => void change(route.name, 'DELETE'))
+    control.append(form)
+    cells.buttons = [input, set, reset]
+  } else {
+    control.textContent = route.limited ? 'per bucket: /limits' : 'not limited'
+  }
+  cells.chart = chart
+  return { row, cells }
+}
+
+function renderRoutes(routes) {
+  const body = document.querySelector('#routes tbody')
+  const names = routes.map((route) => route.name).join('\n')
+  if (body.dataset.names !== names) {
+    rows.clear()
+    body.replaceChildren()
+    routes.forEach((route, index) => {
+      const made = makeRow(route, index)
+      rows.set(route.name, made)
+      body.append(made.row)
+    })
+    body.dataset.names = names
+  }
+  for (const route of routes) {
+    const { cells } = rows.get(route.name)
+    const limit = route.limit
+    text(cells.effective, limitCell(limit))
+    text(cells.configured, limit && (limit.adaptive ? `${limit.configured} (initial)` : limit.configured))
+    text(cells.override, limit && (limit.override ?? 'none'))
+    text(cells.adaptive, limit ? adaptiveText(limit.adaptive) : '–')
+    text(cells.fleetInFlight, route.fleet ? route.fleet.holders : '–')
+    text(cells.localInFlight, route.local.inFlight)
+    text(cells.fleetQueued, route.fleet ? route.fleet.queued : '–')
+    text(cells.localQueued, route.local.queued)
+    text(cells.wait, route.wait.count > 0 ? `${ms(route.wait.p50Ms)} / ${ms(route.wait.p99Ms)}` : 'no waits')
+    text(cells.rejected, rejectedText(route.rejected))
+    text(cells.kept, route.local.kept)
+    drawChart(cells.chart, route)
+    for (const button of cells.buttons || []) button.disabled = !canWrite()
+  }
+}
+
+function drawChart(cell, route) {
+  const width = 180
+  const height = 44
+  const points = route.history
+  const most = Math.max(1, ...points.map((p) => Math.max(p.fleet ?? p.local, p.queued ?? 0, p.limit ?? 0)))
+  const now = points.length > 0 ? points[points.length - 1].t : Date.now()
+  // The last 5 minutes; a replica up for less shows its first minute across the chart.
+  const span = Math.min(300_000, Math.max(60_000, points.length > 0 ? now - points[0].t : 0))
+  const x = (t) => (width * (t - (now - span))) / span
+  const y = (value) => height - 2 - ((height - 4) * value) / most
+  const line = (key, fallback, className) => {
+    const coordinates = points
+      .filter((p) => (p[key] ?? p[fallback]) !== null && (p[key] ?? p[fallback]) !== undefined)
+      .map((p) => `${x(p.t).toFixed(1)},${y(p[key] ?? p[fallback]).toFixed(1)}`)
+      .join(' ')
+    return svg('polyline', { points: coordinates, class: className })
+  }
+  const last = points[points.length - 1] || {}
+  const label = `In flight ${last.fleet ?? last.local ?? 0}, waiting ${last.queued ?? 0}, limit ${last.limit ?? '–'}; at most ${most} in the last ${Math.round(span / 60_000)} minute(s)`
+  const chart = svg('svg', {
+    class: 'chart',
+    width,
+    height,
+    viewBox: `0 0 ${width} ${height}`,
+    role: 'img',
+    'aria-label': label,
+  })
+  const title = svg('title')
+  title.textContent = label
+  chart.append(
+    title,
+    line('limit', 'limit', 'limit'),
+    line('queued', 'queued', 'waiting'),
+    line('fleet', 'local', 'fleet'),
+  )
+  cell.replaceChildren(chart)
+}
+
+function renderBuckets(data) {
+  const body = document.querySelector('#buckets tbody')
+  const buckets = data.routes.flatMap((route) =>
+    (route.buckets || []).map((bucket) => ({ route: route.name, ...bucket })),
+  )
+  text(
+    document.getElementById('buckets-note'),
+    data.access.bucketsShown
+      ? buckets.length === 0
+        ? 'No per-tenant or per-address bucket was busy here in the last seconds.'
+        : 'The buckets with the most requests to this replica in the last seconds (admitted, waiting or refused), with the fleet’s figures.'
+      : 'Bucket names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).',
+  )
+  document.getElementById('buckets').hidden = buckets.length === 0
+  body.replaceChildren(
+    ...buckets.map((bucket) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, bucket.route),
+        el('th', { scope: 'row' }, bucket.bucket),
+        el('td', { class: 'number' }, String(bucket.effective)),
+        el('td', { class: 'number' }, String(bucket.holders)),
+        el('td', { class: 'number' }, String(bucket.queued)),
+      ),
+    ),
+  )
+}
+
+function pairs(body, entries) {
+  body.replaceChildren(
+    ...entries.map(([name, value]) => el('tr', {}, el('th', { scope: 'row' }, name), el('td', {}, value))),
+  )
+}
+
+function renderStore(store) {
+  const latency = Object.entries(store.latency || {})
+    .filter(([, l]) => l.count > 0)
+    .map(([call, l]) => `${call} ${ms(l.p50Ms)} / ${ms(l.p99Ms)}`)
+    .join('; ')
+  pairs(document.querySelector('#store tbody'), [
+    ['Kind', store.kind],
+    ['State', store.up ? 'up' : `down since ${ago(store.downSince)}`],
+    ['Outages since this replica started', String(store.outages)],
+    [
+      'Last outage',
+      store.lastOutage
+        ? `${ago(store.lastOutage.from)} for ${store.lastOutage.ms === null ? 'now' : `${Math.round(store.lastOutage.ms)} ms`}`
+        : 'none',
+    ],
+    ['Call latency p50 / p99, last minute', latency || 'no calls'],
+  ])
+}
+
+function renderConfig(config) {
+  const last = config.lastReload
+  pairs(document.querySelector('#config tbody'), [
+    ['Loaded', ago(config.loadedAt)],
+    [
+      'Last reload',
+      last
+        ? `${ago(last.at)}: ${last.ok ? 'applied' : `failed, the running config stays: ${last.message}`}`
+        : 'none since start',
+    ],
+    ['Routes', String(config.routes)],
+  ])
+}
+
+function renderChanges(changes) {
+  const body = document.querySelector('#changes tbody')
+  body.replaceChildren(
+    ...(changes.length === 0
+      ? [el('tr', {}, el('td', { colspan: 5 }, 'No change seen since this replica started.'))]
+      : changes.map((change) =>
+          el(
+            'tr',
+            {},
+            el('td', {}, ago(change.at)),
+            el('th', { scope: 'row' }, change.route),
+            el('td', { class: 'number' }, String(change.from)),
+            el('td', { class: 'number' }, String(change.to)),
+            el('td', {}, change.by),
+          ),
+        )),
+  )
+}
+
+function canWrite() {
+  return access.canWrite && (!access.tokenRequired || token !== '')
+}
+
+async function change(route, method, permits) {
+  const headers = {}
+  if (method === 'PUT') headers['content-type'] = 'application/json'
+  if (token) headers.authorization = `Bearer ${token}`
+  try {
+    const response = await fetch(`/limits/${encodeURIComponent(route)}`, {
+      method,
+      headers,
+      body: method === 'PUT' ? JSON.stringify({ permits }) : undefined,
+      cache: 'no-store',
+    })
+    const body = await response.json().catch(() => ({}))
+    if (!response.ok) throw new Error(body.error || `the admin API answered ${response.status}`)
+    say(
+      method === 'PUT'
+        ? `${route}: limit set to ${permits} for every replica sharing the store.`
+        : `${route}: override dropped; the configured or adaptive limit applies again.`,
+      false,
+    )
+  } catch (error) {
+    say(`${route}: ${error.message}`, true)
+  }
+}
+
+document.getElementById('token-form').addEventListener('submit', (event) => {
+  event.preventDefault()
+  const input = document.getElementById('token')
+  token = input.value.trim()
+  input.value = ''
+  say(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)
+  for (const { cells } of rows.values())
+    for (const button of cells.buttons || []) button.disabled = !canWrite()
+})
+
+void poll()
