@@ -1,12 +1,20 @@
--- lua/adaptive-commit.lua: save the controller's step of one window, exactly once per window: a step
--- of a window already stepped (or older than the last one) is refused, so two replicas that both
--- believe they lead (a leader paused past its lease) never step one window twice.
+-- lua/adaptive-commit.lua: save the controller's step of one window, exactly once per window, and only
+-- over the state it was computed from: a step of a window already stepped (or older than the last
+-- one) is refused, and so is a step computed from a state that another step replaced since it was
+-- read (two replicas that both believe they lead, one paused past its lease: neither steps a window
+-- twice, nor loses the other's step by saving over it). A window that has not ended on the server's
+-- clock, or ended more than 3 windows ago, is not stepped (a caller whose clock is off).
 -- KEYS  S R C V (see lib/adaptive.lua; only S is touched)
 -- ARGV[1] channel  ARGV[2] the window stepped  ARGV[3] the state after it (JSON)  ARGV[4] state ttl ms
+-- ARGV[5] the last window stepped when the caller read the state it stepped from (-1: none)
+-- ARGV[6] window ms
 -- Cost: O(1).
--- Returns 1 when saved, 0 when that window (or a later one) was stepped already.
-local window = tonumber(ARGV[2])
-if tonumber(redis.call('HGET', S, 'w') or '-1') >= window then return 0 end
+-- Returns 1 when saved, 0 when refused.
+local window, based, window_ms = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local current = math.floor(NOW / window_ms)
+if window >= current or window < current - 3 then return 0 end
+local stepped = tonumber(redis.call('HGET', S, 'w') or '-1')
+if stepped ~= based or stepped >= window then return 0 end
 redis.call('HSET', S, 'w', window, 's', ARGV[3])
 redis.call('PEXPIREAT', S, NOW + tonumber(ARGV[4]))
 return 1

@@ -6,6 +6,12 @@
 -- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported
 -- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
 -- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
+-- ARGV[11] '1': the replica leaves (close()): it is no longer counted, and gives up leadership if it
+--          leads, so that another leads from its next report instead of after the lease
+-- The window reported is the caller's estimate of the server's clock: a report of a window that is
+-- not the one just ended (or the one running, or the one before: a late report) is a clock the
+-- caller has not corrected yet (its first report, a jump): its sums go nowhere and it does not lead
+-- (nor step a window on its wrong count); the reply's `now` corrects it.
 -- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
 -- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
 --          then, when the caller leads and the window before the reported one was not stepped yet:
@@ -13,14 +19,23 @@
 local replica, window = ARGV[2], tonumber(ARGV[3])
 local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local current = math.floor(NOW / window_ms)
 
-if requests > 0 then
+if ARGV[11] == '1' then
+  redis.call('ZREM', R, replica)
+  local f = redis.call('HMGET', S, 'w', 'l', 's')
+  if f[2] == replica then redis.call('HDEL', S, 'l', 'lu') end
+  return { NOW, 0, redis.call('ZCARD', R), tonumber(f[1] or '-1'), f[3] or '' }
+end
+local timely = window >= current - 2 and window <= current
+
+if timely and requests > 0 then
   redis.call('HINCRBY', C, 'n', requests)
   if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
   redis.call('HINCRBY', C, 'l', latency)
 end
-if most > 0 then redis.call('HINCRBY', C, 'm', most) end
-if requests > 0 or most > 0 then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
+if timely and most > 0 then redis.call('HINCRBY', C, 'm', most) end
+if timely and (requests > 0 or most > 0) then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
 
 redis.call('ZADD', R, NOW, replica)
 local silent = redis.call('ZRANGEBYSCORE', R, '-inf', NOW - 3 * window_ms, 'LIMIT', 0, 100)
@@ -29,7 +44,7 @@ redis.call('PEXPIREAT', R, NOW + state_ttl)
 local replicas = redis.call('ZCARD', R)
 
 local f = redis.call('HMGET', S, 'w', 'l', 'lu', 's')
-local leads = f[2] == replica or not f[3] or tonumber(f[3]) <= NOW
+local leads = timely and (f[2] == replica or not f[3] or tonumber(f[3]) <= NOW)
 if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
 redis.call('PEXPIREAT', S, NOW + state_ttl)
 local stepped = tonumber(f[1] or '-1')

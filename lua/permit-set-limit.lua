@@ -2,8 +2,11 @@
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
 -- ARGV[3] the caller's own permits: the limit in force once the override is dropped
--- ARGV[4] 'a' for the fleet's adaptive limit (ARGV[5]: its expiry, ms): written only while no override
---         is set, and dropped by an override; '' (or absent) for an override
+-- ARGV[4] 'a' for the fleet's adaptive limit (ARGV[5]: its expiry, ms; ARGV[6]: its version, the
+--         window of the step that set it): written only while no override is set, and only over an
+--         older version (a leader that paused between its step and this call never writes over a
+--         later step's limit); dropped by an override. '' (or absent) for an override; then a
+--         permits of 0 drops the override only, never the adaptive limit
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
@@ -15,14 +18,17 @@ local permits = tonumber(ARGV[2])
 local written = 1
 if ARGV[4] == 'a' then
   local current = redis.call('GET', P)
+  local version = tonumber(ARGV[6])
   if current and tonumber(current) then
     written = 0 -- an override is set: it wins while it is there
+  elseif current and tonumber(string.match(current, 'a(%d+)$') or '-1') >= version then
+    written = 0 -- a later step's limit is there
   else
-    redis.call('SET', P, permits .. 'a', 'PX', tonumber(ARGV[5]))
+    redis.call('SET', P, permits .. 'a' .. version, 'PX', tonumber(ARGV[5]))
   end
 elseif permits > 0 then
   redis.call('SET', P, permits)
-else
+elseif tonumber(redis.call('GET', P) or 'x') then
   redis.call('DEL', P)
 end
 local count = live_holders(redis.call('ZCARD', H))

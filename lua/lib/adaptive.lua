@@ -13,7 +13,7 @@
 --                    their latencies (µs), m = sum over replicas of the most each had in flight.
 --   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
 -- ARGV[1] is the bucket's wake-up channel (unused here). Windows are numbered floor(time / window),
--- on the server clock as each replica estimates it.
+-- on the server clock as each replica estimates it; the scripts check the estimate against NOW.
 local S, R, C, V -- this call's keys, set by begin()
 
 -- Every adaptive script starts here: the call's keys and clock.

@@ -18,9 +18,9 @@
 --                    the acquisitions waiting on it (handed over together when it is admitted)
 --   KEYS[5] P  STRING permits set at run time for the name; overrides the caller's permits. "<n>": an
 --                    override (setPermits, the admin API), the one key that persists while idle: it is
---                    configuration, not state. "<n>a": the fleet's adaptive limit (lib/adaptive.lua),
---                    with an expiry its controller renews every window; an override is never replaced
---                    by one.
+--                    configuration, not state. "<n>a<v>": the fleet's adaptive limit (lib/adaptive.lua),
+--                    v the window of the step that set it, with an expiry its controller renews every
+--                    window; an override is never replaced by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
 --   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the

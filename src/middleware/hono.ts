@@ -102,7 +102,7 @@ function honoAdapter(admission: Admission<Context>): HonoMiddleware {
         for (const [name, value] of Object.entries(merged)) c.header(name, value)
         if (watch) c.res = watch.track(c.res)
       } else {
-        watch?.finish() // nothing to send (a middleware below threw past Hono): nothing to hold
+        watch?.abandon() // nothing to send (a middleware below threw past Hono): nothing to hold
       }
     }
   }
@@ -128,6 +128,8 @@ function nodeResponse(c: Context): WatchedResponse | undefined {
 class FetchResponseWatch implements WatchedResponse {
   closed = false
   writableFinished = false
+  /** The status of the response tracked (an adaptive limit counts some as drops). */
+  statusCode: number | undefined = undefined
   private listeners: (() => void)[] = []
   private controller: ReadableStreamDefaultController<Uint8Array> | undefined
 
@@ -157,8 +159,14 @@ class FetchResponseWatch implements WatchedResponse {
     this.close()
   }
 
+  /** Nothing was sent (a middleware below threw past Hono): the request counts for nothing. */
+  abandon(): void {
+    this.close()
+  }
+
   /** A copy of `response` whose body closes this watch when it has been read, failed or cancelled. */
   track(response: Response): Response {
+    this.statusCode = response.status
     const source = response.body
     if (!source || this.closed) {
       this.finish()

@@ -132,21 +132,39 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
   claimName(store, name, 'semaphore', client)
   const limit = new AdaptiveLimit(
     resolved,
-    { store: home, space: client.space, setOwn: (n) => client.setPermits(n) },
+    {
+      store: home,
+      space: client.space,
+      setOwn: (n) => client.setPermits(n),
+      close: home === store ? undefined : () => void home.close(),
+    },
     // The library prints nothing: NODE_DEBUG=tollgate:adaptive traces changes and store trouble, and
     // status() tells them.
     { warn: (message, meta) => debug('%s %o', message, meta) },
     name,
   )
+  /** The permits a lease of `opts` counts for. A weight must fit under the lowest limit the controller
+   * may set (`adaptive.min`), so that a request is never left waiting for a limit that never comes. */
+  const weighs = (opts: SemaphoreAcquireOptions | undefined): number => {
+    const weight = (opts as { weight?: unknown } | undefined)?.weight
+    if (weight === undefined || weight === 1) return 1
+    if (!(typeof weight === 'number' && Number.isInteger(weight) && weight >= 1 && weight <= resolved.min))
+      throw new ConfigError(
+        'weight',
+        `an integer from 1 to ${resolved.min} (adaptive.min: the lowest limit an adaptive semaphore may have)`,
+        weight,
+      )
+    return weight
+  }
   const drops = new WeakSet<Lease>()
-  /** A lease of this semaphore, sampled from now until it is released. */
-  const sampled = (lease: Lease): Lease => {
-    const admittedAt = limit.admitted()
+  /** A lease of `weight` permits of this semaphore, sampled from now until it is released. */
+  const sampled = (lease: Lease, weight: number): Lease => {
+    const admittedAt = limit.admitted(weight)
     let open = true
     const finish = (outcome: Outcome | undefined) => {
       if (!open) return
       open = false
-      limit.finished(admittedAt, outcome)
+      limit.finished(admittedAt, outcome, weight)
     }
     const release = lease.release
     lease.release = function (this: Lease) {
@@ -162,12 +180,19 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
     get permits() {
       return client.permits()
     },
-    acquire: async (opts) => sampled(await inner.acquire(opts)),
-    tryAcquire: async (opts) => {
-      const lease = await inner.tryAcquire(opts)
-      return lease && sampled(lease)
+    acquire: async (opts) => {
+      const weight = weighs(opts)
+      return sampled(await inner.acquire(opts), weight)
     },
-    withLease: async (fn, opts) => runHolding(sampled(await inner.acquire(opts)), fn),
+    tryAcquire: async (opts) => {
+      const weight = weighs(opts)
+      const lease = await inner.tryAcquire(opts)
+      return lease && sampled(lease, weight)
+    },
+    withLease: async (fn, opts) => {
+      const weight = weighs(opts)
+      return runHolding(sampled(await inner.acquire(opts), weight), fn)
+    },
     adaptive: {
       status: () => limit.status(),
       dropped: (lease) => drops.add(lease),

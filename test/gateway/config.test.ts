@@ -10,6 +10,7 @@ import {
   resolveConfig,
   validateConfigFile,
 } from '../../src/gateway/index.js'
+import { parseAdaptiveLimitOptions } from '../../src/primitives/adaptive/controller.js'
 
 const EXAMPLE = fileURLToPath(new URL('../../examples/gateway.yaml', import.meta.url))
 
@@ -477,7 +478,16 @@ describe('gateway config file', () => {
             {
               match: { pathPrefix: '/' },
               concurrency: {
-                adaptive: { max: 8, drops: [200], scope: 'world', algorithm: 'vegas', speed: 2 },
+                adaptive: {
+                  max: 8,
+                  drops: [200],
+                  scope: 'world',
+                  algorithm: 'vegas',
+                  speed: 2,
+                  windowMs: 50,
+                  smoothing: 0,
+                  backoff: 1,
+                },
               },
             },
           ],
@@ -491,7 +501,19 @@ describe('gateway config file', () => {
         'routes[0].concurrency.adaptive.scope: expected fleet or local',
         'routes[0].concurrency.adaptive.algorithm: expected gradient or aimd',
         'routes[0].concurrency.adaptive.speed: unknown field',
+        'routes[0].concurrency.adaptive.windowMs: expected an integer of milliseconds from 100 to 3600000',
+        'routes[0].concurrency.adaptive.smoothing: expected a number above 0, at most 1',
+        'routes[0].concurrency.adaptive.backoff: expected a number above 0, at most 0.99',
       ].sort(),
+    )
+    // The library's bounds, the same: what the file accepts, createSemaphore accepts.
+    const edges = { max: 8, windowMs: 100, smoothing: 0.001, backoff: 0.001 }
+    expect(() =>
+      validateConfigFile({ routes: [{ match: { pathPrefix: '/' }, concurrency: { adaptive: edges } }] }),
+    ).not.toThrow()
+    expect(() => parseAdaptiveLimitOptions(edges)).not.toThrow()
+    expect(problem(() => parseFlags(['--adaptive-window-ms=99']))).toContain(
+      '--adaptive-window-ms: expected an integer of milliseconds from 100 to 3600000',
     )
     expect(problem(() => parseFlags(['--adaptive-drops=timeout,200']))).toContain(
       '--adaptive-drops: expected a list of statuses',

@@ -3,8 +3,9 @@
 // replaced within its lease; a store that stops answering leaves the last limit in force; and no more
 // than the limit in force is ever admitted while it changes every window (an independent checker).
 import type { Redis } from 'ioredis'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
+  ConfigError,
   createMemoryStore,
   createRedisStore,
   createSemaphore,
@@ -111,7 +112,127 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s]', (
   }, 30_000)
 })
 
+describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s], around it', (kind) => {
+  const storeOf = () => {
+    const store =
+      kind === 'memory'
+        ? createMemoryStore()
+        : createRedisStore(connectStandalone(), { prefix: uniquePrefix().slice(0, -1) })
+    opened.push(store)
+    return store
+  }
+
+  it("dropping an operator's override (resetPermits) leaves the fleet's adaptive limit in force, also with no override set", async () => {
+    const semaphore = adaptiveSemaphore(storeOf(), 'reset', { algorithm: 'aimd', initial: 4 })
+    const load = drive([semaphore], new Upstream(100, 5), 8)
+    try {
+      await eventually(async () => (await semaphore.stats()).adaptive !== undefined, 3_000)
+      await semaphore.resetPermits()
+      expect((await semaphore.stats()).adaptive).toBeGreaterThan(0)
+      await semaphore.setPermits(3)
+      expect(await semaphore.stats()).toMatchObject({ override: 3, limit: 3 })
+      await semaphore.resetPermits()
+      const after = await semaphore.stats()
+      expect(after.override).toBeUndefined()
+      // The next step writes it again (an override replaced it); until then the caller's permits.
+      await eventually(async () => (await semaphore.stats()).adaptive !== undefined, 3_000)
+    } finally {
+      await load.stop()
+    }
+  }, 20_000)
+
+  it('weighted leases count as the permits they hold (in flight, against the limit), and a weight above adaptive.min is refused', async () => {
+    // Slow start doubles only after a window that ran near the limit: 4 leases of weight 2 fill a
+    // limit of 8 (counted as 4 requests, the limit would look half used and stay).
+    const semaphore = adaptiveSemaphore(storeOf(), 'weighted', { min: 2, initial: 8, max: 64 })
+    let running = true
+    const loops = Array.from({ length: 4 }, async () => {
+      while (running) {
+        const lease = await semaphore.acquire({ weight: 2, timeoutMs: 10_000 })
+        await sleep(10)
+        await lease.release()
+      }
+    })
+    try {
+      await eventually(() => (semaphore.adaptive?.status().limit ?? 0) >= 16, 5_000)
+    } finally {
+      running = false
+      await Promise.all(loops)
+    }
+    for (const attempt of [
+      () => semaphore.acquire({ weight: 3 }),
+      () => semaphore.tryAcquire({ weight: 3 }),
+    ]) {
+      const error = await attempt().catch((e: unknown) => e)
+      expect(error).toBeInstanceOf(ConfigError)
+      expect((error as ConfigError).option).toBe('weight')
+      expect((error as Error).message).toContain('adaptive.min')
+    }
+  }, 20_000)
+
+  it("scope 'local': close() stops the store of its own (no interval left running, however many are made)", async () => {
+    const store = storeOf()
+    const made = new Set<unknown>()
+    const setInterval = vi.spyOn(globalThis, 'setInterval')
+    const clearInterval = vi.spyOn(globalThis, 'clearInterval')
+    try {
+      for (let i = 0; i < 20; i++) {
+        const semaphore = createSemaphore(store, `local-${i}`, { adaptive: { max: 8, scope: 'local' } })
+        semaphore.adaptive?.close()
+      }
+      for (const result of setInterval.mock.results) made.add(result.value)
+      const cleared = new Set(clearInterval.mock.calls.map(([id]) => id))
+      expect(made.size).toBeGreaterThanOrEqual(20) // each its own store, each with its sweeper
+      expect([...made].filter((id) => !cleared.has(id as never))).toEqual([])
+    } finally {
+      setInterval.mockRestore()
+      clearInterval.mockRestore()
+    }
+  })
+})
+
 describe('a fleet on Redis', () => {
+  it('a replica whose clock is an hour ahead: its first report (on its own clock) counts for nothing, it corrects from the reply, and the fleet steps on', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    const real = Date.now.bind(Date)
+    const skew = vi.spyOn(Date, 'now').mockImplementation(() => real() + 3_600_000)
+    try {
+      const store = createRedisStore(connectStandalone(), { prefix })
+      opened.push(store)
+      const semaphore = adaptiveSemaphore(store, 'skewed', { algorithm: 'aimd', initial: 2 })
+      const load = drive([semaphore], new Upstream(100, 5), 16)
+      try {
+        // Every window from now on is stepped: without the check, the first report's window (an hour
+        // ahead) was stepped, and every later window was refused for an hour.
+        await eventually(() => (semaphore.adaptive?.status().steps ?? 0) >= 8, 5_000)
+        expect(semaphore.adaptive?.status().limit).toBeGreaterThan(4)
+      } finally {
+        await load.stop()
+      }
+    } finally {
+      skew.mockRestore()
+    }
+  }, 20_000)
+
+  it('a leader that closes gives up its lease: another replica leads at its next report, not when the lease runs out', async () => {
+    const windowMs = 1_000 // a lease of 3 s
+    const prefix = uniquePrefix().slice(0, -1)
+    const stores = [connectStandalone(), connectStandalone()].map((c) => createRedisStore(c, { prefix }))
+    opened.push(...stores)
+    const [a, b] = stores.map((store) => adaptiveSemaphore(store, 'handover', { windowMs })) as [
+      Semaphore,
+      Semaphore,
+    ]
+    await eventually(() => a.adaptive?.status().leader !== b.adaptive?.status().leader, 5_000)
+    const [leader, other] = a.adaptive?.status().leader ? [a, b] : [b, a]
+    leader.adaptive?.close()
+    const closedAt = performance.now()
+    await eventually(() => other.adaptive?.status().leader === true, 5_000, 5)
+    // Its next report, within a window (and a little): not the 3 windows of the lease.
+    expect(performance.now() - closedAt).toBeLessThan(2.2 * windowMs)
+    await eventually(() => other.adaptive?.status().replicas === 1, 3_000)
+  }, 20_000)
+
   it('two replicas share one limit: together they keep the upstream near its capacity, and both learn the same limit', async () => {
     const prefix = uniquePrefix().slice(0, -1)
     const stores = [connectStandalone(), connectStandalone()].map((c) => createRedisStore(c, { prefix }))

@@ -1,14 +1,21 @@
 // Contract of lua/adaptive-*.lua and of permit-set-limit.lua's adaptive mode, called directly: the
-// reports of a window add up across replicas, leadership is a lease that a silent leader loses, one
-// step per window is saved whoever tries, and the fleet's limit in P never replaces an override.
+// reports of a window add up across replicas, leadership is a lease that a silent leader loses (or
+// gives up when it leaves), a report of a window the server's clock is not at (a replica whose clock
+// estimate is off) counts for nothing, one step per window is saved and only over the state it was
+// computed from, and the fleet's limit in P never replaces an override nor a later step's limit.
 import { describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import { functionName, loadLibraries } from '../../src/core/redis/scripts.js'
 import { uniquePrefix } from '../helpers/redis.js'
-import { client, PermitName, sleep } from './support.js'
+import { client, PermitName, serverClock, sleep } from './support.js'
 
 const WINDOW_MS = 100
 const LEADER_TTL = 300
+
+/** The window running on the server's clock. */
+async function current(): Promise<number> {
+  return Math.floor((await serverClock()).ms / WINDOW_MS)
+}
 
 function fleet() {
   const redis = client()
@@ -27,107 +34,166 @@ function fleet() {
     await loadLibraries(redis)
     return redis.fcall(functionName(script), 4, ...keys(window), space.channel, ...argv)
   }
+  const report = (replica: string, window: number, n = 0, d = 0, latencyUs = 0, most = 0, leave = '0') =>
+    run(
+      'tgAdaptiveReport',
+      window,
+      replica,
+      window,
+      n,
+      d,
+      latencyUs,
+      most,
+      WINDOW_MS,
+      LEADER_TTL,
+      60_000,
+      leave,
+    ) as Promise<(number | string)[]>
   return {
     redis,
     space,
-    report: (replica: string, window: number, n = 0, d = 0, latencyUs = 0, most = 0) =>
-      run(
-        'tgAdaptiveReport',
-        window,
-        replica,
-        window,
-        n,
-        d,
-        latencyUs,
-        most,
-        WINDOW_MS,
-        LEADER_TTL,
-        60_000,
-      ) as Promise<(number | string)[]>,
-    commit: (window: number, state: string) =>
-      run('tgAdaptiveCommit', window, window, state, 60_000) as Promise<number>,
+    report,
+    leave: (replica: string, window: number) => report(replica, window, 0, 0, 0, 0, '1'),
+    /** Step `window` from the state read when `based` was the last window stepped. */
+    commit: (window: number, state: string, based: number) =>
+      run('tgAdaptiveCommit', window, window, state, 60_000, based, WINDOW_MS) as Promise<number>,
   }
 }
 
 describe('adaptive-report.lua and adaptive-commit.lua', () => {
   it('the first replica to report leads, renews its lease with each report, and is told the window before to step', async () => {
     const f = fleet()
-    const [, leadsA, replicas, stepped, state] = await f.report('a', 10, 5, 0, 50_000, 3)
+    const w = (await current()) - 1 // the window that just ended
+    const [, leadsA, replicas, stepped, state] = await f.report('a', w, 5, 0, 50_000, 3)
     expect([leadsA, replicas, stepped, state]).toEqual([1, 1, -1, ''])
-    const b = await f.report('b', 10, 7, 1, 70_000, 4)
+    const b = await f.report('b', w, 7, 1, 70_000, 4)
     expect(b.slice(1, 3)).toEqual([0, 2]) // b does not lead while a's lease runs
-    // a reports window 11: it is told window 10's reports, added up across replicas.
-    const a = await f.report('a', 11)
+    // a reports window w + 1 (the one running now, or just ended): it is told window w's reports,
+    // added up across replicas.
+    const a = await f.report('a', w + 1)
     expect(a[1]).toBe(1)
     expect(a.slice(5)).toEqual([12, 1, 120_000, 7])
   })
 
   it('a leader that stops reporting loses its lease, and another replica leads from then on', async () => {
     const f = fleet()
-    await f.report('a', 1)
-    expect((await f.report('b', 1))[1]).toBe(0)
+    await f.report('a', await current())
+    expect((await f.report('b', await current()))[1]).toBe(0)
     await sleep(LEADER_TTL + 50)
-    expect((await f.report('b', 2))[1]).toBe(1)
-    expect((await f.report('a', 2))[1]).toBe(0) // a is back, but b leads now
+    expect((await f.report('b', await current()))[1]).toBe(1)
+    expect((await f.report('a', await current()))[1]).toBe(0) // a is back, but b leads now
   })
 
-  it('exactly one step per window: a window stepped already (or an older one) is refused, whoever asks', async () => {
+  it('a leader that leaves gives up its lease: another leads at its next report, and the leaver is no longer counted', async () => {
     const f = fleet()
-    expect(await f.commit(5, '{"limit":3}')).toBe(1)
-    expect(await f.commit(5, '{"limit":9}')).toBe(0)
-    expect(await f.commit(4, '{"limit":9}')).toBe(0)
-    const reply = await f.report('a', 6)
-    expect(reply.slice(3, 5)).toEqual([5, '{"limit":3}'])
-    // Window 5 was stepped: the leader is not asked to step it again.
-    expect(reply).toHaveLength(5)
-    expect(await f.commit(6, '{"limit":4}')).toBe(1)
+    await f.report('a', await current())
+    expect((await f.report('b', await current())).slice(1, 3)).toEqual([0, 2])
+    const left = await f.leave('a', await current())
+    expect(left.slice(1, 3)).toEqual([0, 1])
+    expect((await f.report('b', await current())).slice(1, 3)).toEqual([1, 1]) // not 3 windows later
+    // A replica that leaves while another leads changes nothing of the lease.
+    await f.report('c', await current())
+    await f.leave('c', await current())
+    expect((await f.report('b', await current()))[1]).toBe(1)
+  })
+
+  it('a report of a window the server is not at (a clock not corrected yet) adds nothing and does not lead', async () => {
+    const f = fleet()
+    const now = await current()
+    for (const window of [now + 50, now - 50]) {
+      const reply = await f.report('skewed', window, 9, 9, 9_000, 9)
+      expect(reply[1], `window ${window - now}`).toBe(0)
+      expect(reply).toHaveLength(5) // no window to step either
+      expect(await f.redis.exists(f.space.key(`aw${window}`))).toBe(0)
+      // Its `now` is the server's: the replica corrects its estimate from it.
+      expect(Math.floor((reply[0] as number) / WINDOW_MS)).toBeGreaterThanOrEqual(now)
+    }
+    // Nobody leads yet: the next timely report does.
+    expect((await f.report('b', (await current()) - 1))[1]).toBe(1)
+  })
+
+  it('exactly one step per window, none lost: a window stepped already (or an older one) is refused, and so is a step from a state replaced since it was read', async () => {
+    const f = fleet()
+    const w = (await current()) - 2
+    expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)
+    expect(await f.commit(w, '{"limit":9}', -1)).toBe(0) // that window again
+    expect(await f.commit(w - 1, '{"limit":9}', -1)).toBe(0) // an older one
+    // A leader paused past its lease read the state before w was stepped (based -1): its step of
+    // w + 1 would save over w's step, computed without it. Refused; from the state after w, saved.
+    expect(await f.commit(w + 1, '{"limit":7}', -1)).toBe(0)
+    const reply = await f.report('a', w + 1)
+    expect(reply.slice(3, 5)).toEqual([w, '{"limit":3}'])
+    expect(await f.commit(w + 1, '{"limit":4}', w)).toBe(1)
+  })
+
+  it("a window that has not ended on the server's clock, or ended more than 3 windows ago, is not stepped", async () => {
+    const f = fleet()
+    const now = await current()
+    expect(await f.commit(now + 1, '{"limit":3}', -1)).toBe(0)
+    expect(await f.commit(now + 10_000, '{"limit":3}', -1)).toBe(0) // would block every later step
+    expect(await f.commit(now - 10, '{"limit":3}', -1)).toBe(0)
+    expect(await f.redis.exists(f.space.key('as'))).toBe(0)
   })
 
   it('replicas silent for 3 windows are no longer counted; every key it writes expires', async () => {
     const f = fleet()
-    await f.report('a', 1, 1, 0, 1000, 1)
-    await f.report('b', 1)
+    const w = await current()
+    await f.report('a', w, 1, 0, 1000, 1)
+    await f.report('b', w)
     await sleep(3 * WINDOW_MS + 50)
-    expect((await f.report('a', 5))[2]).toBe(1)
-    for (const part of ['as', 'ar', 'aw1'])
+    expect((await f.report('a', await current()))[2]).toBe(1)
+    for (const part of ['as', 'ar', `aw${w}`])
       expect(await f.redis.pttl(f.space.key(part)), part).toBeGreaterThan(0)
   })
 })
 
 describe('permit-set-limit.lua, adaptive', () => {
-  it("the fleet's limit is kept with its expiry, counts as the limit in force, and inspect tells it apart from an override", async () => {
+  it("the fleet's limit is kept with its expiry and version, counts as the limit in force, and inspect tells it apart from an override", async () => {
     const n = new PermitName()
-    expect(await n.run('tgPermitSetLimit', 3, 3, 'a', 5_000)).toEqual([0, expect.any(Number), 1])
-    expect(await n.redis.get(n.key.p)).toBe('3a')
+    expect(await n.run('tgPermitSetLimit', 3, 3, 'a', 5_000, 12)).toEqual([0, expect.any(Number), 1])
+    expect(await n.redis.get(n.key.p)).toBe('3a12')
     expect(await n.pttl('p')).toBeGreaterThan(4_000)
     expect(await n.inspect()).toEqual([0, 0, 0, expect.any(Number), 3])
     const [, ...rows] = await n.acquire(['a', 'b', 'c', 'd'], { permits: 10, mode: 0 })
     expect(rows.map((row) => row[0])).toEqual([1, 1, 1, 0]) // 3 in force, not the caller's 10
   })
 
-  it('an override wins: the adaptive limit never replaces it, and it replaces the adaptive limit', async () => {
+  it("a step's limit never replaces a later step's (a leader that paused between its step and this call)", async () => {
     const n = new PermitName()
-    await n.run('tgPermitSetLimit', 3, 3, 'a', 5_000)
+    await n.run('tgPermitSetLimit', 8, 8, 'a', 5_000, 20)
+    expect(await n.run('tgPermitSetLimit', 30, 30, 'a', 5_000, 19)).toEqual([0, expect.any(Number), 0])
+    expect(await n.run('tgPermitSetLimit', 30, 30, 'a', 5_000, 20)).toEqual([0, expect.any(Number), 0])
+    expect(await n.redis.get(n.key.p)).toBe('8a20')
+    expect(await n.run('tgPermitSetLimit', 9, 9, 'a', 5_000, 21)).toEqual([0, expect.any(Number), 1])
+    expect(await n.redis.get(n.key.p)).toBe('9a21')
+  })
+
+  it('an override wins: the adaptive limit never replaces it, and it replaces the adaptive limit; dropping an override leaves an adaptive limit alone', async () => {
+    const n = new PermitName()
+    await n.run('tgPermitSetLimit', 3, 3, 'a', 5_000, 1)
+    await n.setLimit(0) // no override to drop: the adaptive limit stays
+    expect(await n.redis.get(n.key.p)).toBe('3a1')
     await n.setLimit(7) // an operator's override
     expect(await n.redis.get(n.key.p)).toBe('7')
     expect(await n.pttl('p')).toBe(-1)
-    expect(await n.run('tgPermitSetLimit', 4, 4, 'a', 5_000)).toEqual([0, expect.any(Number), 0])
+    expect(await n.run('tgPermitSetLimit', 4, 4, 'a', 5_000, 2)).toEqual([0, expect.any(Number), 0])
     expect(await n.redis.get(n.key.p)).toBe('7')
     expect(await n.inspect()).toEqual([0, 0, 7, expect.any(Number), 0])
     await n.setLimit(0) // dropped: the next adaptive step writes again
-    expect(await n.run('tgPermitSetLimit', 4, 4, 'a', 5_000)).toEqual([0, expect.any(Number), 1])
-    expect(await n.redis.get(n.key.p)).toBe('4a')
+    expect(await n.redis.exists(n.key.p)).toBe(0)
+    expect(await n.run('tgPermitSetLimit', 4, 4, 'a', 5_000, 3)).toEqual([0, expect.any(Number), 1])
+    expect(await n.redis.get(n.key.p)).toBe('4a3')
   })
 
   it('raising the adaptive limit admits waiters at once', async () => {
     const n = new PermitName()
-    await n.run('tgPermitSetLimit', 1, 1, 'a', 5_000)
+    await n.run('tgPermitSetLimit', 1, 1, 'a', 5_000, 1)
     await n.acquire('x', { permits: 1 })
     const [, queued] = await n.acquire('y', { permits: 1 })
     expect((queued as number[])[0]).toBe(0)
     const listener = await n.listen()
     try {
-      await n.run('tgPermitSetLimit', 2, 2, 'a', 5_000)
+      await n.run('tgPermitSetLimit', 2, 2, 'a', 5_000, 2)
       expect((await listener.next(1))[0]).toMatch(/^y /)
     } finally {
       await listener.close()

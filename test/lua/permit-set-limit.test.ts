@@ -70,7 +70,7 @@ describe('permit-set-limit.lua', () => {
     await n.setLimit(1)
     await n.acquire('a', { permits: 2 })
     expect((await n.acquire('b', { permits: 2, mode: 0 }))[1]).toEqual([0, -1, expect.any(Number)])
-    expect(await n.setLimit(0)).toEqual([1, expect.any(Number)])
+    expect(await n.setLimit(0)).toEqual([1, expect.any(Number), 1])
     expect(await n.redis.exists(n.key.p)).toBe(0)
     expect((await n.acquire('b', { permits: 2, mode: 0 }))[1]).toEqual([
       1,

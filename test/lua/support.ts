@@ -242,14 +242,15 @@ export class PermitName extends NameFixture<PermitPart> {
     return (await this.run('tgPermitRecheck', permits, waiterTtl, ...pairs.flat())) as unknown[]
   }
 
-  /** permit-inspect -> [holders, queued, override, now]. */
-  async inspect(): Promise<[number, number, number, number]> {
-    return (await this.run('tgPermitInspect')) as [number, number, number, number]
+  /** permit-inspect -> [holders, queued, override, now, adaptive limit]. */
+  async inspect(): Promise<[number, number, number, number, number]> {
+    return (await this.run('tgPermitInspect')) as [number, number, number, number, number]
   }
 
-  /** permit-set-limit: ARGV permits (0 = drop the override), the caller's own permits -> [holders, now]. */
-  async setLimit(permits: number, own = 1): Promise<[number, number]> {
-    return (await this.run('tgPermitSetLimit', permits, own)) as [number, number]
+  /** permit-set-limit: ARGV permits (0 = drop the override), the caller's own permits -> [holders, now,
+   * written]. */
+  async setLimit(permits: number, own = 1): Promise<[number, number, number]> {
+    return (await this.run('tgPermitSetLimit', permits, own)) as [number, number, number]
   }
 }
 

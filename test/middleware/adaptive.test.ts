@@ -8,7 +8,9 @@ import Koa from 'koa'
 import { afterEach, describe, expect, it } from 'vitest'
 import { ConfigError, createMemoryStore } from '../../src/index.js'
 import { semaphore as expressSemaphore } from '../../src/middleware/express.js'
+import { semaphore as honoSemaphore } from '../../src/middleware/hono.js'
 import { semaphore as koaSemaphore } from '../../src/middleware/koa.js'
+import { Hono } from 'hono'
 import { eventually, sleep } from '../helpers/contract.js'
 
 const ADAPTIVE = {
@@ -116,6 +118,49 @@ describe.each(['express', 'koa'] as const)('semaphore({ adaptive }) [%s]', (fram
     for (let i = 0; i < 10; i++) await Promise.all(Array.from({ length: 10 }, cut))
     await sleep(300)
     expect(adaptive.status()).toMatchObject({ limit: 8, reason: 'empty' })
+  })
+})
+
+// Hono on a fetch runtime (Bun, Deno, workers: app.fetch, no Node response object): the status comes
+// from the Response the handler returns; a request whose body nobody read to its end is not counted.
+describe('semaphore({ adaptive }) [hono, fetch]', () => {
+  async function run(app: Hono, path: string, clients: number, ms: number): Promise<void> {
+    const until = Date.now() + ms
+    await Promise.all(
+      Array.from({ length: clients }, async () => {
+        while (Date.now() < until) {
+          await (await app.fetch(new Request(`http://x${path}`))).text()
+          // A fetch runtime's requests come from the network: let the windows' timers run between them.
+          await new Promise((resolve) => setImmediate(resolve))
+        }
+      }),
+    )
+  }
+
+  it('backs off while the handlers answer with a drop status, and grows again while they answer 200', async () => {
+    const mw = honoSemaphore({ store: createMemoryStore(), adaptive: ADAPTIVE, maxWaitMs: 10_000 })
+    const control = mw.adaptive!
+    servers.push({ closeAllConnections() {}, close: () => control.close() } as unknown as http.Server)
+    const app = new Hono()
+    app.use(mw)
+    app.get('/ok', async (c) => {
+      await sleep(5)
+      return c.text('ok')
+    })
+    app.get('/fail', (c) => c.text('overloaded', 503))
+    app.get('/throw', () => {
+      throw new Error('boom')
+    })
+    app.onError((_error, c) => c.text('failed', 500)) // as Hono's own handler answers, without its log
+    expect(control.status().limit).toBe(8)
+    await run(app, '/fail', 12, 800)
+    await eventually(() => control.status().limit <= 2, 2_000)
+    await run(app, '/ok', 16, 1_000)
+    expect(control.status().limit).toBeGreaterThan(4)
+    // A thrown error, answered 500 by the app's onError: a drop under '5xx'.
+    const before = control.status().limit
+    await run(app, '/throw', 4, 300)
+    await eventually(() => control.status().limit < before, 2_000)
   })
 })
 

@@ -148,6 +148,8 @@ describe('options', () => {
     [{ max: 10, smoothing: 0 }, 'smoothing'],
     [{ max: 10, backoff: 1 }, 'backoff'],
     [{ max: 10, windowMs: 0 }, 'windowMs'],
+    [{ max: 10, windowMs: 99 }, 'windowMs'],
+    [{ max: 10, windowMs: 100.5 }, 'windowMs'],
     [{ max: 10, permits: 5 }, 'permits'],
   ])('%j is refused, naming %s', (options, name) => {
     expect(() => parseAdaptiveLimitOptions(options)).toThrow(ConfigError)

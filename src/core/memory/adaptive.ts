@@ -6,6 +6,7 @@ import type {
   AdaptiveFamily,
   AdaptiveReport,
   AdaptiveReportReply,
+  AdaptiveStep,
   AdaptiveWindow,
 } from '../protocol/store.js'
 import { nowMs } from './clock.js'
@@ -29,7 +30,26 @@ export class MemoryAdaptive implements AdaptiveFamily {
   async report(space: KeySpace, r: AdaptiveReport): Promise<AdaptiveReportReply> {
     const now = nowMs()
     const fleet = this.fleet(space, now)
-    if (r.requests > 0 || r.maxInFlight > 0) {
+    if (r.leave) {
+      fleet.replicas.delete(r.replica)
+      if (fleet.leader === r.replica) {
+        fleet.leader = undefined
+        fleet.leaderUntil = 0
+      }
+      return {
+        now,
+        leads: false,
+        replicas: fleet.replicas.size,
+        stepped: fleet.stepped,
+        state: fleet.state,
+        previous: undefined,
+      }
+    }
+    // A window that is not the one just ended (or running, or the one before): a clock not corrected
+    // yet; its sums go nowhere and it does not lead (lua/adaptive-report.lua).
+    const current = Math.floor(now / r.windowMs)
+    const timely = r.window >= current - 2 && r.window <= current
+    if (timely && (r.requests > 0 || r.maxInFlight > 0)) {
       const sums = fleet.windows.get(r.window) ?? { requests: 0, drops: 0, latencyUs: 0, maxInFlight: 0 }
       sums.requests += r.requests
       sums.drops += r.drops
@@ -42,7 +62,7 @@ export class MemoryAdaptive implements AdaptiveFamily {
     fleet.replicas.set(r.replica, now)
     for (const [replica, seen] of fleet.replicas)
       if (seen <= now - 3 * r.windowMs) fleet.replicas.delete(replica)
-    const leads = fleet.leader === r.replica || fleet.leaderUntil <= now
+    const leads = timely && (fleet.leader === r.replica || fleet.leaderUntil <= now)
     if (leads) {
       fleet.leader = r.replica
       fleet.leaderUntil = now + r.leaderTtlMs
@@ -62,13 +82,15 @@ export class MemoryAdaptive implements AdaptiveFamily {
     }
   }
 
-  async commit(space: KeySpace, window: number, state: string, stateTtlMs: number): Promise<boolean> {
+  async commit(space: KeySpace, step: AdaptiveStep): Promise<boolean> {
     const now = nowMs()
     const fleet = this.fleet(space, now)
-    if (fleet.stepped >= window) return false
-    fleet.stepped = window
-    fleet.state = state
-    fleet.until = now + stateTtlMs
+    const current = Math.floor(now / step.windowMs)
+    if (step.window >= current || step.window < current - 3) return false
+    if (fleet.stepped !== step.based || fleet.stepped >= step.window) return false
+    fleet.stepped = step.window
+    fleet.state = step.state
+    fleet.until = now + step.stateTtlMs
     return true
   }
 

@@ -52,7 +52,10 @@ export class MemoryPermitSets implements PermitFamily {
   /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
   /** Run-time limits per name (P in lib/permits.lua): an override, or the fleet's adaptive limit
    * (`until`: it runs out then, as the key's expiry in Redis). */
-  private readonly limits = new Map<string, { permits: number; adaptive: boolean; until: number }>()
+  private readonly limits = new Map<
+    string,
+    { permits: number; adaptive: boolean; until: number; version: number }
+  >()
 
   constructor(
     /** Deliver grants to the space's subscribers (asynchronously, like a pub/sub message). */
@@ -218,7 +221,7 @@ export class MemoryPermitSets implements PermitFamily {
     space: KeySpace,
     permits: number | undefined,
     own: number,
-    adaptive?: { ttlMs: number },
+    adaptive?: { ttlMs: number; version: number },
   ): Promise<boolean> {
     const now = nowMs()
     let written = true
@@ -226,10 +229,25 @@ export class MemoryPermitSets implements PermitFamily {
       const current = this.stored(space, now)
       if (current && !current.adaptive)
         written = false // an override wins while it is set
+      else if (current && current.version >= adaptive.version)
+        written = false // a later step's limit is there
       else if (permits !== undefined)
-        this.limits.set(space.base, { permits, adaptive: true, until: now + adaptive.ttlMs })
-    } else if (permits === undefined) this.limits.delete(space.base)
-    else this.limits.set(space.base, { permits, adaptive: false, until: Number.POSITIVE_INFINITY })
+        this.limits.set(space.base, {
+          permits,
+          adaptive: true,
+          until: now + adaptive.ttlMs,
+          version: adaptive.version,
+        })
+    } else if (permits === undefined) {
+      // Drops an override, never the fleet's adaptive limit.
+      if (!this.stored(space, now)?.adaptive) this.limits.delete(space.base)
+    } else
+      this.limits.set(space.base, {
+        permits,
+        adaptive: false,
+        until: Number.POSITIVE_INFINITY,
+        version: -1,
+      })
     const set = this.sets.get(space.base)
     if (!set || set.queue.size === 0) return written
     purge(set, now)
@@ -239,7 +257,10 @@ export class MemoryPermitSets implements PermitFamily {
   }
 
   /** The run-time limit of a name, if one is set and has not run out. */
-  private stored(space: KeySpace, now: number): { permits: number; adaptive: boolean } | undefined {
+  private stored(
+    space: KeySpace,
+    now: number,
+  ): { permits: number; adaptive: boolean; version: number } | undefined {
     const stored = this.limits.get(space.base)
     if (stored && stored.until <= now) {
       this.limits.delete(space.base)

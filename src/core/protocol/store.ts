@@ -54,12 +54,13 @@ export interface PermitFamily {
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Admits at once the
    * waiters the limit now in force has room for (`own`: the caller's permits, in force once the
    * override is dropped); lowering never evicts a holder. With `adaptive`, the value is the fleet's
-   * adaptive limit: kept for `ttlMs`, and never written over an override (then it resolves false). */
+   * adaptive limit: kept for `ttlMs`, and written neither over an override nor over a limit of the
+   * same or a later `version` (then it resolves false). Dropping (undefined) drops an override only. */
   setLimit(
     space: KeySpace,
     permits: number | undefined,
     own: number,
-    adaptive?: { ttlMs: number },
+    adaptive?: { ttlMs: number; version: number },
   ): Promise<boolean | void>
 }
 
@@ -68,9 +69,11 @@ export interface PermitFamily {
 export interface AdaptiveFamily {
   /** One window's report of one replica; its heartbeat and leadership; the fleet's state back. */
   report(space: KeySpace, report: AdaptiveReport): Promise<AdaptiveReportReply>
-  /** Save the step of `window` (the controller's state after it), unless that window or a later one
-   * was stepped already: exactly one step per window. */
-  commit(space: KeySpace, window: number, state: string, stateTtlMs: number): Promise<boolean>
+  /** Save the step of `step.window` (the controller's state after it), unless that window or a later
+   * one was stepped already, or the last window stepped is no longer `step.based` (the one whose state
+   * the step started from), or the window has not ended or ended over 3 windows ago on the store's
+   * clock: exactly one step per window, none lost. */
+  commit(space: KeySpace, step: AdaptiveStep): Promise<boolean>
 }
 
 /** What one replica's admitted requests did in one window (the store adds the replicas' up). */
@@ -84,6 +87,16 @@ export interface AdaptiveWindow {
   maxInFlight: number
 }
 
+export interface AdaptiveStep {
+  window: number
+  /** The last window stepped (the reply's `stepped`) when the state stepped from was read. */
+  based: number
+  /** The controller's state after the step (JSON). */
+  state: string
+  stateTtlMs: number
+  windowMs: number
+}
+
 export interface AdaptiveReport extends AdaptiveWindow {
   replica: string
   /** The window reported: floor(server time / windowMs). */
@@ -93,6 +106,8 @@ export interface AdaptiveReport extends AdaptiveWindow {
   leaderTtlMs: number
   /** How long the fleet's state outlives its last report. */
   stateTtlMs: number
+  /** The replica leaves (closed): it is no longer counted, and gives up leadership. */
+  leave?: boolean
 }
 
 export interface AdaptiveReportReply {

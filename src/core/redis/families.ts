@@ -162,7 +162,7 @@ export function permitFamily(
       call({
         script: 'tgPermitSetLimit',
         space,
-        head: adaptive ? [permits ?? 0, own, 'a', adaptive.ttlMs] : [permits ?? 0, own],
+        head: adaptive ? [permits ?? 0, own, 'a', adaptive.ttlMs, adaptive.version] : [permits ?? 0, own],
         withToken: false,
         pick: (reply) => (reply as number[])[2] !== 0,
       }),
@@ -192,6 +192,7 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
           r.windowMs,
           r.leaderTtlMs,
           r.stateTtlMs,
+          r.leave ? '1' : '0',
         ],
         withToken: false,
         pick: (reply) => {
@@ -219,12 +220,12 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
           }
         },
       }),
-    commit: (space, window, state, stateTtlMs) =>
+    commit: (space, step) =>
       call({
         script: 'tgAdaptiveCommit',
         space,
-        keys: adaptiveKeys(space, window),
-        head: [window, state, stateTtlMs],
+        keys: adaptiveKeys(space, step.window),
+        head: [step.window, step.state, step.stateTtlMs, step.based, step.windowMs],
         withToken: false,
         pick: (reply) => reply === 1,
       }),

@@ -22,15 +22,23 @@ export type LuaFile =
 
 /** The text of every lua/ file, byte for byte. */
 export const LUA_SOURCES: Readonly<Record<LuaFile, string>> = {
-  'adaptive-commit.lua': `-- lua/adaptive-commit.lua: save the controller's step of one window, exactly once per window: a step
--- of a window already stepped (or older than the last one) is refused, so two replicas that both
--- believe they lead (a leader paused past its lease) never step one window twice.
+  'adaptive-commit.lua': `-- lua/adaptive-commit.lua: save the controller's step of one window, exactly once per window, and only
+-- over the state it was computed from: a step of a window already stepped (or older than the last
+-- one) is refused, and so is a step computed from a state that another step replaced since it was
+-- read (two replicas that both believe they lead, one paused past its lease: neither steps a window
+-- twice, nor loses the other's step by saving over it). A window that has not ended on the server's
+-- clock, or ended more than 3 windows ago, is not stepped (a caller whose clock is off).
 -- KEYS  S R C V (see lib/adaptive.lua; only S is touched)
 -- ARGV[1] channel  ARGV[2] the window stepped  ARGV[3] the state after it (JSON)  ARGV[4] state ttl ms
+-- ARGV[5] the last window stepped when the caller read the state it stepped from (-1: none)
+-- ARGV[6] window ms
 -- Cost: O(1).
--- Returns 1 when saved, 0 when that window (or a later one) was stepped already.
-local window = tonumber(ARGV[2])
-if tonumber(redis.call('HGET', S, 'w') or '-1') >= window then return 0 end
+-- Returns 1 when saved, 0 when refused.
+local window, based, window_ms = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local current = math.floor(NOW / window_ms)
+if window >= current or window < current - 3 then return 0 end
+local stepped = tonumber(redis.call('HGET', S, 'w') or '-1')
+if stepped ~= based or stepped >= window then return 0 end
 redis.call('HSET', S, 'w', window, 's', ARGV[3])
 redis.call('PEXPIREAT', S, NOW + tonumber(ARGV[4]))
 return 1
@@ -43,6 +51,12 @@ return 1
 -- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported
 -- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
 -- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
+-- ARGV[11] '1': the replica leaves (close()): it is no longer counted, and gives up leadership if it
+--          leads, so that another leads from its next report instead of after the lease
+-- The window reported is the caller's estimate of the server's clock: a report of a window that is
+-- not the one just ended (or the one running, or the one before: a late report) is a clock the
+-- caller has not corrected yet (its first report, a jump): its sums go nowhere and it does not lead
+-- (nor step a window on its wrong count); the reply's \`now\` corrects it.
 -- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
 -- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
 --          then, when the caller leads and the window before the reported one was not stepped yet:
@@ -50,14 +64,23 @@ return 1
 local replica, window = ARGV[2], tonumber(ARGV[3])
 local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local current = math.floor(NOW / window_ms)
 
-if requests > 0 then
+if ARGV[11] == '1' then
+  redis.call('ZREM', R, replica)
+  local f = redis.call('HMGET', S, 'w', 'l', 's')
+  if f[2] == replica then redis.call('HDEL', S, 'l', 'lu') end
+  return { NOW, 0, redis.call('ZCARD', R), tonumber(f[1] or '-1'), f[3] or '' }
+end
+local timely = window >= current - 2 and window <= current
+
+if timely and requests > 0 then
   redis.call('HINCRBY', C, 'n', requests)
   if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
   redis.call('HINCRBY', C, 'l', latency)
 end
-if most > 0 then redis.call('HINCRBY', C, 'm', most) end
-if requests > 0 or most > 0 then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
+if timely and most > 0 then redis.call('HINCRBY', C, 'm', most) end
+if timely and (requests > 0 or most > 0) then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
 
 redis.call('ZADD', R, NOW, replica)
 local silent = redis.call('ZRANGEBYSCORE', R, '-inf', NOW - 3 * window_ms, 'LIMIT', 0, 100)
@@ -66,7 +89,7 @@ redis.call('PEXPIREAT', R, NOW + state_ttl)
 local replicas = redis.call('ZCARD', R)
 
 local f = redis.call('HMGET', S, 'w', 'l', 'lu', 's')
-local leads = f[2] == replica or not f[3] or tonumber(f[3]) <= NOW
+local leads = timely and (f[2] == replica or not f[3] or tonumber(f[3]) <= NOW)
 if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
 redis.call('PEXPIREAT', S, NOW + state_ttl)
 local stepped = tonumber(f[1] or '-1')
@@ -92,7 +115,7 @@ return out
 --                    their latencies (µs), m = sum over replicas of the most each had in flight.
 --   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
 -- ARGV[1] is the bucket's wake-up channel (unused here). Windows are numbered floor(time / window),
--- on the server clock as each replica estimates it.
+-- on the server clock as each replica estimates it; the scripts check the estimate against NOW.
 local S, R, C, V -- this call's keys, set by begin()
 
 -- Every adaptive script starts here: the call's keys and clock.
@@ -187,9 +210,9 @@ end
 --                    the acquisitions waiting on it (handed over together when it is admitted)
 --   KEYS[5] P  STRING permits set at run time for the name; overrides the caller's permits. "<n>": an
 --                    override (setPermits, the admin API), the one key that persists while idle: it is
---                    configuration, not state. "<n>a": the fleet's adaptive limit (lib/adaptive.lua),
---                    with an expiry its controller renews every window; an override is never replaced
---                    by one.
+--                    configuration, not state. "<n>a<v>": the fleet's adaptive limit (lib/adaptive.lua),
+--                    v the window of the step that set it, with an expiry its controller renews every
+--                    window; an override is never replaced by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
 --   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
@@ -1442,8 +1465,11 @@ return out
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] new permits, or 0 to drop the override (callers' own permits apply again)
 -- ARGV[3] the caller's own permits: the limit in force once the override is dropped
--- ARGV[4] 'a' for the fleet's adaptive limit (ARGV[5]: its expiry, ms): written only while no override
---         is set, and dropped by an override; '' (or absent) for an override
+-- ARGV[4] 'a' for the fleet's adaptive limit (ARGV[5]: its expiry, ms; ARGV[6]: its version, the
+--         window of the step that set it): written only while no override is set, and only over an
+--         older version (a leader that paused between its step and this call never writes over a
+--         later step's limit); dropped by an override. '' (or absent) for an override; then a
+--         permits of 0 drops the override only, never the adaptive limit
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
@@ -1455,14 +1481,17 @@ local permits = tonumber(ARGV[2])
 local written = 1
 if ARGV[4] == 'a' then
   local current = redis.call('GET', P)
+  local version = tonumber(ARGV[6])
   if current and tonumber(current) then
     written = 0 -- an override is set: it wins while it is there
+  elseif current and tonumber(string.match(current, 'a(%d+)$') or '-1') >= version then
+    written = 0 -- a later step's limit is there
   else
-    redis.call('SET', P, permits .. 'a', 'PX', tonumber(ARGV[5]))
+    redis.call('SET', P, permits .. 'a' .. version, 'PX', tonumber(ARGV[5]))
   end
 elseif permits > 0 then
   redis.call('SET', P, permits)
-else
+elseif tonumber(redis.call('GET', P) or 'x') then
   redis.call('DEL', P)
 end
 local count = live_holders(redis.call('ZCARD', H))

@@ -385,7 +385,7 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     ),
     adaptiveWindowMs: numberFlag(
       'adaptive-window-ms',
-      intIn(10, 3_600_000, 'expected an integer of milliseconds from 10 to 3600000'),
+      intIn(100, 3_600_000, 'expected an integer of milliseconds from 100 to 3600000'),
     ),
     adaptiveScope: stringFlag(
       'adaptive-scope',

@@ -118,6 +118,12 @@ const ratio = (low: number, high: number) =>
     .number({ error: `expected a number from ${low} to ${high}` })
     .min(low, { error: `expected a number from ${low} to ${high}` })
     .max(high, { error: `expected a number from ${low} to ${high}` })
+/** A number above 0 (excluded), at most `high`: the library's bounds (primitives/adaptive/controller.ts). */
+const above0 = (high: number) =>
+  z
+    .number({ error: `expected a number above 0, at most ${high}` })
+    .gt(0, { error: `expected a number above 0, at most ${high}` })
+    .max(high, { error: `expected a number above 0, at most ${high}` })
 const DROP_RULE = "expected an HTTP status from 400 to 599, '5xx' or 'timeout'"
 const dropRule = z.union([intIn(400, 599, DROP_RULE), z.literal('5xx'), z.literal('timeout')], {
   error: DROP_RULE,
@@ -129,11 +135,11 @@ export const adaptiveSchema = z.strictObject({
   max: positiveInt(1_000_000),
   initial: positiveInt(1_000_000).optional(),
   algorithm: z.enum(['gradient', 'aimd'], { error: 'expected gradient or aimd' }).optional(),
-  windowMs: intIn(10, 3_600_000, 'expected an integer of milliseconds from 10 to 3600000').optional(),
+  windowMs: intIn(100, 3_600_000, 'expected an integer of milliseconds from 100 to 3600000').optional(),
   tolerance: ratio(1, 10).optional(),
   probeEvery: positiveInt(1_000_000).optional(),
-  smoothing: ratio(0.01, 1).optional(),
-  backoff: ratio(0.01, 0.99).optional(),
+  smoothing: above0(1).optional(),
+  backoff: above0(0.99).optional(),
   increase: positiveInt(1_000_000).optional(),
   drops: z.array(dropRule, { error: "expected a list of statuses, '5xx' and 'timeout'" }).optional(),
   scope: z.enum(['fleet', 'local'], { error: 'expected fleet or local' }).optional(),

@@ -11,8 +11,9 @@
 //   queues, its latency grows as limit / capacity, so the estimate settles where
 //   limit = tolerance x capacity + sqrt(limit) / 2: the headroom is the queue it keeps, 3 requests at
 //   a capacity of 32. Until the first window whose latency shows queueing (gradient below 0.9), the
-//   estimate doubles each window instead (TCP's slow start), so a limit starting at 1 finds a
-//   capacity of 32 in ~6 windows, not ~40.
+//   estimate doubles instead (TCP's slow start) after each window that ran near the limit in force
+//   (90 % of it in flight at once), so a limit starting at 1 finds a capacity of 32 in ~6 windows
+//   (~12 across a fleet, whose replicas learn each limit a window later), not ~40.
 //   The baseline is the lowest window mean since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at a quarter of the limit,
@@ -71,11 +72,11 @@ export interface AdaptiveLimitOptions {
   initial?: number
   /** Default 'gradient'. */
   algorithm?: AdaptiveAlgorithm
-  /** Length of a window, ms (default 1000). */
+  /** Length of a window, ms: 100 to 3,600,000 (default 1000). */
   windowMs?: number
   /** gradient: latency up to this many times the baseline counts as unloaded (default 1). */
   tolerance?: number
-  /** gradient: windows between two probes of the baseline at half the limit (default 60). */
+  /** gradient: windows between two probes of the baseline at a quarter of the limit (default 60). */
   probeEvery?: number
   /** gradient: weight of a step's new estimate against the last one, in (0, 1] (default 0.5). */
   smoothing?: number
@@ -124,6 +125,15 @@ function ratio(
   return value
 }
 
+/** A window's length: 100 ms to an hour (default 1 s). Shorter windows hold too few requests to say
+ * anything, and a fleet's replicas report once each: a store call per replica every windowMs. */
+function windowOf(option: string, value: unknown): number {
+  if (value === undefined) return 1000
+  if (!(typeof value === 'number' && Number.isInteger(value) && value >= 100 && value <= 3_600_000))
+    throw new ConfigError(option, 'an integer of milliseconds from 100 to 3600000', value)
+  return value
+}
+
 /** Validate and complete an adaptive limit's options (ConfigError naming the option). `at` prefixes
  * option names in messages, e.g. "adaptive." in the gateway's config. */
 export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAdaptiveLimitOptions {
@@ -155,7 +165,7 @@ export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAd
     max,
     initial,
     algorithm,
-    windowMs: o.windowMs === undefined ? 1000 : positiveInt(`${at}windowMs`, o.windowMs, 3_600_000),
+    windowMs: windowOf(`${at}windowMs`, o.windowMs),
     tolerance: ratio(`${at}tolerance`, o.tolerance, 1, 1, 10, false),
     probeEvery: o.probeEvery === undefined ? 60 : positiveInt(`${at}probeEvery`, o.probeEvery, 1_000_000),
     smoothing: ratio(`${at}smoothing`, o.smoothing, 0.5, 0, 1, true),
@@ -168,7 +178,7 @@ export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAd
 export interface ControllerState {
   /** The limit in force: an integer in [min, max]. */
   limit: number
-  /** The unrounded estimate the next step starts from (during a probe, the limit is half of it). */
+  /** The unrounded estimate the next step starts from (during a probe, the limit is a quarter of it). */
   estimate: number
   /** gradient: the unloaded latency, ms: the lowest window mean since the last probe. */
   baselineMs: number | undefined
@@ -248,9 +258,16 @@ export function step(
     Math.max(0.5, (options.tolerance * (baselineMs as number)) / (rttMs as number)),
   )
   if (gradient < 0.9) slowStart = false
-  const next = slowStart ? state.estimate * 2 : state.estimate * gradient + Math.sqrt(state.estimate) / 2
+  if (slowStart) {
+    // Doubling needs a window that ran near the limit now in force: across a fleet the window stepped
+    // may have run under the limit before the last step (its replicas learn a limit a window later),
+    // and doubling on it would overshoot by another doubling before the queueing shows.
+    if (summary.maxInFlight < 0.9 * state.limit)
+      return done(state.estimate, { gradient, reason: 'app-limited' })
+    return done(state.estimate * 2, { gradient, reason: 'slow-start' })
+  }
+  const next = state.estimate * gradient + Math.sqrt(state.estimate) / 2
   if (appLimited && next > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
-  if (slowStart) return done(next, { gradient, reason: 'slow-start' })
   return done(state.estimate * (1 - options.smoothing) + next * options.smoothing, {
     gradient,
     reason: 'gradient',

@@ -160,6 +160,8 @@ export interface LimitTarget {
   space: KeySpace
   /** Ask for `limit` as this process's own permits from now on. */
   setOwn(limit: number): void
+  /** Called once by close() (scope 'local': the store of its own is closed, its timers stopped). */
+  close?(): void
 }
 
 export class AdaptiveLimit {
@@ -201,16 +203,18 @@ export class AdaptiveLimit {
     this.arm()
   }
 
-  /** A request was admitted under the limit: returns when (for finished()). */
-  admitted(): number {
-    this.inFlight++
+  /** A request was admitted under the limit, holding `weight` permits: returns when (for
+   * finished()). */
+  admitted(weight = 1): number {
+    this.inFlight += weight
     if (this.inFlight > this.window.maxInFlight) this.window.maxInFlight = this.inFlight
     return performance.now()
   }
 
-  /** A request admitted at `admittedAt` ended so (undefined: not counted, e.g. the client left). */
-  finished(admittedAt: number, outcome: Outcome | undefined): void {
-    this.inFlight = Math.max(0, this.inFlight - 1)
+  /** A request admitted at `admittedAt` with `weight` ended so (undefined: not counted, e.g. the
+   * client left). One sample whatever its weight; its permits count in flight until now. */
+  finished(admittedAt: number, outcome: Outcome | undefined, weight = 1): void {
+    this.inFlight = Math.max(0, this.inFlight - weight)
     if (!outcome) return
     this.window.count++
     if (isDrop(outcome, this.options.drops)) this.window.drops++
@@ -236,11 +240,32 @@ export class AdaptiveLimit {
     }
   }
 
-  /** Stop: no more reports or steps (the fleet's other replicas go on; a leader's lease runs out). */
+  /** Stop: no more reports or steps. The fleet's other replicas go on: this one says it leaves (one
+   * call, not awaited), so that it is no longer counted and, if it led, another leads from its next
+   * report (without that call, or if the store does not answer it, the lease runs out in 3 windows). */
   close(): void {
+    if (this.closed) return
     this.closed = true
     clearTimeout(this.timer)
     this.timer = undefined
+    this.target.close?.()
+    const adaptive = this.target.store.adaptive
+    if (this.options.scope !== 'fleet' || !adaptive) return
+    const { windowMs } = this.options
+    const leaving = async () =>
+      adaptive.report(this.target.space, {
+        replica: this.replica,
+        window: Math.floor(this.storeNow() / windowMs),
+        requests: 0,
+        drops: 0,
+        latencyUs: 0,
+        maxInFlight: 0,
+        windowMs,
+        leaderTtlMs: LEADER_WINDOWS * windowMs,
+        stateTtlMs: STATE_TTL_MS,
+        leave: true,
+      })
+    leaving().catch(() => undefined)
   }
 
   /** The store's time now, as this process estimates it. */
@@ -312,16 +337,20 @@ export class AdaptiveLimit {
     }
     const next = step(saved ?? this.state, previous, this.options)
     try {
-      const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(
-        this.target.space,
-        window - 1,
-        JSON.stringify(next),
-        STATE_TTL_MS,
-      )
-      if (!committed) return // another replica stepped that window
+      const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
+        window: window - 1,
+        based: reply.stepped,
+        state: JSON.stringify(next),
+        stateTtlMs: STATE_TTL_MS,
+        windowMs,
+      })
+      if (!committed) return // another replica stepped (that window, or since the state was read)
       this.apply(next, true)
+      // Versioned by the window: a later step's limit already there (this process paused since its
+      // commit) is not written over.
       await store.permits.setLimit(this.target.space, next.limit, next.limit, {
         ttlMs: LIMIT_WINDOWS * windowMs,
+        version: window - 1,
       })
     } catch (error) {
       this.unreachable(error)
@@ -335,7 +364,10 @@ export class AdaptiveLimit {
     if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local' && next.limit !== before) {
       void this.target.store.permits
-        .setLimit(this.target.space, next.limit, next.limit, { ttlMs: LIMIT_WINDOWS * this.options.windowMs })
+        .setLimit(this.target.space, next.limit, next.limit, {
+          ttlMs: LIMIT_WINDOWS * this.options.windowMs,
+          version: next.steps,
+        })
         .catch(() => undefined)
     }
     if (stepped) this.logChange(next)
