@@ -1,5 +1,6 @@
 // Every scenario `npm run bench` knows, in run order. Add a scenario file and list its scenarios here.
 import type { Scenario } from '../lib/scenario.js'
+import { adaptiveScenarios } from './adaptive.js'
 import { gatewayScenarios } from './gateway.js'
 import { holdsScenarios } from './holds.js'
 import { middlewareScenarios } from './middleware.js'
@@ -22,4 +23,5 @@ export const scenarios: Scenario[] = [
   ...rwlockScenarios,
   ...gatewayScenarios,
   ...middlewareScenarios,
+  ...adaptiveScenarios,
 ]

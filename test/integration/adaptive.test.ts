@@ -98,7 +98,7 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s]', (
     try {
       await sleep(3_000)
       const limit = () => semaphore.adaptive?.status().limit ?? 0
-      // Within ±50 % of the capacity (the headroom the gradient keeps, sqrt(limit) / 2, and a probe of
+      // Within ±50 % of the capacity (the headroom the gradient keeps, sqrt(limit) / 4, and a probe of
       // the baseline at a quarter of the limit every 60 windows).
       expect(await medianOf(10, WINDOW_MS, limit)).toBeGreaterThanOrEqual(6)
       expect(await medianOf(10, WINDOW_MS, limit)).toBeLessThanOrEqual(12)

@@ -68,6 +68,26 @@ describe('the gradient controller', () => {
     for (const limit of limits.slice(170)) expect(within(limit, 32, 0.25)).toBe(true)
   })
 
+  it("with the gateway's own share of each request's time, the standing queue stays small: within +25 % of a capacity of 16, and back up to 32 within 10 windows", () => {
+    // Each request also spends d = 1.4 ms in the gateway (14 % of S), outside the upstream: the
+    // upstream is full from L = C (1 + d / S) on, and latency is then S x L / C (see the bench).
+    const d = 1.4
+    const s = 10
+    const overhead = (limit: number, c: number): WindowSummary => {
+      const latency = Math.max(d + s, (s * limit) / c)
+      const count = Math.round((limit * options.windowMs) / latency)
+      return { count, drops: 0, latencySumMs: count * latency, maxInFlight: limit }
+    }
+    let state = initialState(options)
+    const limits: number[] = []
+    for (let i = 0; i < 200; i++) {
+      state = step(state, overhead(state.limit, i < 100 ? 16 : 32), options)
+      limits.push(state.probing ? Number.NaN : state.limit)
+    }
+    for (const limit of limits.slice(20, 100)) expect(within(limit, 16, 0.25), `${limits}`).toBe(true)
+    for (const limit of limits.slice(110)) expect(within(limit, 32, 0.25), `${limits}`).toBe(true)
+  })
+
   it('an upstream that got slower for good is learnt again: the limit does not collapse to min', () => {
     const slower = (i: number) => (i < 60 ? 32 : 32)
     let state = initialState(options)
