@@ -176,7 +176,6 @@ export function semaphoreAdmission<Req>(
         store,
         space: spaceOf(gate) as KeySpace,
         setOwn: (limit) => setOwnPermits(gate, limit),
-        close: store === config.store ? undefined : () => void store.close(),
       },
       config.logger,
       config.name,

@@ -136,7 +136,6 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
       store: home,
       space: client.space,
       setOwn: (n) => client.setPermits(n),
-      close: home === store ? undefined : () => void home.close(),
     },
     // The library prints nothing: NODE_DEBUG=tollgate:adaptive traces changes and store trouble, and
     // status() tells them.

@@ -184,3 +184,57 @@ describe('the gateway with an adaptive limit [2 replicas on Redis]', () => {
     expect(changes.length).toBeLessThanOrEqual(6)
   }, 60_000)
 })
+
+describe("the gateway with an adaptive limit of scope 'local'", () => {
+  it('SIGTERM while requests wait for a permit: they are all served, and it exits at once', async () => {
+    // Before: shutting the limit down closed its store of its own, which dropped the wake-ups, so the
+    // waiting requests hung until the process was killed.
+    const slow = http.createServer((_req, res) => setTimeout(() => res.end('ok'), 300))
+    slow.listen(0, '127.0.0.1')
+    await once(slow, 'listening')
+    upstream = {
+      close: () => {
+        slow.closeAllConnections()
+        slow.close()
+      },
+    } as never
+    const gateway = await spawnGateway([
+      ...baseFlags(`http://127.0.0.1:${(slow.address() as AddressInfo).port}`, uniquePrefix().slice(0, -1)),
+      '--redis',
+      redisUrl(topology().standalone),
+      '--adaptive-max',
+      '8',
+      '--adaptive-initial',
+      '2',
+      '--adaptive-scope',
+      'local',
+      '--max-wait-ms',
+      '20000',
+    ])
+    const agent = new http.Agent({ keepAlive: false })
+    const statuses = Array.from(
+      { length: 5 },
+      () =>
+        new Promise<number>((resolve) => {
+          http
+            .get(`${gateway.url}/`, { agent }, (res) =>
+              res.resume().on('end', () => resolve(res.statusCode ?? 0)),
+            )
+            .on('error', () => resolve(0))
+        }),
+    )
+    // 2 in flight, 3 waiting.
+    await eventually(
+      async () =>
+        metric(await (await fetch(`${gateway.adminUrl}/metrics`)).text(), 'tollgate_requests_queued', {
+          route: 'default',
+        }) === 3,
+    )
+    const signalled = performance.now()
+    gateway.kill('SIGTERM')
+    expect(await Promise.all(statuses)).toEqual([200, 200, 200, 200, 200])
+    expect(await gateway.exited).toEqual({ code: 0, signal: null })
+    // Two rounds of 300 ms (and the exit): not a drain timeout.
+    expect(performance.now() - signalled).toBeLessThan(2_500)
+  }, 20_000)
+})

@@ -2,6 +2,8 @@
 // upstream's capacity and follows it; one limit for a fleet of replicas; a leader that dies is
 // replaced within its lease; a store that stops answering leaves the last limit in force; and no more
 // than the limit in force is ever admitted while it changes every window (an independent checker).
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import type { Redis } from 'ioredis'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
@@ -170,20 +172,49 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s], ar
     }
   }, 20_000)
 
-  it("scope 'local': close() stops the store of its own (no interval left running, however many are made)", async () => {
+  it("scope 'local': a semaphore closed while requests wait still admits them all (its store of its own stays open)", async () => {
+    // Before: close() closed the store of its own, which dropped its wake-ups, so the waiters of a
+    // draining gateway never woke (a replica's SIGTERM ran into the kill timeout).
+    const semaphore = createSemaphore(storeOf(), 'local-drain', {
+      adaptive: { max: 4, initial: 2, scope: 'local' },
+      acquireTimeoutMs: 5_000,
+    })
+    const held = await Promise.all([semaphore.acquire(), semaphore.acquire()])
+    const waiting = [semaphore.acquire(), semaphore.acquire(), semaphore.acquire()]
+    await sleep(50)
+    semaphore.adaptive?.close()
+    for (const lease of held) await lease.release()
+    const admitted = await Promise.all(waiting.map((p) => p.then(async (lease) => lease.release())))
+    expect(admitted).toHaveLength(3)
+  })
+
+  it("scope 'local': the store of its own stops its interval once nothing references it (however many are made)", async () => {
+    setFlagsFromString('--expose_gc')
+    const gc = runInNewContext('gc') as () => void
     const store = storeOf()
-    const made = new Set<unknown>()
     const setInterval = vi.spyOn(globalThis, 'setInterval')
     const clearInterval = vi.spyOn(globalThis, 'clearInterval')
     try {
-      for (let i = 0; i < 20; i++) {
-        const semaphore = createSemaphore(store, `local-${i}`, { adaptive: { max: 8, scope: 'local' } })
-        semaphore.adaptive?.close()
-      }
-      for (const result of setInterval.mock.results) made.add(result.value)
-      const cleared = new Set(clearInterval.mock.calls.map(([id]) => id))
+      await (async () => {
+        for (let i = 0; i < 20; i++) {
+          const semaphore = createSemaphore(store, `local-${i}`, { adaptive: { max: 8, scope: 'local' } })
+          const lease = await semaphore.acquire()
+          await lease.release()
+          semaphore.adaptive?.close()
+        }
+      })()
+      const made = new Set(setInterval.mock.results.map((result) => result.value as unknown))
       expect(made.size).toBeGreaterThanOrEqual(20) // each its own store, each with its sweeper
-      expect([...made].filter((id) => !cleared.has(id as never))).toEqual([])
+      // Collected, each interval clears itself at its next tick (every second).
+      await eventually(
+        () => {
+          gc()
+          const cleared = new Set(clearInterval.mock.calls.map(([id]) => id as unknown))
+          return [...made].every((id) => cleared.has(id))
+        },
+        5_000,
+        100,
+      )
     } finally {
       setInterval.mockRestore()
       clearInterval.mockRestore()

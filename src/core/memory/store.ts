@@ -18,6 +18,17 @@ export interface MemoryStoreOptions {
  * read/write lock as lua/rwlock-*.lua, in memory (G11). Limits are per process: use
  * createRedisStore() to share them across instances.
  */
+/** Sweep `store` every second for as long as something else references it (or until close()). */
+function sweepWhileReferenced(store: MemoryStore): NodeJS.Timeout {
+  const ref = new WeakRef(store)
+  const timer: NodeJS.Timeout = setInterval(() => {
+    const live = ref.deref()
+    if (live) live.sweep()
+    else clearInterval(timer)
+  }, 1000).unref()
+  return timer
+}
+
 export function createMemoryStore(options?: MemoryStoreOptions): Store {
   isPlainObjectOrUndefined('options', options)
   rejectUnknown(options, ['prefix'])
@@ -32,8 +43,10 @@ class MemoryStore implements Store {
   readonly permits = new MemoryPermitSets((space, grants) => this.publish(space, grants))
   readonly rwlock = new MemoryRwLocks((space, grants) => this.publish(space, grants))
   readonly adaptive = new MemoryAdaptive()
-  // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys.
-  private readonly sweeper = setInterval(() => this.sweep(), 1000).unref()
+  // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys. The
+  // interval holds the store weakly: a store nobody references any more (and never closed, e.g. the
+  // store of its own of a local adaptive limit) is collected, and its interval stops.
+  private readonly sweeper = sweepWhileReferenced(this)
 
   constructor(readonly prefix: string) {}
 
@@ -61,7 +74,8 @@ class MemoryStore implements Store {
     this.listeners.clear()
   }
 
-  private sweep(): void {
+  /** @internal The sweep's work (sweepWhileReferenced). */
+  sweep(): void {
     const now = nowMs()
     this.permits.sweep(now)
     this.rwlock.sweep(now)

@@ -160,8 +160,6 @@ export interface LimitTarget {
   space: KeySpace
   /** Ask for `limit` as this process's own permits from now on. */
   setOwn(limit: number): void
-  /** Called once by close() (scope 'local': the store of its own is closed, its timers stopped). */
-  close?(): void
 }
 
 export class AdaptiveLimit {
@@ -248,7 +246,6 @@ export class AdaptiveLimit {
     this.closed = true
     clearTimeout(this.timer)
     this.timer = undefined
-    this.target.close?.()
     const adaptive = this.target.store.adaptive
     if (this.options.scope !== 'fleet' || !adaptive) return
     const { windowMs } = this.options
