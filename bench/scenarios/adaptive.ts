@@ -578,7 +578,8 @@ function analyse(plan: Plan, variant: Variant, raw: RawRun): RunMetrics {
     goodput: measured.length / (to - from),
     p50Ms: percentile(measured, 50),
     p99Ms: percentile(measured, 99),
-    inFlightOkShare: spanMs > 0 ? 1 - overMs / spanMs : Number.NaN,
+    // max: the exact time over can pass the span by a rounding (a share of -0.0 %).
+    inFlightOkShare: spanMs > 0 ? Math.max(0, 1 - overMs / spanMs) : Number.NaN,
     inFlightMax,
     inFlightP99: percentile(inFlightSeen, 99),
     inFlightMean: inFlightSeen.reduce((sum, n) => sum + n, 0) / inFlightSeen.length,
