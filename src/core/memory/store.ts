@@ -18,17 +18,6 @@ export interface MemoryStoreOptions {
  * read/write lock as lua/rwlock-*.lua, in memory (G11). Limits are per process: use
  * createRedisStore() to share them across instances.
  */
-/** Sweep `store` every second for as long as something else references it (or until close()). */
-function sweepWhileReferenced(store: MemoryStore): NodeJS.Timeout {
-  const ref = new WeakRef(store)
-  const timer: NodeJS.Timeout = setInterval(() => {
-    const live = ref.deref()
-    if (live) live.sweep()
-    else clearInterval(timer)
-  }, 1000).unref()
-  return timer
-}
-
 export function createMemoryStore(options?: MemoryStoreOptions): Store {
   isPlainObjectOrUndefined('options', options)
   rejectUnknown(options, ['prefix'])
@@ -90,4 +79,15 @@ class MemoryStore implements Store {
       for (const grant of grants) for (const listener of listeners) listener(grant)
     })
   }
+}
+
+/** Sweep `store` every second for as long as something else references it (or until close()). */
+function sweepWhileReferenced(store: MemoryStore): NodeJS.Timeout {
+  const ref = new WeakRef(store)
+  const timer: NodeJS.Timeout = setInterval(() => {
+    const live = ref.deref()
+    if (live) live.sweep()
+    else clearInterval(timer)
+  }, 1000).unref()
+  return timer
 }
