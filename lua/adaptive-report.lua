@@ -3,7 +3,7 @@
 -- state back. Leadership is a lease kept in S: the leader renews it with every report, and any
 -- replica takes it over once it ran out (a leader that died is replaced within the lease's ttl).
 -- KEYS  S R C V (see lib/adaptive.lua)
--- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported
+-- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported (its start, ms on the server clock)
 -- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
 -- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
 -- ARGV[11] '1': the replica leaves (close()): it is no longer counted, and gives up leadership if it
@@ -12,6 +12,8 @@
 -- not the one just ended (or the one running, or the one before: a late report) is a clock the
 -- caller has not corrected yet (its first report, a jump): its sums go nowhere and it does not lead
 -- (nor step a window on its wrong count); the reply's `now` corrects it.
+-- A report sent again (its reply lost, the call resent after a reconnect) adds nothing twice: C keeps
+-- the replicas that reported into it.
 -- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
 -- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
 --          then, when the caller leads and the window before the reported one was not stepped yet:
@@ -19,7 +21,7 @@
 local replica, window = ARGV[2], tonumber(ARGV[3])
 local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local current = math.floor(NOW / window_ms)
+local current = math.floor(NOW / window_ms) * window_ms
 
 if ARGV[11] == '1' then
   redis.call('ZREM', R, replica)
@@ -27,15 +29,17 @@ if ARGV[11] == '1' then
   if f[2] == replica then redis.call('HDEL', S, 'l', 'lu') end
   return { NOW, 0, redis.call('ZCARD', R), tonumber(f[1] or '-1'), f[3] or '' }
 end
-local timely = window >= current - 2 and window <= current
+local timely = window >= current - 2 * window_ms and window <= current
 
-if timely and requests > 0 then
-  redis.call('HINCRBY', C, 'n', requests)
-  if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
-  redis.call('HINCRBY', C, 'l', latency)
+if timely and (requests > 0 or most > 0) and redis.call('HSETNX', C, 'r:' .. replica, 1) == 1 then
+  if requests > 0 then
+    redis.call('HINCRBY', C, 'n', requests)
+    if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
+    redis.call('HINCRBY', C, 'l', latency)
+  end
+  if most > 0 then redis.call('HINCRBY', C, 'm', most) end
+  redis.call('PEXPIREAT', C, NOW + window_ms * 4)
 end
-if timely and most > 0 then redis.call('HINCRBY', C, 'm', most) end
-if timely and (requests > 0 or most > 0) then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
 
 redis.call('ZADD', R, NOW, replica)
 local silent = redis.call('ZRANGEBYSCORE', R, '-inf', NOW - 3 * window_ms, 'LIMIT', 0, 100)
@@ -49,7 +53,7 @@ if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
 redis.call('PEXPIREAT', S, NOW + state_ttl)
 local stepped = tonumber(f[1] or '-1')
 local out = { NOW, leads and 1 or 0, replicas, stepped, f[4] or '' }
-if leads and stepped < window - 1 then
+if leads and stepped < window - window_ms then
   local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm')
   for i = 1, 4 do out[5 + i] = tonumber(before[i] or '0') end
 end

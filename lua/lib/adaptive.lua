@@ -5,15 +5,17 @@
 -- window from the merged reports, and puts the limit it computes in the bucket's permit set (P of
 -- lib/permits.lua, through permit-set-limit.lua). Every key shares the hash tag of that permit set,
 -- e.g. tollgate:{sem:api%3Aglobal}:as (G8).
---   KEYS[1] S  HASH  w = the last window stepped (exactly one step per window: adaptive-commit.lua);
+--   KEYS[1] S  HASH  w = the last window stepped, its start (exactly one step per window: adaptive-commit.lua);
 --                    s = the controller's state after it (JSON: only the client reads and writes it);
 --                    l = the leader's replica id; lu = until when it leads (ms, server clock).
 --   KEYS[2] R  ZSET  replica id -> when it last reported (ms): the replicas alive.
 --   KEYS[3] C  HASH  the reports of the window being reported: n = requests, d = drops, l = sum of
---                    their latencies (µs), m = sum over replicas of the most each had in flight.
+--                    their latencies (µs), m = sum over replicas of the most each had in flight;
+--                    r:<replica id> = 1 for each replica whose report is in (one report counts once).
 --   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
--- ARGV[1] is the bucket's wake-up channel (unused here). Windows are numbered floor(time / window),
--- on the server clock as each replica estimates it; the scripts check the estimate against NOW.
+-- ARGV[1] is the bucket's wake-up channel (unused here). A window is named by its start, ms on the
+-- server clock (floor(time / length) x length) as each replica estimates it; the scripts check the
+-- estimate against NOW. Named by time, windows stay ordered when their length changes.
 local S, R, C, V -- this call's keys, set by begin()
 
 -- Every adaptive script starts here: the call's keys and clock.

@@ -11,8 +11,7 @@ import {
   spaceOf,
 } from '../primitives/semaphore.js'
 import type { KeySpace } from '../core/keys.js'
-import { createMemoryStore } from '../core/memory/store.js'
-import { AdaptiveLimit, parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
+import { AdaptiveLimit, localStoreOf, parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
 import { MAX_WEIGHT } from '../core/weight.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
@@ -106,8 +105,7 @@ export function semaphoreAdmission<Req>(
   // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
   parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
   // A local adaptive limit is this process's own: its bucket lives in a store of its own.
-  const store =
-    adaptive?.scope === 'local' ? createMemoryStore({ prefix: config.store.prefix }) : config.store
+  const store = adaptive?.scope === 'local' ? localStoreOf(config.store) : config.store
   const gates = new GateCache<Semaphore>((key) => {
     let n = permits
     if (permitsFor) {

@@ -1,11 +1,11 @@
 import { debuglog } from 'node:util'
 import { ConfigError } from '../core/errors.js'
 import { type Lease, whenLost } from '../core/client/lease.js'
-import { createMemoryStore } from '../core/memory/store.js'
 import {
   AdaptiveLimit,
   type AdaptiveOptions,
   type AdaptiveStatus,
+  localStoreOf,
   type Outcome,
   parseAdaptiveOptions,
 } from './adaptive/limit.js'
@@ -126,7 +126,7 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
     )
   }
   // A local limit is this process's own: its permit set lives in a store of its own.
-  const home = resolved.scope === 'local' ? createMemoryStore({ prefix: store.prefix }) : store
+  const home = resolved.scope === 'local' ? localStoreOf(store) : store
   const inner = bucketSemaphore(home, name, { ...lockOptions, permits: resolved.initial })
   const client = clients.get(inner) as PermitClient
   claimName(store, name, 'semaphore', client)

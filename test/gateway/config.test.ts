@@ -487,6 +487,7 @@ describe('gateway config file', () => {
                   windowMs: 50,
                   smoothing: 0,
                   backoff: 1,
+                  probeEvery: 2,
                 },
               },
             },
@@ -504,10 +505,11 @@ describe('gateway config file', () => {
         'routes[0].concurrency.adaptive.windowMs: expected an integer of milliseconds from 100 to 3600000',
         'routes[0].concurrency.adaptive.smoothing: expected a number above 0, at most 1',
         'routes[0].concurrency.adaptive.backoff: expected a number above 0, at most 0.99',
+        'routes[0].concurrency.adaptive.probeEvery: expected an integer of windows from 3 to 1000000',
       ].sort(),
     )
     // The library's bounds, the same: what the file accepts, createSemaphore accepts.
-    const edges = { max: 8, windowMs: 100, smoothing: 0.001, backoff: 0.001 }
+    const edges = { max: 8, windowMs: 100, smoothing: 0.001, backoff: 0.001, probeEvery: 3 }
     expect(() =>
       validateConfigFile({ routes: [{ match: { pathPrefix: '/' }, concurrency: { adaptive: edges } }] }),
     ).not.toThrow()

@@ -172,6 +172,26 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s], ar
     }
   }, 20_000)
 
+  it('windowMs changed (a reload, a rolling deploy), 100 ms then 1000 ms: the fleet steps on with the new windows', async () => {
+    // Windows were numbered floor(time / windowMs): after the change every new window numbered ~10x
+    // lower than the last one stepped, and nothing was stepped again while the fleet reported.
+    const store = storeOf()
+    const upstream = new Upstream(100, 5)
+    const short = adaptiveSemaphore(store, 'resized', { algorithm: 'aimd', initial: 8, windowMs: 100 })
+    let load = drive([short], upstream, 8)
+    await eventually(() => (short.adaptive?.status().steps ?? 0) >= 5, 5_000)
+    await load.stop()
+    short.adaptive?.close()
+    const steps = short.adaptive?.status().steps ?? 0
+    const long = adaptiveSemaphore(store, 'resized', { algorithm: 'aimd', initial: 8, windowMs: 1_000 })
+    load = drive([long], upstream, 8)
+    try {
+      await eventually(() => (long.adaptive?.status().steps ?? 0) >= steps + 2, 8_000, 50)
+    } finally {
+      await load.stop()
+    }
+  }, 20_000)
+
   it("scope 'local': a semaphore closed while requests wait still admits them all (its store of its own stays open)", async () => {
     // Before: close() closed the store of its own, which dropped its wake-ups, so the waiters of a
     // draining gateway never woke (a replica's SIGTERM ran into the kill timeout).
@@ -188,24 +208,54 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s], ar
     expect(admitted).toHaveLength(3)
   })
 
-  it("scope 'local': the store of its own stops its interval once nothing references it (however many are made)", async () => {
+  it("scope 'local': a limit made again for its bucket (a reload) shares the permit set with the one it replaces, and goes on from its state", async () => {
+    const store = storeOf()
+    const options = { adaptive: { min: 4, max: 4, initial: 4, scope: 'local' as const, windowMs: 100 } }
+    const before = createSemaphore(store, 'local-again', options)
+    // An independent count of holders, over both.
+    let holding = 0
+    let most = 0
+    const hold = async (semaphore: Semaphore, ms: number) => {
+      const lease = await semaphore.acquire({ timeoutMs: 10_000 })
+      most = Math.max(most, ++holding)
+      await sleep(ms)
+      holding--
+      await lease.release()
+    }
+    const old = Array.from({ length: 8 }, () => hold(before, 150)) // 4 hold, 4 wait
+    await eventually(() => holding === 4)
+    await sleep(250) // a window or two stepped
+    const steps = before.adaptive?.status().steps ?? 0
+    expect(steps).toBeGreaterThan(0)
+    before.adaptive?.close()
+    const after = createSemaphore(store, 'local-again', options)
+    opened.push({ close: () => after.adaptive?.close() })
+    expect(after.adaptive?.status().steps).toBeGreaterThanOrEqual(steps)
+    await Promise.all([...old, ...Array.from({ length: 4 }, () => hold(after, 50))])
+    expect(most).toBe(4) // not 8: the old one's holders and waiters count against the new one
+  })
+})
+
+describe("scope 'local', the store of its own", () => {
+  it('is one per process and shared store, however many limits are made; its sweep stops once nothing references it', async () => {
     setFlagsFromString('--expose_gc')
     const gc = runInNewContext('gc') as () => void
-    const store = storeOf()
     const setInterval = vi.spyOn(globalThis, 'setInterval')
     const clearInterval = vi.spyOn(globalThis, 'clearInterval')
     try {
       await (async () => {
+        const shared = createMemoryStore()
         for (let i = 0; i < 20; i++) {
-          const semaphore = createSemaphore(store, `local-${i}`, { adaptive: { max: 8, scope: 'local' } })
+          const semaphore = createSemaphore(shared, `local-${i}`, { adaptive: { max: 8, scope: 'local' } })
           const lease = await semaphore.acquire()
           await lease.release()
           semaphore.adaptive?.close()
         }
+        await shared.close()
       })()
       const made = new Set(setInterval.mock.results.map((result) => result.value as unknown))
-      expect(made.size).toBeGreaterThanOrEqual(20) // each its own store, each with its sweeper
-      // Collected, each interval clears itself at its next tick (every second).
+      expect(made.size).toBe(2) // the shared store's and the store of its own, not one per limit
+      // Collected, the interval clears itself at its next tick (every second).
       await eventually(
         () => {
           gc()

@@ -12,7 +12,8 @@ import { client, PermitName, serverClock, sleep } from './support.js'
 const WINDOW_MS = 100
 const LEADER_TTL = 300
 
-/** The window running on the server's clock. */
+/** The window running on the server's clock, as an index (the scripts get its start: index x
+ * WINDOW_MS). */
 async function current(): Promise<number> {
   return Math.floor((await serverClock()).ms / WINDOW_MS)
 }
@@ -20,11 +21,13 @@ async function current(): Promise<number> {
 function fleet() {
   const redis = client()
   const space = keySpace(uniquePrefix().slice(0, -1), 'sem', 'route:*')
+  // A window is named by its start, ms.
+  const at = (window: number) => window * WINDOW_MS
   const keys = (window: number) => [
     space.key('as'),
     space.key('ar'),
-    space.key(`aw${window}`),
-    space.key(`aw${window - 1}`),
+    space.key(`aw${at(window)}`),
+    space.key(`aw${at(window - 1)}`),
   ]
   const run = async (
     script: 'tgAdaptiveReport' | 'tgAdaptiveCommit',
@@ -39,7 +42,7 @@ function fleet() {
       'tgAdaptiveReport',
       window,
       replica,
-      window,
+      at(window),
       n,
       d,
       latencyUs,
@@ -56,7 +59,15 @@ function fleet() {
     leave: (replica: string, window: number) => report(replica, window, 0, 0, 0, 0, '1'),
     /** Step `window` from the state read when `based` was the last window stepped. */
     commit: (window: number, state: string, based: number) =>
-      run('tgAdaptiveCommit', window, window, state, 60_000, based, WINDOW_MS) as Promise<number>,
+      run(
+        'tgAdaptiveCommit',
+        window,
+        at(window),
+        state,
+        60_000,
+        based === -1 ? -1 : at(based),
+        WINDOW_MS,
+      ) as Promise<number>,
   }
 }
 
@@ -104,7 +115,7 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
       const reply = await f.report('skewed', window, 9, 9, 9_000, 9)
       expect(reply[1], `window ${window - now}`).toBe(0)
       expect(reply).toHaveLength(5) // no window to step either
-      expect(await f.redis.exists(f.space.key(`aw${window}`))).toBe(0)
+      expect(await f.redis.exists(f.space.key(`aw${window * WINDOW_MS}`))).toBe(0)
       // Its `now` is the server's: the replica corrects its estimate from it.
       expect(Math.floor((reply[0] as number) / WINDOW_MS)).toBeGreaterThanOrEqual(now)
     }
@@ -122,8 +133,22 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
     // w + 1 would save over w's step, computed without it. Refused; from the state after w, saved.
     expect(await f.commit(w + 1, '{"limit":7}', -1)).toBe(0)
     const reply = await f.report('a', w + 1)
-    expect(reply.slice(3, 5)).toEqual([w, '{"limit":3}'])
+    expect(reply.slice(3, 5)).toEqual([w * WINDOW_MS, '{"limit":3}'])
     expect(await f.commit(w + 1, '{"limit":4}', w)).toBe(1)
+  })
+
+  it('a report sent again (its reply lost, the call resent) counts once; a step sent again after it was saved is saved, not refused', async () => {
+    const f = fleet()
+    const w = (await current()) - 1
+    await f.report('a', w, 5, 1, 50_000, 3)
+    await f.report('a', w, 5, 1, 50_000, 3) // the same report again
+    await f.report('b', w, 7, 0, 70_000, 4)
+    const a = await f.report('a', w + 1)
+    expect(a.slice(5)).toEqual([12, 1, 120_000, 7]) // not 17, 2, 170_000, 10
+    expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)
+    // Its reply lost, the leader's commit is sent again: saved (1), so the leader applies its step.
+    expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)
+    expect(await f.commit(w, '{"limit":4}', -1)).toBe(0) // another step of that window: refused
   })
 
   it("a window that has not ended on the server's clock, or ended more than 3 windows ago, is not stepped", async () => {
@@ -142,7 +167,7 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
     await f.report('b', w)
     await sleep(3 * WINDOW_MS + 50)
     expect((await f.report('a', await current()))[2]).toBe(1)
-    for (const part of ['as', 'ar', `aw${w}`])
+    for (const part of ['as', 'ar', `aw${w * WINDOW_MS}`])
       expect(await f.redis.pttl(f.space.key(part)), part).toBeGreaterThan(0)
   })
 })

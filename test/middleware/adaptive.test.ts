@@ -32,7 +32,8 @@ afterEach(() => {
 })
 
 /** An app with the adaptive middleware (a store of its own: one name in one store is one limit, for
- * every middleware using it): GET /ok answers 200 after 5 ms, GET /fail 503. */
+ * every middleware using it): GET /ok answers 200 after 5 ms, GET /fail 503, GET /late 200 once the
+ * client has left (to nobody). */
 async function app(framework: 'express' | 'koa') {
   const store = createMemoryStore()
   let middleware: { adaptive: { status(): { limit: number }; close(): void } | undefined }
@@ -49,6 +50,9 @@ async function app(framework: 'express' | 'koa') {
     a.get('/fail', (_req, res) => {
       res.status(503).send('overloaded')
     })
+    a.get('/late', (_req, res) => {
+      res.once('close', () => res.send('late'))
+    })
     server = http.createServer(a)
   } else {
     const mw = koaSemaphore({ store, adaptive: ADAPTIVE, maxWaitMs: 10_000 })
@@ -59,6 +63,11 @@ async function app(framework: 'express' | 'koa') {
       if (ctx.path === '/fail') {
         ctx.status = 503
         ctx.body = 'overloaded'
+        return
+      }
+      if (ctx.path === '/late') {
+        await new Promise((resolve) => ctx.res.once('close', resolve))
+        ctx.body = 'late'
         return
       }
       await sleep(5)
@@ -108,7 +117,8 @@ describe.each(['express', 'koa'] as const)('semaphore({ adaptive }) [%s]', (fram
     // and a cut 200 is no latency sample either, so the limit does not move.
     const cut = () =>
       new Promise<void>((resolve) => {
-        const req = http.get(`${url}/ok`)
+        // (/late: the answer comes after the client left, however loaded the machine.)
+        const req = http.get(`${url}/late`)
         req.on('error', () => resolve())
         setTimeout(() => {
           req.destroy()

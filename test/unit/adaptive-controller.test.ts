@@ -116,6 +116,38 @@ describe('the gradient controller', () => {
     expect(state.last?.reason).toBe('empty')
   })
 
+  it('a window whose mean latency is 0 (latencies rounded away) or not a number holds the limit, and the next windows step as before', () => {
+    let state = run(initialState(options), options, 80, () => 32).state
+    state = step(state, { count: 10, drops: 1, latencySumMs: 90, maxInFlight: state.limit }, options)
+    const limit = state.limit
+    for (const latencySumMs of [0, Number.NaN, -1]) {
+      state = step(state, { count: 10, drops: 0, latencySumMs, maxInFlight: state.limit }, options)
+      expect(state.limit, String(latencySumMs)).toBe(limit)
+      expect(Number.isFinite(state.estimate)).toBe(true)
+    }
+    expect(Number.isFinite(state.baselineMs)).toBe(true)
+    state = run(state, options, 20, () => 32).state
+    expect(within(state.limit, 32, 0.25)).toBe(true)
+  })
+
+  it("across a fleet (windows stepped a window late), a probe's baseline is the latency of the window that ran at a quarter, and the loaded window before it is stepped as any other", () => {
+    const every = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 32, probeEvery: 10 })
+    let state: ControllerState = { ...initialState(every), slowStart: false, baselineMs: 10, steps: 9 }
+    state = step(state, window(32, 32, 10, 1000), every, 1) // step 10: the next window runs at a quarter
+    expect(state.probing).toBe(true)
+    expect(state.limit).toBe(8)
+    // Step 11 steps the window before that one, which ran at the full limit: with drops, it backs off
+    // (and the limit is the full estimate again).
+    const estimate = state.estimate
+    state = step(state, { count: 100, drops: 5, latencySumMs: 1900, maxInFlight: 32 }, every, 1)
+    expect(state.last?.reason).toBe('drops')
+    expect(state.limit).toBe(Math.round(estimate * 0.9))
+    // Step 12 steps the quarter's window: its latency (12 ms, the upstream got slower) is the baseline.
+    state = step(state, { count: 100, drops: 0, latencySumMs: 1200, maxInFlight: 8 }, every, 1)
+    expect(state.last?.reason).toBe('probe')
+    expect(state.baselineMs).toBe(12)
+  })
+
   it('never leaves [min, max]', () => {
     const capped = parseAdaptiveLimitOptions({ min: 3, max: 10, initial: 5 })
     // An upstream with endless capacity: the limit climbs to max and stays.
@@ -171,6 +203,8 @@ describe('options', () => {
     [{ max: 10, windowMs: 99 }, 'windowMs'],
     [{ max: 10, windowMs: 100.5 }, 'windowMs'],
     [{ max: 10, permits: 5 }, 'permits'],
+    [{ max: 10, probeEvery: 1 }, 'probeEvery'], // every window a probe: the limit would never move
+    [{ max: 10, probeEvery: 2 }, 'probeEvery'],
   ])('%j is refused, naming %s', (options, name) => {
     expect(() => parseAdaptiveLimitOptions(options)).toThrow(ConfigError)
     expect(() => parseAdaptiveLimitOptions(options)).toThrow(name)

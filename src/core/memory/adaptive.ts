@@ -18,8 +18,8 @@ interface Fleet {
   leaderUntil: number
   /** Replica -> when it last reported. */
   replicas: Map<string, number>
-  /** Window -> the reports of it, merged. */
-  windows: Map<number, AdaptiveWindow>
+  /** Window (its start) -> the reports of it, merged, and the replicas whose report is in. */
+  windows: Map<number, AdaptiveWindow & { from: Set<string> }>
   /** When the state runs out (as S's expiry in Redis). */
   until: number
 }
@@ -47,10 +47,18 @@ export class MemoryAdaptive implements AdaptiveFamily {
     }
     // A window that is not the one just ended (or running, or the one before): a clock not corrected
     // yet; its sums go nowhere and it does not lead (lua/adaptive-report.lua).
-    const current = Math.floor(now / r.windowMs)
-    const timely = r.window >= current - 2 && r.window <= current
-    if (timely && (r.requests > 0 || r.maxInFlight > 0)) {
-      const sums = fleet.windows.get(r.window) ?? { requests: 0, drops: 0, latencyUs: 0, maxInFlight: 0 }
+    const current = Math.floor(now / r.windowMs) * r.windowMs
+    const timely = r.window >= current - 2 * r.windowMs && r.window <= current
+    const sums = fleet.windows.get(r.window) ?? {
+      requests: 0,
+      drops: 0,
+      latencyUs: 0,
+      maxInFlight: 0,
+      from: new Set<string>(),
+    }
+    // One report of a replica counts once (one sent again adds nothing).
+    if (timely && (r.requests > 0 || r.maxInFlight > 0) && !sums.from.has(r.replica)) {
+      sums.from.add(r.replica)
       sums.requests += r.requests
       sums.drops += r.drops
       sums.latencyUs += Math.round(r.latencyUs)
@@ -58,7 +66,8 @@ export class MemoryAdaptive implements AdaptiveFamily {
       fleet.windows.set(r.window, sums)
     }
     // Windows older than the one before the reported one are done with (C and V expire in Redis).
-    for (const window of fleet.windows.keys()) if (window < r.window - 3) fleet.windows.delete(window)
+    for (const window of fleet.windows.keys())
+      if (window < r.window - 3 * r.windowMs) fleet.windows.delete(window)
     fleet.replicas.set(r.replica, now)
     for (const [replica, seen] of fleet.replicas)
       if (seen <= now - 3 * r.windowMs) fleet.replicas.delete(replica)
@@ -68,30 +77,41 @@ export class MemoryAdaptive implements AdaptiveFamily {
       fleet.leaderUntil = now + r.leaderTtlMs
     }
     fleet.until = now + r.stateTtlMs
-    const before = leads && fleet.stepped < r.window - 1 ? fleet.windows.get(r.window - 1) : undefined
+    const pending = leads && fleet.stepped < r.window - r.windowMs
+    const before = pending ? fleet.windows.get(r.window - r.windowMs) : undefined
     return {
       now,
       leads,
       replicas: fleet.replicas.size,
       stepped: fleet.stepped,
       state: fleet.state,
-      previous:
-        leads && fleet.stepped < r.window - 1
-          ? { ...(before ?? { requests: 0, drops: 0, latencyUs: 0, maxInFlight: 0 }) }
-          : undefined,
+      previous: pending
+        ? {
+            requests: before?.requests ?? 0,
+            drops: before?.drops ?? 0,
+            latencyUs: before?.latencyUs ?? 0,
+            maxInFlight: before?.maxInFlight ?? 0,
+          }
+        : undefined,
     }
   }
 
   async commit(space: KeySpace, step: AdaptiveStep): Promise<boolean> {
     const now = nowMs()
     const fleet = this.fleet(space, now)
-    const current = Math.floor(now / step.windowMs)
-    if (step.window >= current || step.window < current - 3) return false
+    const current = Math.floor(now / step.windowMs) * step.windowMs
+    if (step.window >= current || step.window < current - 3 * step.windowMs) return false
+    if (fleet.stepped === step.window && fleet.state === step.state) return true // the same step again
     if (fleet.stepped !== step.based || fleet.stepped >= step.window) return false
     fleet.stepped = step.window
     fleet.state = step.state
     fleet.until = now + step.stateTtlMs
     return true
+  }
+
+  /** Forget the fleets whose state ran out (the store's sweep; S expires in Redis). */
+  sweep(now: number): void {
+    for (const [base, fleet] of this.fleets) if (fleet.until <= now) this.fleets.delete(base)
   }
 
   private fleet(space: KeySpace, now: number): Fleet {

@@ -68,6 +68,7 @@ class MemoryStore implements Store {
     const now = nowMs()
     this.permits.sweep(now)
     this.rwlock.sweep(now)
+    this.adaptive.sweep(now)
   }
 
   /** Tell the space's subscribers about grants: later, like a pub/sub message, never inside the

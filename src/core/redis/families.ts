@@ -170,9 +170,10 @@ export function permitFamily(
   return family
 }
 
-/** The keys of the adaptive scripts for the window reported (lib/adaptive.lua: S R C V). */
-function adaptiveKeys(space: KeySpace, window: number): string[] {
-  return [space.key('as'), space.key('ar'), space.key(`aw${window}`), space.key(`aw${window - 1}`)]
+/** The keys of the adaptive scripts for the window reported, named by its start (lib/adaptive.lua: S R
+ * C V). */
+function adaptiveKeys(space: KeySpace, window: number, windowMs: number): string[] {
+  return [space.key('as'), space.key('ar'), space.key(`aw${window}`), space.key(`aw${window - windowMs}`)]
 }
 
 export function adaptiveFamily(call: Caller): AdaptiveFamily {
@@ -181,7 +182,7 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
       call({
         script: 'tgAdaptiveReport',
         space,
-        keys: adaptiveKeys(space, r.window),
+        keys: adaptiveKeys(space, r.window, r.windowMs),
         head: [
           r.replica,
           r.window,
@@ -224,7 +225,7 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
       call({
         script: 'tgAdaptiveCommit',
         space,
-        keys: adaptiveKeys(space, step.window),
+        keys: adaptiveKeys(space, step.window, step.windowMs),
         head: [step.window, step.state, step.stateTtlMs, step.based, step.windowMs],
         withToken: false,
         pick: (reply) => reply === 1,

@@ -29,15 +29,20 @@ export const LUA_SOURCES: Readonly<Record<LuaFile, string>> = {
 -- twice, nor loses the other's step by saving over it). A window that has not ended on the server's
 -- clock, or ended more than 3 windows ago, is not stepped (a caller whose clock is off).
 -- KEYS  S R C V (see lib/adaptive.lua; only S is touched)
+-- Windows are named by their start (ms, server clock), so a change of the window's length (a reload,
+-- a rolling deploy) orders the new windows after the last one stepped.
 -- ARGV[1] channel  ARGV[2] the window stepped  ARGV[3] the state after it (JSON)  ARGV[4] state ttl ms
 -- ARGV[5] the last window stepped when the caller read the state it stepped from (-1: none)
 -- ARGV[6] window ms
 -- Cost: O(1).
--- Returns 1 when saved, 0 when refused.
+-- Returns 1 when saved (also when this very step was saved already: the call sent again after its
+-- reply was lost), 0 when refused.
 local window, based, window_ms = tonumber(ARGV[2]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local current = math.floor(NOW / window_ms)
-if window >= current or window < current - 3 then return 0 end
-local stepped = tonumber(redis.call('HGET', S, 'w') or '-1')
+local current = math.floor(NOW / window_ms) * window_ms
+if window >= current or window < current - 3 * window_ms then return 0 end
+local f = redis.call('HMGET', S, 'w', 's')
+local stepped = tonumber(f[1] or '-1')
+if stepped == window and f[2] == ARGV[3] then return 1 end
 if stepped ~= based or stepped >= window then return 0 end
 redis.call('HSET', S, 'w', window, 's', ARGV[3])
 redis.call('PEXPIREAT', S, NOW + tonumber(ARGV[4]))
@@ -48,7 +53,7 @@ return 1
 -- state back. Leadership is a lease kept in S: the leader renews it with every report, and any
 -- replica takes it over once it ran out (a leader that died is replaced within the lease's ttl).
 -- KEYS  S R C V (see lib/adaptive.lua)
--- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported
+-- ARGV[1] channel  ARGV[2] replica id  ARGV[3] the window reported (its start, ms on the server clock)
 -- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
 -- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
 -- ARGV[11] '1': the replica leaves (close()): it is no longer counted, and gives up leadership if it
@@ -57,6 +62,8 @@ return 1
 -- not the one just ended (or the one running, or the one before: a late report) is a clock the
 -- caller has not corrected yet (its first report, a jump): its sums go nowhere and it does not lead
 -- (nor step a window on its wrong count); the reply's \`now\` corrects it.
+-- A report sent again (its reply lost, the call resent after a reconnect) adds nothing twice: C keeps
+-- the replicas that reported into it.
 -- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
 -- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
 --          then, when the caller leads and the window before the reported one was not stepped yet:
@@ -64,7 +71,7 @@ return 1
 local replica, window = ARGV[2], tonumber(ARGV[3])
 local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-local current = math.floor(NOW / window_ms)
+local current = math.floor(NOW / window_ms) * window_ms
 
 if ARGV[11] == '1' then
   redis.call('ZREM', R, replica)
@@ -72,15 +79,17 @@ if ARGV[11] == '1' then
   if f[2] == replica then redis.call('HDEL', S, 'l', 'lu') end
   return { NOW, 0, redis.call('ZCARD', R), tonumber(f[1] or '-1'), f[3] or '' }
 end
-local timely = window >= current - 2 and window <= current
+local timely = window >= current - 2 * window_ms and window <= current
 
-if timely and requests > 0 then
-  redis.call('HINCRBY', C, 'n', requests)
-  if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
-  redis.call('HINCRBY', C, 'l', latency)
+if timely and (requests > 0 or most > 0) and redis.call('HSETNX', C, 'r:' .. replica, 1) == 1 then
+  if requests > 0 then
+    redis.call('HINCRBY', C, 'n', requests)
+    if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
+    redis.call('HINCRBY', C, 'l', latency)
+  end
+  if most > 0 then redis.call('HINCRBY', C, 'm', most) end
+  redis.call('PEXPIREAT', C, NOW + window_ms * 4)
 end
-if timely and most > 0 then redis.call('HINCRBY', C, 'm', most) end
-if timely and (requests > 0 or most > 0) then redis.call('PEXPIREAT', C, NOW + window_ms * 4) end
 
 redis.call('ZADD', R, NOW, replica)
 local silent = redis.call('ZRANGEBYSCORE', R, '-inf', NOW - 3 * window_ms, 'LIMIT', 0, 100)
@@ -94,7 +103,7 @@ if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
 redis.call('PEXPIREAT', S, NOW + state_ttl)
 local stepped = tonumber(f[1] or '-1')
 local out = { NOW, leads and 1 or 0, replicas, stepped, f[4] or '' }
-if leads and stepped < window - 1 then
+if leads and stepped < window - window_ms then
   local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm')
   for i = 1, 4 do out[5 + i] = tonumber(before[i] or '0') end
 end
@@ -107,15 +116,17 @@ return out
 -- window from the merged reports, and puts the limit it computes in the bucket's permit set (P of
 -- lib/permits.lua, through permit-set-limit.lua). Every key shares the hash tag of that permit set,
 -- e.g. tollgate:{sem:api%3Aglobal}:as (G8).
---   KEYS[1] S  HASH  w = the last window stepped (exactly one step per window: adaptive-commit.lua);
+--   KEYS[1] S  HASH  w = the last window stepped, its start (exactly one step per window: adaptive-commit.lua);
 --                    s = the controller's state after it (JSON: only the client reads and writes it);
 --                    l = the leader's replica id; lu = until when it leads (ms, server clock).
 --   KEYS[2] R  ZSET  replica id -> when it last reported (ms): the replicas alive.
 --   KEYS[3] C  HASH  the reports of the window being reported: n = requests, d = drops, l = sum of
---                    their latencies (µs), m = sum over replicas of the most each had in flight.
+--                    their latencies (µs), m = sum over replicas of the most each had in flight;
+--                    r:<replica id> = 1 for each replica whose report is in (one report counts once).
 --   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
--- ARGV[1] is the bucket's wake-up channel (unused here). Windows are numbered floor(time / window),
--- on the server clock as each replica estimates it; the scripts check the estimate against NOW.
+-- ARGV[1] is the bucket's wake-up channel (unused here). A window is named by its start, ms on the
+-- server clock (floor(time / length) x length) as each replica estimates it; the scripts check the
+-- estimate against NOW. Named by time, windows stay ordered when their length changes.
 local S, R, C, V -- this call's keys, set by begin()
 
 -- Every adaptive script starts here: the call's keys and clock.

@@ -137,7 +137,7 @@ export const adaptiveSchema = z.strictObject({
   algorithm: z.enum(['gradient', 'aimd'], { error: 'expected gradient or aimd' }).optional(),
   windowMs: intIn(100, 3_600_000, 'expected an integer of milliseconds from 100 to 3600000').optional(),
   tolerance: ratio(1, 10).optional(),
-  probeEvery: positiveInt(1_000_000).optional(),
+  probeEvery: intIn(3, 1_000_000, 'expected an integer of windows from 3 to 1000000').optional(),
   smoothing: above0(1).optional(),
   backoff: above0(0.99).optional(),
   increase: positiveInt(1_000_000).optional(),

@@ -137,6 +137,15 @@ function windowOf(option: string, value: unknown): number {
   return value
 }
 
+/** Every 3rd window at most: a probe's window is stepped a window late across a fleet (limit.ts), and
+ * the windows between two probes must include one that runs at the full limit. */
+function probeEveryOf(option: string, value: unknown): number {
+  if (value === undefined) return 60
+  if (!(typeof value === 'number' && Number.isInteger(value) && value >= 3 && value <= 1_000_000))
+    throw new ConfigError(option, 'an integer of windows from 3 to 1000000', value)
+  return value
+}
+
 /** Validate and complete an adaptive limit's options (ConfigError naming the option). `at` prefixes
  * option names in messages, e.g. "adaptive." in the gateway's config. */
 export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAdaptiveLimitOptions {
@@ -170,7 +179,7 @@ export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAd
     algorithm,
     windowMs: windowOf(`${at}windowMs`, o.windowMs),
     tolerance: ratio(`${at}tolerance`, o.tolerance, 1, 1, 10, false),
-    probeEvery: o.probeEvery === undefined ? 60 : positiveInt(`${at}probeEvery`, o.probeEvery, 1_000_000),
+    probeEvery: probeEveryOf(`${at}probeEvery`, o.probeEvery),
     smoothing: ratio(`${at}smoothing`, o.smoothing, 0.5, 0, 1, true),
     backoff: ratio(`${at}backoff`, o.backoff, 0.9, 0, 0.99, true),
     increase: o.increase === undefined ? 1 : positiveInt(`${at}increase`, o.increase, MAX_ADAPTIVE_LIMIT),
@@ -187,8 +196,13 @@ export interface ControllerState {
   baselineMs: number | undefined
   /** Steps taken. */
   steps: number
-  /** gradient: the window now running is a probe of the baseline (at a quarter of the limit). */
+  /** gradient: the limit in force is a quarter of the estimate, for one window (a probe of the
+   * baseline). */
   probing: boolean
+  /** gradient: the step whose window is that probe's (its mean latency is the new baseline). It is the
+   * next step for a local limit, the one after it across a fleet (its windows are stepped a window
+   * late: limit.ts). */
+  probeAt?: number | undefined
   /** gradient: no window has shown queueing yet: the estimate doubles each window. */
   slowStart: boolean
   /** What the last step saw and did (metrics, the admin API, logs). */
@@ -221,30 +235,37 @@ function bounded(estimate: number, options: ResolvedAdaptiveLimitOptions): numbe
   return Math.min(options.max, Math.max(options.min, estimate))
 }
 
-/** One step: the state after a window whose requests `summary` describes. */
+/** One step: the state after a window whose requests `summary` describes. `lag`: how many windows
+ * after the step's the window it steps ran (0: the one just ended, local; 1: the one before, fleet). */
 export function step(
   state: ControllerState,
   summary: WindowSummary,
   options: ResolvedAdaptiveLimitOptions,
+  lag = 0,
 ): ControllerState {
   const served = summary.count - summary.drops
-  const rttMs = served > 0 ? summary.latencySumMs / served : undefined
+  const mean = served > 0 ? summary.latencySumMs / served : Number.NaN
+  // A mean of 0 (latencies rounded away) or worse says nothing: no latency sample this window.
+  const rttMs = Number.isFinite(mean) && mean > 0 ? mean : undefined
   const gradientMode = options.algorithm === 'gradient'
+  const steps = state.steps + 1
+  // This step's window ran at a quarter of the limit: a probe of the baseline.
+  const probeWindow = state.probeAt === steps || (state.probeAt === undefined && state.probing)
   let baselineMs = state.baselineMs
   if (gradientMode && rttMs !== undefined) {
-    baselineMs = state.probing || baselineMs === undefined ? rttMs : Math.min(baselineMs, rttMs)
+    baselineMs = probeWindow || baselineMs === undefined ? rttMs : Math.min(baselineMs, rttMs)
   }
-  const steps = state.steps + 1
   let slowStart = state.slowStart && gradientMode
   const done = (next: number, report: Omit<StepReport, 'rttMs' | 'minRttMs'>): ControllerState => {
     const estimate = bounded(next, options)
     // A probe of the baseline every probeEvery windows: the next window runs at a quarter of the limit.
     const probing = gradientMode && steps % options.probeEvery === 0
+    const probeAt = probing ? steps + 1 + lag : state.probeAt
     const limit = Math.round(bounded(probing ? estimate / 4 : estimate, options))
     const last = { rttMs, minRttMs: baselineMs, ...report }
-    return { limit, estimate, baselineMs, steps, probing, slowStart, last }
+    return { limit, estimate, baselineMs, steps, probing, probeAt, slowStart, last }
   }
-  if (state.probing) return done(state.estimate, { gradient: undefined, reason: 'probe' })
+  if (probeWindow) return done(state.estimate, { gradient: undefined, reason: 'probe' })
   if (summary.count === 0) return done(state.estimate, { gradient: undefined, reason: 'empty' })
   if (summary.drops > 0) {
     slowStart = false
@@ -255,11 +276,10 @@ export function step(
     if (appLimited) return done(state.estimate, { gradient: undefined, reason: 'app-limited' })
     return done(state.estimate + options.increase, { gradient: undefined, reason: 'increase' })
   }
-  // (rttMs and baselineMs are defined: served > 0.)
-  const gradient = Math.min(
-    1,
-    Math.max(0.5, (options.tolerance * (baselineMs as number)) / (rttMs as number)),
-  )
+  // No latency to compare (every mean rounded to 0): hold.
+  if (rttMs === undefined || baselineMs === undefined)
+    return done(state.estimate, { gradient: undefined, reason: 'empty' })
+  const gradient = Math.min(1, Math.max(0.5, (options.tolerance * baselineMs) / rttMs))
   if (gradient < 0.9) slowStart = false
   if (slowStart) {
     // Doubling needs a window that ran near the limit now in force: across a fleet the window stepped

@@ -4,7 +4,8 @@
 // scope 'fleet' (the default), one limit for every replica sharing the store:
 // - every replica measures each request it admitted (admission to the end of its response, and
 //   whether it was a drop) and adds it to its summary of the current window;
-// - windows are numbered on the store's clock (floor(time / windowMs)); shortly after each window
+// - windows are named by their start on the store's clock (floor(time / windowMs) x windowMs, so
+//   they stay ordered when windowMs changes: a reload, a rolling deploy); shortly after each window
 //   ends, every replica reports its summary of it in one store call (lua/adaptive-report.lua), which
 //   is also its heartbeat and returns the fleet's state: one call per window per replica, never one
 //   per request;
@@ -26,10 +27,15 @@
 //   so once (a warning) and in its status, and the steps resume when the store answers.
 // scope 'local': this process's own limit from its own samples, each window, on a store of its own in
 // memory: N replicas then run N limits, as a per-instance limiter does (Envoy's adaptive concurrency,
-// Netflix's concurrency-limits). The benchmark compares the two (`npm run bench -- adaptive`).
+// Netflix's concurrency-limits). The benchmark compares the two (`npm run bench -- adaptive`). That
+// store is one per process and shared store (localStoreOf), and keeps each bucket's last state: a
+// limit made again for the same bucket (a gateway's reload) shares the permit set with the holders
+// and waiters of the one it replaces (the limit binds them all, as on Redis) and goes on from its
+// state.
 import { randomBytes } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js'
 import type { KeySpace } from '../../core/keys.js'
+import { createMemoryStore } from '../../core/memory/store.js'
 import type { AdaptiveReportReply, Store } from '../../core/protocol/store.js'
 import {
   type AdaptiveLimitOptions,
@@ -162,6 +168,22 @@ export interface LimitTarget {
   setOwn(limit: number): void
 }
 
+/** Shared store -> the memory store of this process's local limits over it. */
+const localStores = new WeakMap<Store, Store>()
+/** Local store -> bucket -> the last state of its local limit. */
+const localStates = new WeakMap<Store, Map<string, ControllerState>>()
+
+/** The store of this process's local adaptive limits over `store` (one per process and store: a limit
+ * made again for a bucket finds the permit set, holders and state of the one it replaces). */
+export function localStoreOf(store: Store): Store {
+  let local = localStores.get(store)
+  if (!local) {
+    local = createMemoryStore({ prefix: store.prefix })
+    localStores.set(store, local)
+  }
+  return local
+}
+
 export class AdaptiveLimit {
   /** This process among the fleet's replicas. */
   readonly replica = randomBytes(9).toString('base64url')
@@ -195,7 +217,9 @@ export class AdaptiveLimit {
         'fleet',
       )
     }
-    this.state = initialState(options)
+    const saved =
+      options.scope === 'local' ? localStates.get(target.store)?.get(target.space.base) : undefined
+    this.state = (saved && parseState(JSON.stringify(saved), options)) ?? initialState(options)
     this.loggedLimit = this.state.limit
     target.setOwn(this.state.limit)
     this.arm()
@@ -252,7 +276,7 @@ export class AdaptiveLimit {
     const leaving = async () =>
       adaptive.report(this.target.space, {
         replica: this.replica,
-        window: Math.floor(this.storeNow() / windowMs),
+        window: Math.floor(this.storeNow() / windowMs) * windowMs,
         requests: 0,
         drops: 0,
         latencyUs: 0,
@@ -275,9 +299,10 @@ export class AdaptiveLimit {
     if (this.closed) return
     const { windowMs } = this.options
     const now = this.storeNow()
-    const ended = Math.floor(now / windowMs)
-    const at = (ended + 1) * windowMs + Math.min(50, windowMs / 10)
-    this.timer = setTimeout(() => this.tick(ended), Math.max(1, at - now))
+    // The window running now, named by its start on the store's clock: reported once it ended.
+    const running = Math.floor(now / windowMs) * windowMs
+    const at = running + windowMs + Math.min(50, windowMs / 10)
+    this.timer = setTimeout(() => this.tick(running), Math.max(1, at - now))
     this.timer.unref()
   }
 
@@ -321,6 +346,7 @@ export class AdaptiveLimit {
       this.unreachable(error)
       return
     }
+    if (this.closed) return // closed meanwhile: it said it leaves, it steps nothing more
     this.leader = reply.leads
     this.replicas = reply.replicas
     const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
@@ -332,10 +358,11 @@ export class AdaptiveLimit {
       latencySumMs: reply.previous.latencyUs / 1000,
       maxInFlight: reply.previous.maxInFlight,
     }
-    const next = step(saved ?? this.state, previous, this.options)
+    // The window stepped is the one before the window just ended: a lag of one.
+    const next = step(saved ?? this.state, previous, this.options, 1)
     try {
       const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
-        window: window - 1,
+        window: window - windowMs,
         based: reply.stepped,
         state: JSON.stringify(next),
         stateTtlMs: STATE_TTL_MS,
@@ -347,7 +374,7 @@ export class AdaptiveLimit {
       // commit) is not written over.
       await store.permits.setLimit(this.target.space, next.limit, next.limit, {
         ttlMs: LIMIT_WINDOWS * windowMs,
-        version: window - 1,
+        version: window - windowMs,
       })
     } catch (error) {
       this.unreachable(error)
@@ -359,11 +386,17 @@ export class AdaptiveLimit {
     const before = this.state.limit
     this.state = next
     if (next.limit !== before) this.target.setOwn(next.limit)
+    if (this.options.scope === 'local') {
+      const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
+      localStates.set(this.target.store, states.set(this.target.space.base, next))
+    }
     if (this.options.scope === 'local' && next.limit !== before) {
       void this.target.store.permits
         .setLimit(this.target.space, next.limit, next.limit, {
           ttlMs: LIMIT_WINDOWS * this.options.windowMs,
-          version: next.steps,
+          // Versioned by this process's monotonic clock: a limit made again (a reload) writes over
+          // the one it replaces.
+          version: Math.floor(performance.timeOrigin + performance.now()),
         })
         .catch(() => undefined)
     }
