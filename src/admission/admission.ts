@@ -90,16 +90,34 @@ export class Admission<Req> {
   /** Requests per bucket of a keyed admission since takeArrivals() last asked (the dashboard's busiest
    * buckets), at most MAX_TRACKED_KEYS buckets: one Map update per request. */
   private arrivals = new Map<string, number>()
+  /** Requests in flight per bucket of a keyed admission, while arrivals are tracked. */
+  private readonly holding = new Map<string, number>()
+  /** Arrivals are tracked once something asked for them (the dashboard): the library's middleware,
+   * which nobody asks, counts nothing per bucket. */
+  private tracking = false
+
+  /** Count arrivals and what is present per bucket from now on (the gateway, with its dashboard). */
+  trackBuckets(): void {
+    this.tracking = true
+  }
 
   /** Requests per bucket since the last call (admitted, waiting or refused); starts counting anew. */
   takeArrivals(): Map<string, number> {
+    this.tracking = true
     const taken = this.arrivals
     this.arrivals = new Map()
     return taken
   }
 
+  /** Requests of this process in flight or waiting, per bucket (of keyed admissions, once tracked). */
+  present(): Map<string, number> {
+    const present = new Map(this.holding)
+    for (const [bucket, count] of this.waiting) present.set(bucket, (present.get(bucket) ?? 0) + count)
+    return present
+  }
+
   private arrived(bucket: Bucket): void {
-    if (!bucket.keyed || !this.semaphoreOf) return
+    if (!this.tracking || !bucket.keyed || !this.semaphoreOf) return
     const seen = this.arrivals.get(bucket.key)
     if (seen !== undefined) this.arrivals.set(bucket.key, seen + 1)
     else if (this.arrivals.size < MAX_TRACKED_KEYS) this.arrivals.set(bucket.key, 1)
@@ -202,6 +220,7 @@ export class Admission<Req> {
     if (fresh && bucket.weight === 1) this.kept?.grant(bucket.key, lease)
     this.counters.admitted++
     this.counters.inFlight++
+    if (this.tracking && bucket.keyed) this.holding.set(bucket.key, (this.holding.get(bucket.key) ?? 0) + 1)
     this.waits?.observe(started === undefined ? 0 : (Date.now() - started) / 1000)
     const permits = bucket.gate.permits
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
@@ -275,6 +294,11 @@ export class Admission<Req> {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
+    if (this.tracking) {
+      const holding = this.holding.get(info.key)
+      if (holding !== undefined && holding > 1) this.holding.set(info.key, holding - 1)
+      else if (holding !== undefined) this.holding.delete(info.key)
+    }
     if (info.admittedAt !== undefined) this.adaptive?.finished(info.admittedAt, outcome)
     if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
     return this.giveBack(lease)

@@ -86,7 +86,7 @@ function semaphoreFor(
         ? (req: RequestFacts) => normalizeKey(req.clientAddress)
         : undefined
   const hasOverrides = Object.keys(overrides).length > 0
-  return semaphoreAdmission<RequestFacts>(
+  const admission = semaphoreAdmission<RequestFacts>(
     {
       store,
       name,
@@ -106,6 +106,9 @@ function semaphoreFor(
     },
     concurrency.keepAliveMs,
   )
+  // The dashboard lists the busiest buckets of a keyed route from its first request.
+  if (key && config.admin) admission.trackBuckets()
+  return admission
 }
 
 /** GET/HEAD/OPTIONS share the read lock of the request's resource, other methods take its write lock.

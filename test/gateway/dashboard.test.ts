@@ -7,7 +7,10 @@
 // and no CSP violation, its figures match what the upstream and the store report, a limit set from
 // the page binds the other replica, and beyond loopback without a token the page is read-only and
 // says why. Every text passes WCAG AA contrast, and the controls work from the keyboard.
+import { once } from 'node:events'
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import http from 'node:http'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -16,6 +19,7 @@ import { findChromium } from '../../scripts/ensure-browser.mjs'
 import { eventually, sleep } from '../helpers/contract.js'
 import { baseFlags, type GatewayProcess, redisUrl, spawnGateway } from '../helpers/gateway.js'
 import { topology, uniquePrefix } from '../helpers/redis.js'
+import { startRedisServer } from '../helpers/redis-server.js'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
 
 const executable = findChromium() as string | undefined
@@ -186,6 +190,14 @@ describe.skipIf(!executable)('the dashboard, in Chromium', () => {
       // Reset from the page: the configured 2 applies again.
       await page.getByRole('button', { name: 'Reset', exact: true }).click()
       await eventually(async () => (await limits(a!)).override === null, 5_000)
+      // Listed as what it was, when it was (before: a change 'by config' when the next snapshot came).
+      await eventually(
+        async () =>
+          (await page.locator('#changes tbody tr').allTextContents()).some((row) =>
+            row.includes('override dropped (this replica)'),
+          ),
+        5_000,
+      )
       expect(await lowContrast(page)).toEqual([])
       expect(problems).toEqual([])
     } finally {
@@ -229,11 +241,19 @@ describe.skipIf(!executable)('the dashboard, in Chromium', () => {
       await eventually(() => second.page.locator('#token-form').isVisible(), 10_000)
       expect(await second.page.getByRole('button', { name: 'Set', exact: true }).isDisabled()).toBe(true)
       await second.page.getByLabel('Admin token').fill('a-token-of-sixteen-chars-or-more')
+      // Once entered, the page reads its data with it (the busiest buckets' names need it).
+      const withToken = second.page.waitForRequest(
+        (request) =>
+          request.url().endsWith('/dashboard/data.json') &&
+          request.headers().authorization === 'Bearer a-token-of-sixteen-chars-or-more',
+        { timeout: 5_000 },
+      )
       await second.page.getByRole('button', { name: 'Use this token' }).click()
+      await withToken
       await second.page.getByLabel('New limit for default').fill('7')
       await second.page.getByRole('button', { name: 'Set', exact: true }).click()
       await eventually(
-        async () => ((await second.page.locator('#status').textContent()) ?? '').includes('limit set to 7'),
+        async () => ((await second.page.locator('#result').textContent()) ?? '').includes('limit set to 7'),
         5_000,
       )
       const read = await fetch(`${guarded.adminUrl!.replace('0.0.0.0', '127.0.0.1')}/limits/default`, {
@@ -308,4 +328,80 @@ describe('the dashboard data', () => {
       rmSync(dir, { recursive: true, force: true })
     }
   }, 60_000)
+})
+
+// The admin listener's own answers are bounded as the proxy's are, and the page's data is not for
+// another site's pages (DNS rebinding).
+describe("the admin listener's answers", () => {
+  it('a client that never reads its pipelined answers is cut within the send timeout; the others are served', async () => {
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      ...['--send-timeout-ms', '1000'],
+    ])
+    const { hostname, port } = new URL(gateway.adminUrl!)
+    // Before: nothing bounded an answer's sending, so 64 such clients shut everyone out for good.
+    const socket = net.connect(Number(port), hostname)
+    socket.pause() // reads nothing
+    socket.on('error', () => undefined)
+    const closed = once(socket, 'close')
+    // (The page's script: ~14 KB each, 28 MB in all, more than the sockets' buffers hold; cheap to
+    // serve.)
+    const answer = await (await fetch(`${gateway.adminUrl}/dashboard/app.js`)).arrayBuffer()
+    socket.write(`GET /dashboard/app.js HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`.repeat(2_000))
+    await sleep(2_500) // past the send timeout, with nothing taken
+    socket.resume() // (a paused socket sees no close: reading shows what the server did)
+    const resumed = performance.now()
+    await closed
+    // Cut: it ends at once, with what the buffers held, not the 2,000 answers (nor after the
+    // keep-alive time, 5 s, once they were all taken).
+    expect(performance.now() - resumed).toBeLessThan(2_000)
+    expect(socket.bytesRead).toBeLessThan(2_000 * answer.byteLength)
+    expect((await fetch(`${gateway.adminUrl}/readyz`)).status).toBe(200)
+  }, 20_000)
+
+  it('on loopback, the dashboard answers only a loopback Host (DNS rebinding); /metrics as before', async () => {
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(baseFlags(upstream.url, uniquePrefix().slice(0, -1)))
+    const { hostname, port } = new URL(gateway.adminUrl!)
+    const status = (path: string, host: string) =>
+      new Promise<number>((resolve, reject) =>
+        http
+          .get({ hostname, port, path, headers: { host } }, (res) => {
+            res.resume()
+            resolve(res.statusCode ?? 0)
+          })
+          .on('error', reject),
+      )
+    for (const path of ['/', '/dashboard', '/dashboard/data.json', '/dashboard/app.js'])
+      expect(await status(path, `attacker.example:${port}`), path).toBe(403)
+    expect(await status('/dashboard/data.json', `localhost:${port}`)).toBe(200)
+    expect(await status('/dashboard/data.json', `127.0.0.1:${port}`)).toBe(200)
+    expect(await status('/metrics', `attacker.example:${port}`)).toBe(200)
+  })
+
+  it('a Redis that hangs (SIGSTOP) shows as not answering, though not known down yet', async () => {
+    const upstream = await startUpstream()
+    const redis = await startRedisServer()
+    try {
+      const gateway = await spawnGateway([
+        ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+        ...['--redis', redis.url, '--permits', '4'],
+      ])
+      type Store = { store: { up: boolean; answering: boolean | null } }
+      const store = async () =>
+        ((await (await fetch(`${gateway.adminUrl}/dashboard/data.json`)).json()) as Store).store
+      expect(await store()).toEqual(expect.objectContaining({ up: true, answering: true }))
+      redis.kill('SIGSTOP')
+      try {
+        // Before: "up" with blank fleet figures, while /readyz said 503.
+        await eventually(async () => (await store()).answering === false, 5_000, 250)
+      } finally {
+        redis.kill('SIGCONT')
+      }
+      await eventually(async () => (await store()).answering === true, 10_000, 250)
+    } finally {
+      await redis.stop()
+    }
+  }, 30_000)
 })

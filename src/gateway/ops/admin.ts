@@ -4,6 +4,7 @@
 // with the bearer token (docs/gateway.md, "Admin API").
 import { createHash, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
+import type { Socket } from 'node:net'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { Logger as PinoLogger } from 'pino'
 import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
@@ -53,6 +54,10 @@ class HttpError extends Error {
   }
 }
 
+/** The longest a connection of the admin listener may stay without moving (or the send timeout, if
+ * shorter). */
+const ADMIN_SEND_MS = 10_000
+
 export function createAdminServer(view: AdminView): http.Server {
   /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
   const setHere = new Map<string, Set<string>>()
@@ -67,6 +72,13 @@ export function createAdminServer(view: AdminView): http.Server {
       else res.destroy()
     })
   })
+  // Every answer is bounded, as nginx's send_timeout bounds them: a connection on which nothing moves
+  // (nothing read, nothing taken) for the send timeout, at most ADMIN_SEND_MS, is cut. Before, 64
+  // clients that never read the answers of pipelined requests (data.json, /metrics) shut everyone
+  // out of this listener for good.
+  server.on('connection', (socket: Socket) =>
+    socket.setTimeout(Math.min(ADMIN_SEND_MS, view.config().sendTimeoutMs)),
+  )
   server.maxConnections = 64
   server.once('close', () => dashboard.close())
   return server
@@ -85,7 +97,14 @@ export function createAdminServer(view: AdminView): http.Server {
     if (path === '/healthz') return text(res, 200, 'ok\n')
     if (path === '/readyz')
       return (await view.ready()) ? text(res, 200, 'ready\n') : text(res, 503, 'not ready\n')
-    if (await dashboard.serve(req, res, path, accessOf(req))) return
+    if (isDashboardPath(path)) {
+      // DNS rebinding: a page of another site, its name pointed at 127.0.0.1, sends its own Host.
+      const admin = view.config().admin
+      const host = (req.headers.host ?? '').replace(/:\d+$/, '')
+      if (admin && isLoopback(admin.host) && !isLoopback(host))
+        throw new HttpError(403, 'this listener is on loopback: open the dashboard at 127.0.0.1 or localhost')
+      if (await dashboard.serve(req, res, path, accessOf(req))) return
+    }
     text(res, 404, 'not found\n')
   }
 
@@ -187,6 +206,12 @@ export function createAdminServer(view: AdminView): http.Server {
     }
     if (method === 'DELETE') {
       await semaphore.resetPermits()
+      if (bucketLabel === null)
+        dashboard.noteChange(
+          live.config.name,
+          live.concurrency?.adaptive?.status().limit ?? concurrency.permits,
+          'override dropped (this replica)',
+        )
       admission.kept?.flush(key)
       if (bucketLabel !== null) setHere.get(live.config.name)?.delete(bucketLabel)
       view.logger.info(
@@ -307,6 +332,11 @@ export function createAdminServer(view: AdminView): http.Server {
 function sameSecret(given: string, token: string): boolean {
   const digest = (value: string) => createHash('sha256').update(value, 'utf8').digest()
   return timingSafeEqual(digest(given), digest(token))
+}
+
+/** The dashboard's paths (Dashboard.serve). */
+function isDashboardPath(path: string): boolean {
+  return path === '/' || path === '/dashboard' || path.startsWith('/dashboard/')
 }
 
 export function isLoopback(host: string): boolean {

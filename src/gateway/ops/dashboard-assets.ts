@@ -5,7 +5,7 @@
 export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: string; body: string }>> = {
   'index.html': {
     type: 'text/html; charset=utf-8',
-    etag: '"TQ6OPQgkCzcFUPs-"',
+    etag: '"Z7iK8TWEKmcIysdW"',
     body: `<!doctype html>
 <html lang="en">
   <head>
@@ -20,6 +20,8 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
     <header>
       <h1>tollgate <span id="replica" class="muted"></span></h1>
       <p id="status" role="status" aria-live="polite">Loading…</p>
+      <p id="result" role="status" aria-live="polite"></p>
+      <p id="updated" class="muted"></p>
     </header>
     <main>
       <section aria-labelledby="routes-title">
@@ -135,7 +137,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"2PuRFiu82hkV0zPG"',
+    etag: '"ou6lS7srfss8GXy5"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -183,15 +185,27 @@ function ago(at) {
   return seconds < 120 ? \`\${when} (\${seconds} s ago)\` : when
 }
 
+/** The store's state (a live region: it speaks when the state changes, not at every poll). */
 function say(message, bad) {
   const status = document.getElementById('status')
   text(status, message)
   status.className = bad ? 'bad' : ''
 }
 
+/** The result of what the user did (its own live region: a poll never writes over it). */
+function tell(message, bad) {
+  const result = document.getElementById('result')
+  text(result, message)
+  result.className = bad ? 'bad' : ''
+}
+
 async function poll() {
   try {
-    const response = await fetch('/dashboard/data.json', { cache: 'no-store' })
+    // With the token (once entered), the busiest buckets' names are shown too (as /limits shows them).
+    const response = await fetch('/dashboard/data.json', {
+      cache: 'no-store',
+      headers: token ? { authorization: \`Bearer \${token}\` } : {},
+    })
     if (!response.ok) throw new Error(\`the admin listener answered \${response.status}\`)
     render(await response.json())
   } catch (error) {
@@ -206,10 +220,13 @@ function render(data) {
   const store = data.store
   say(
     store.up
-      ? \`Store \${store.kind}: up. Updated \${new Date(data.at).toLocaleTimeString()}.\`
+      ? store.answering === false
+        ? \`Store \${store.kind}: not answering (reads of the fleet's figures timed out). Fleet figures are missing.\`
+        : \`Store \${store.kind}: up.\`
       : \`Store \${store.kind}: DOWN since \${ago(store.downSince)}. Fleet figures are this replica's last; limits follow each route's outage policy.\`,
-    !store.up,
+    !store.up || store.answering === false,
   )
+  text(document.getElementById('updated'), \`Updated \${new Date(data.at).toLocaleTimeString()}.\`)
   access = data.access
   renderAccess()
   renderRoutes(data.routes)
@@ -289,7 +306,7 @@ function makeRow(route, index) {
       event.preventDefault()
       const permits = Number(input.value)
       if (!Number.isInteger(permits) || permits < 1) {
-        say(\`Enter a whole number of at least 1 for \${route.name}.\`, true)
+        tell(\`Enter a whole number of at least 1 for \${route.name}.\`, true)
         input.focus()
         return
       }
@@ -436,7 +453,7 @@ function renderConfig(config) {
     [
       'Last reload',
       last
-        ? \`\${ago(last.at)}: \${last.ok ? 'applied' : \`failed, the running config stays: \${last.message}\`}\`
+        ? \`\${ago(last.at)}: \${last.ok ? (last.message ?? 'applied') : \`failed, the running config stays: \${last.message}\`}\`
         : 'none since start',
     ],
     ['Routes', String(config.routes)],
@@ -479,14 +496,14 @@ async function change(route, method, permits) {
     })
     const body = await response.json().catch(() => ({}))
     if (!response.ok) throw new Error(body.error || \`the admin API answered \${response.status}\`)
-    say(
+    tell(
       method === 'PUT'
         ? \`\${route}: limit set to \${permits} for every replica sharing the store.\`
         : \`\${route}: override dropped; the configured or adaptive limit applies again.\`,
       false,
     )
   } catch (error) {
-    say(\`\${route}: \${error.message}\`, true)
+    tell(\`\${route}: \${error.message}\`, true)
   }
 }
 
@@ -495,7 +512,7 @@ document.getElementById('token-form').addEventListener('submit', (event) => {
   const input = document.getElementById('token')
   token = input.value.trim()
   input.value = ''
-  say(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)
+  tell(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)
   for (const { cells } of rows.values())
     for (const button of cells.buttons || []) button.disabled = !canWrite()
 })
@@ -505,7 +522,7 @@ void poll()
   },
   'app.css': {
     type: 'text/css; charset=utf-8',
-    etag: '"z3VX7yIOh68oGrIC"',
+    etag: '"B3k-cyuT4M_R9iiU"',
     body: `/* tollgate's dashboard: system fonts, no external resource (the admin listener's CSP allows none).
    Text colours pass WCAG AA against their backgrounds (contrast 4.5:1 or more). */
 :root {
@@ -583,7 +600,8 @@ td.number {
   color: var(--good);
   font-weight: 600;
 }
-#status.bad {
+#status.bad,
+#result.bad {
   border: 2px solid var(--bad);
   padding: 0.1rem 0.4rem;
 }
@@ -620,7 +638,8 @@ button:disabled {
   cursor: not-allowed;
 }
 :focus-visible {
-  outline: 3px solid #f2a900;
+  /* 4.8:1 against white, 4.2:1 against the header grey: WCAG 1.4.11 asks 3:1 of a focus mark. */
+  outline: 3px solid #b35900;
   outline-offset: 1px;
 }
 svg.chart {

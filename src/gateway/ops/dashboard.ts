@@ -95,7 +95,7 @@ export class Dashboard {
   /** Per keyed route, each bucket's requests a second, decayed (half-life ~3 s): the busiest are the
    * top BUSIEST of it. At most MAX_SCORED buckets a route. */
   private readonly scores = new Map<string, Map<string, number>>()
-  private snapshot: { at: number; data: Promise<Snapshot>; bodies: Map<string, string> } | undefined
+  private snapshot: { at: number; data: Promise<Snapshot>; bodies: Map<string, Promise<string>> } | undefined
   private lastViewed = Number.NEGATIVE_INFINITY
   private outages = 0
   private downSince: number | undefined
@@ -188,9 +188,10 @@ export class Dashboard {
     }
     const snapshot = this.snapshot
     const key = JSON.stringify(access)
+    // The promise is kept, not the string: viewers asking at once share one serialization.
     let body = snapshot.bodies.get(key)
     if (body === undefined) {
-      body = JSON.stringify(this.visible(await snapshot.data, access))
+      body = snapshot.data.then((data) => JSON.stringify(this.visible(data, access)))
       snapshot.bodies.set(key, body)
     }
     return body
@@ -211,6 +212,12 @@ export class Dashboard {
    * buckets, and a change of the limit this replica knows of (an adaptive step). */
   private sample(): void {
     const t = Date.now()
+    // A reload changes configured limits: what the last snapshot read is stale until the next one.
+    const loadedAt = this.view.reloads().loadedAt
+    if (loadedAt !== this.loadedAt) {
+      if (this.loadedAt !== undefined) this.lastEffective.clear()
+      this.loadedAt = loadedAt
+    }
     const viewed = performance.now() - this.lastViewed < 10_000
     for (const live of this.view.routes().slice(0, MAX_ROUTES)) {
       const name = live.config.name
@@ -254,9 +261,13 @@ export class Dashboard {
       if (next < 0.05) scores.delete(bucket)
       else scores.set(bucket, next)
     }
-    for (const admission of admissions)
+    for (const admission of admissions) {
       for (const [bucket, count] of admission.takeArrivals())
         scores.set(bucket, (scores.get(bucket) ?? 0) + count)
+      // A bucket with requests in flight or waiting here stays listed, however long they take.
+      for (const [bucket, count] of admission.present())
+        scores.set(bucket, Math.max(scores.get(bucket) ?? 0, count))
+    }
     if (scores.size > MAX_SCORED) {
       const kept = [...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED)
       scores.clear()
@@ -288,6 +299,7 @@ export class Dashboard {
   }
 
   private readonly lastEffective = new Map<string, number>()
+  private loadedAt: number | undefined
 
   private compare(route: string, limit: number, by: string): void {
     const from = this.seen.get(route)
@@ -332,6 +344,9 @@ export class Dashboard {
       rejected.set(route, reasons)
     }
     const readable = !health.down
+    // A read of the fleet's figures that timed out or failed: the store is not answering (a hung
+    // Redis is not known down until a request's call times out).
+    let unanswered = 0
     const routes = await Promise.all(
       this.view
         .routes()
@@ -346,6 +361,7 @@ export class Dashboard {
           if (concurrency && cap?.semaphoreOf && !keyed && readable) {
             const read = await within(cap.semaphoreOf(GLOBAL_KEY).stats(), READ_TIMEOUT_MS)
             if (read.ok) stats = read.value
+            else unanswered++
           }
           const configured = concurrency ? (concurrency.adaptive?.initial ?? concurrency.permits) : null
           const limit = concurrency
@@ -371,6 +387,7 @@ export class Dashboard {
               ? await Promise.all(
                   this.busiest(name).map(async (bucket) => {
                     const read = await within(cap.semaphoreOf!(bucket).stats(), READ_TIMEOUT_MS)
+                    if (!read.ok) unanswered++
                     const s = read.ok ? read.value : undefined
                     return {
                       bucket,
@@ -411,6 +428,8 @@ export class Dashboard {
       store: {
         kind: config.store.kind,
         up: !health.down,
+        // false: this snapshot's reads of the fleet's figures timed out or failed (null: none made).
+        answering: readable ? unanswered === 0 : null,
         downSince: this.downSince ?? null,
         outages: this.outages,
         lastOutage: this.lastOutage ?? null,
@@ -433,6 +452,8 @@ interface Snapshot {
   store: {
     kind: string
     up: boolean
+    /** The fleet's figures were read (false: a read timed out or failed; null: none was made). */
+    answering: boolean | null
     downSince: number | null
     outages: number
     lastOutage: { from: number; ms: number | null } | null

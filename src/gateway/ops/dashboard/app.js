@@ -45,15 +45,27 @@ function ago(at) {
   return seconds < 120 ? `${when} (${seconds} s ago)` : when
 }
 
+/** The store's state (a live region: it speaks when the state changes, not at every poll). */
 function say(message, bad) {
   const status = document.getElementById('status')
   text(status, message)
   status.className = bad ? 'bad' : ''
 }
 
+/** The result of what the user did (its own live region: a poll never writes over it). */
+function tell(message, bad) {
+  const result = document.getElementById('result')
+  text(result, message)
+  result.className = bad ? 'bad' : ''
+}
+
 async function poll() {
   try {
-    const response = await fetch('/dashboard/data.json', { cache: 'no-store' })
+    // With the token (once entered), the busiest buckets' names are shown too (as /limits shows them).
+    const response = await fetch('/dashboard/data.json', {
+      cache: 'no-store',
+      headers: token ? { authorization: `Bearer ${token}` } : {},
+    })
     if (!response.ok) throw new Error(`the admin listener answered ${response.status}`)
     render(await response.json())
   } catch (error) {
@@ -68,10 +80,13 @@ function render(data) {
   const store = data.store
   say(
     store.up
-      ? `Store ${store.kind}: up. Updated ${new Date(data.at).toLocaleTimeString()}.`
+      ? store.answering === false
+        ? `Store ${store.kind}: not answering (reads of the fleet's figures timed out). Fleet figures are missing.`
+        : `Store ${store.kind}: up.`
       : `Store ${store.kind}: DOWN since ${ago(store.downSince)}. Fleet figures are this replica's last; limits follow each route's outage policy.`,
-    !store.up,
+    !store.up || store.answering === false,
   )
+  text(document.getElementById('updated'), `Updated ${new Date(data.at).toLocaleTimeString()}.`)
   access = data.access
   renderAccess()
   renderRoutes(data.routes)
@@ -151,7 +166,7 @@ function makeRow(route, index) {
       event.preventDefault()
       const permits = Number(input.value)
       if (!Number.isInteger(permits) || permits < 1) {
-        say(`Enter a whole number of at least 1 for ${route.name}.`, true)
+        tell(`Enter a whole number of at least 1 for ${route.name}.`, true)
         input.focus()
         return
       }
@@ -298,7 +313,7 @@ function renderConfig(config) {
     [
       'Last reload',
       last
-        ? `${ago(last.at)}: ${last.ok ? 'applied' : `failed, the running config stays: ${last.message}`}`
+        ? `${ago(last.at)}: ${last.ok ? (last.message ?? 'applied') : `failed, the running config stays: ${last.message}`}`
         : 'none since start',
     ],
     ['Routes', String(config.routes)],
@@ -341,14 +356,14 @@ async function change(route, method, permits) {
     })
     const body = await response.json().catch(() => ({}))
     if (!response.ok) throw new Error(body.error || `the admin API answered ${response.status}`)
-    say(
+    tell(
       method === 'PUT'
         ? `${route}: limit set to ${permits} for every replica sharing the store.`
         : `${route}: override dropped; the configured or adaptive limit applies again.`,
       false,
     )
   } catch (error) {
-    say(`${route}: ${error.message}`, true)
+    tell(`${route}: ${error.message}`, true)
   }
 }
 
@@ -357,7 +372,7 @@ document.getElementById('token-form').addEventListener('submit', (event) => {
   const input = document.getElementById('token')
   token = input.value.trim()
   input.value = ''
-  say(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)
+  tell(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)
   for (const { cells } of rows.values())
     for (const button of cells.buttons || []) button.disabled = !canWrite()
 })
