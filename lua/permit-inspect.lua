@@ -8,11 +8,11 @@ if holders == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then holders = 1 end
 end
-local stored = redis.call('GET', P) or '0'
+local permits, adaptive = parse_limit(redis.call('GET', P))
 return {
   holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
-  tonumber(stored) or 0,
+  (permits and not adaptive) and permits or 0,
   NOW,
-  tonumber(stored) and 0 or tonumber(string.match(stored, '^%d+') or '0'),
+  adaptive and permits or 0,
 }

@@ -16,19 +16,18 @@
 -- Returns {live holders, now, 1 when the limit was written | 0 when an override kept it}
 local permits = tonumber(ARGV[2])
 local written = 1
+local current, adaptive, version = parse_limit(redis.call('GET', P))
 if ARGV[4] == 'a' then
-  local current = redis.call('GET', P)
-  local version = tonumber(ARGV[6])
-  if current and tonumber(current) then
+  if current and not adaptive then
     written = 0 -- an override is set: it wins while it is there
-  elseif current and tonumber(string.match(current, 'a(%d+)$') or '-1') >= version then
+  elseif current and (version or -1) >= tonumber(ARGV[6]) then
     written = 0 -- a later step's limit is there
   else
-    redis.call('SET', P, permits .. 'a' .. version, 'PX', tonumber(ARGV[5]))
+    redis.call('SET', P, permits .. 'a' .. ARGV[6], 'PX', tonumber(ARGV[5]))
   end
 elseif permits > 0 then
   redis.call('SET', P, permits)
-elseif tonumber(redis.call('GET', P) or 'x') then
+elseif current and not adaptive then
   redis.call('DEL', P)
 end
 local count = live_holders(redis.call('ZCARD', H))

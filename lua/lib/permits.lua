@@ -80,10 +80,19 @@ local function add_members(list, tok)
   for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
 end
 
+-- P's value: the permits, whether they are the fleet's adaptive limit ("<n>a<version>") rather than an
+-- override ("<n>"), and the adaptive limit's version; nil for none.
+local function parse_limit(value)
+  if not value then return nil end
+  local n = tonumber(value)
+  if n then return n, false end
+  local permits, version = string.match(value, '^(%d+)a(%d+)$')
+  return tonumber(permits), true, tonumber(version)
+end
+
 -- The permits in force: the run-time override or adaptive limit when one is set, else the caller's.
 local function limit(requested)
-  local stored = redis.call('GET', P)
-  return stored and (tonumber(stored) or tonumber(string.match(stored, '^%d+'))) or tonumber(requested)
+  return parse_limit(redis.call('GET', P)) or tonumber(requested)
 end
 
 -- Fencing tokens (G7): one more than the last, and never below the server's microsecond clock, so a

@@ -283,10 +283,19 @@ local function add_members(list, tok)
   for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
 end
 
+-- P's value: the permits, whether they are the fleet's adaptive limit ("<n>a<version>") rather than an
+-- override ("<n>"), and the adaptive limit's version; nil for none.
+local function parse_limit(value)
+  if not value then return nil end
+  local n = tonumber(value)
+  if n then return n, false end
+  local permits, version = string.match(value, '^(%d+)a(%d+)$')
+  return tonumber(permits), true, tonumber(version)
+end
+
 -- The permits in force: the run-time override or adaptive limit when one is set, else the caller's.
 local function limit(requested)
-  local stored = redis.call('GET', P)
-  return stored and (tonumber(stored) or tonumber(string.match(stored, '^%d+'))) or tonumber(requested)
+  return parse_limit(redis.call('GET', P)) or tonumber(requested)
 end
 
 -- Fencing tokens (G7): one more than the last, and never below the server's microsecond clock, so a
@@ -1201,13 +1210,13 @@ if holders == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then holders = 1 end
 end
-local stored = redis.call('GET', P) or '0'
+local permits, adaptive = parse_limit(redis.call('GET', P))
 return {
   holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
-  tonumber(stored) or 0,
+  (permits and not adaptive) and permits or 0,
   NOW,
-  tonumber(stored) and 0 or tonumber(string.match(stored, '^%d+') or '0'),
+  adaptive and permits or 0,
 }
 `,
   'permit-recheck.lua': `-- lua/permit-recheck.lua: one process's batched heartbeat for its waiters on one name, and the
@@ -1490,19 +1499,18 @@ return out
 -- Returns {live holders, now, 1 when the limit was written | 0 when an override kept it}
 local permits = tonumber(ARGV[2])
 local written = 1
+local current, adaptive, version = parse_limit(redis.call('GET', P))
 if ARGV[4] == 'a' then
-  local current = redis.call('GET', P)
-  local version = tonumber(ARGV[6])
-  if current and tonumber(current) then
+  if current and not adaptive then
     written = 0 -- an override is set: it wins while it is there
-  elseif current and tonumber(string.match(current, 'a(%d+)$') or '-1') >= version then
+  elseif current and (version or -1) >= tonumber(ARGV[6]) then
     written = 0 -- a later step's limit is there
   else
-    redis.call('SET', P, permits .. 'a' .. version, 'PX', tonumber(ARGV[5]))
+    redis.call('SET', P, permits .. 'a' .. ARGV[6], 'PX', tonumber(ARGV[5]))
   end
 elseif permits > 0 then
   redis.call('SET', P, permits)
-elseif tonumber(redis.call('GET', P) or 'x') then
+elseif current and not adaptive then
   redis.call('DEL', P)
 end
 local count = live_holders(redis.call('ZCARD', H))
