@@ -122,7 +122,7 @@ class RedisStore implements Store {
   )
   /** Calls sent straight and held in the corked socket (holdWrite()), and that socket. */
   private held = 0
-  private heldStream: NodeJS.WritableStream | undefined
+  private heldStream: Redis['stream'] | undefined
   private readonly deadlines: Deadlines
   /** Wake-ups: one subscriber connection. On Cluster, PUBLISH from a script reaches every node, so
    * one subscribed connection to any node hears all grants. */
@@ -223,10 +223,17 @@ class RedisStore implements Store {
    * a command to its socket synchronously when connected (and queues it otherwise). A Cluster has a
    * socket per node: sent as they come.
    */
-  private corked(sends: () => void): void {
+  /** The socket of a standalone connection that is ready, to cork; undefined otherwise (Cluster,
+   * connecting). */
+  private socket(): Redis['stream'] | undefined {
     const stream =
       this.redis instanceof Redis && this.redis.status === 'ready' ? this.redis.stream : undefined
-    if (!stream || stream.destroyed) return sends()
+    return stream && !stream.destroyed ? stream : undefined
+  }
+
+  private corked(sends: () => void): void {
+    const stream = this.socket()
+    if (!stream) return sends()
     stream.cork()
     try {
       sends()
@@ -252,9 +259,8 @@ class RedisStore implements Store {
       return
     }
     if (this.coalescer.busy() <= 1) return // only this call's name is on the way
-    const stream =
-      this.redis instanceof Redis && this.redis.status === 'ready' ? this.redis.stream : undefined
-    if (!stream || stream.destroyed) return
+    const stream = this.socket()
+    if (!stream) return
     stream.cork()
     this.held = 1
     this.heldStream = stream
@@ -264,7 +270,7 @@ class RedisStore implements Store {
   private readonly flushHeld = (): void => {
     if (this.held === 0) return
     this.held = 0
-    const stream = this.heldStream as { uncork(): void } | undefined
+    const stream = this.heldStream
     this.heldStream = undefined
     stream?.uncork()
   }
