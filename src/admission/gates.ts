@@ -5,13 +5,12 @@ import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core
 import { bucketReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
 import {
   acquireNow,
+  adaptiveHome,
+  adaptiveLimitOf,
   bucketSemaphore,
   type Semaphore,
-  setOwnPermits,
-  spaceOf,
 } from '../primitives/semaphore.js'
-import type { KeySpace } from '../core/keys.js'
-import { AdaptiveLimit, localStoreOf, parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
+import { parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
 import { MAX_WEIGHT } from '../core/weight.js'
 import { Admission } from './admission.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
@@ -105,7 +104,7 @@ export function semaphoreAdmission<Req>(
   // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
   parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
   // A local adaptive limit is this process's own: its bucket lives in a store of its own.
-  const store = adaptive?.scope === 'local' ? localStoreOf(config.store) : config.store
+  const store = adaptive ? adaptiveHome(config.store, adaptive) : config.store
   const gates = new GateCache<Semaphore>((key) => {
     let n = permits
     if (permitsFor) {
@@ -166,19 +165,8 @@ export function semaphoreAdmission<Req>(
     keepAliveMs,
   )
   admission.semaphoreOf = (key) => gates.get(key)
-  if (adaptive) {
-    const gate = gates.get(GLOBAL_KEY)
-    admission.adaptive = new AdaptiveLimit(
-      adaptive,
-      {
-        store,
-        space: spaceOf(gate) as KeySpace,
-        setOwn: (limit) => setOwnPermits(gate, limit),
-      },
-      config.logger,
-      config.name,
-    )
-  }
+  if (adaptive)
+    admission.adaptive = adaptiveLimitOf(gates.get(GLOBAL_KEY), adaptive, store, config.logger, config.name)
   return admission
 }
 

@@ -3,16 +3,17 @@ import { ConfigError } from '../core/errors.js'
 import { type Lease, whenLost } from '../core/client/lease.js'
 import {
   AdaptiveLimit,
+  type AdaptiveLogger,
   type AdaptiveOptions,
   type AdaptiveStatus,
   localStoreOf,
   type Outcome,
   parseAdaptiveOptions,
+  type ResolvedAdaptiveOptions,
 } from './adaptive/limit.js'
 import { positiveInt } from '../core/options.js'
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
-import type { KeySpace } from '../core/keys.js'
 import type { Store } from '../core/protocol/store.js'
 import { runHolding } from './mutex.js'
 import { MAX_WEIGHT } from '../core/weight.js'
@@ -125,18 +126,14 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
       permits,
     )
   }
-  // A local limit is this process's own: its permit set lives in a store of its own.
-  const home = resolved.scope === 'local' ? localStoreOf(store) : store
+  const home = adaptiveHome(store, resolved)
   const inner = bucketSemaphore(home, name, { ...lockOptions, permits: resolved.initial })
   const client = clients.get(inner) as PermitClient
   claimName(store, name, 'semaphore', client)
-  const limit = new AdaptiveLimit(
+  const limit = adaptiveLimitOf(
+    inner,
     resolved,
-    {
-      store: home,
-      space: client.space,
-      setOwn: (n) => client.setPermits(n),
-    },
+    home,
     // The library prints nothing: NODE_DEBUG=tollgate:adaptive traces changes and store trouble, and
     // status() tells them.
     { warn: (message, meta) => debug('%s %o', message, meta) },
@@ -276,16 +273,27 @@ export function acquireNow(semaphore: Semaphore, weight = 1): Lease | undefined 
   return clients.get(semaphore)?.acquireNow(undefined, weight)
 }
 
-/**
- * Set the permits a semaphore asks for from now on (its `permits`; a run-time limit in the store still
- * wins). For the admission engine's adaptive limits; not part of the public API.
- */
-export function setOwnPermits(semaphore: Semaphore, permits: number): void {
-  clients.get(semaphore)?.setPermits(permits)
+/** Where the semaphores of an adaptive limit live: the shared store, or (scope 'local') this
+ * process's own over it. */
+export function adaptiveHome(store: Store, options: ResolvedAdaptiveOptions): Store {
+  return options.scope === 'local' ? localStoreOf(store) : store
 }
 
-/** The key space of a semaphore (where its adaptive limit keeps its state); not part of the public
- * API. */
-export function spaceOf(semaphore: Semaphore): KeySpace | undefined {
-  return clients.get(semaphore)?.space
+/** The adaptive limit of `semaphore` (made on `home`, adaptiveHome()): each step asks for the limit as
+ * its permits; `name` is the one its logs give. For createSemaphore() and the admission engine; not
+ * part of the public API. */
+export function adaptiveLimitOf(
+  semaphore: Semaphore,
+  options: ResolvedAdaptiveOptions,
+  home: Store,
+  logger: AdaptiveLogger,
+  name: string,
+): AdaptiveLimit {
+  const client = clients.get(semaphore) as PermitClient
+  return new AdaptiveLimit(
+    options,
+    { store: home, space: client.space, setOwn: (n) => client.setPermits(n) },
+    logger,
+    name,
+  )
 }

@@ -7,7 +7,6 @@ import { describe, expect, it } from 'vitest'
 import {
   type ControllerState,
   initialState,
-  mergeSummaries,
   parseAdaptiveLimitOptions,
   type ResolvedAdaptiveLimitOptions,
   step,
@@ -174,17 +173,6 @@ describe('the AIMD controller', () => {
     expect(state.limit).toBe(11)
     state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 2 }, options)
     expect(state.limit).toBe(11)
-  })
-})
-
-describe('window summaries', () => {
-  it('merge across replicas: counts, sums and in-flight maxima add', () => {
-    expect(
-      mergeSummaries([
-        { count: 3, drops: 1, latencySumMs: 20, maxInFlight: 2 },
-        { count: 5, drops: 0, latencySumMs: 50, maxInFlight: 4 },
-      ]),
-    ).toEqual({ count: 8, drops: 1, latencySumMs: 70, maxInFlight: 6 })
   })
 })
 

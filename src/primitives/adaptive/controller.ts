@@ -13,8 +13,9 @@
 //   and twice that while the latency is within 3 % of the baseline (gradient >= 0.97: no queue to
 //   speak of, so more capacity may be there): a small standing queue, and a quick climb when the
 //   upstream gets faster. (A fixed sqrt / 2 kept the limit 20-25 % above a capacity of 16 in the
-//   bench, where the gateway's own share of each request's time already puts it ~14 % above.) Until the first window whose latency shows queueing (gradient below 0.9), the
-//   estimate doubles instead (TCP's slow start) after each window that ran near the limit in force
+//   bench, where the gateway's own share of each request's time already puts it ~14 % above.)
+//   Until the first window whose latency shows queueing (gradient below 0.9), the estimate doubles
+//   instead (TCP's slow start) after each window that ran near the limit in force
 //   (90 % of it in flight at once), so a limit starting at 1 finds a capacity of 32 in ~6 windows
 //   (~12 across a fleet, whose replicas learn each limit a window later), not ~40.
 //   The baseline is the lowest window mean since the last probe. A baseline taken only from loaded
@@ -50,19 +51,6 @@ export const EMPTY_SUMMARY: Readonly<WindowSummary> = Object.freeze({
   latencySumMs: 0,
   maxInFlight: 0,
 })
-
-/** Add summaries of one window from several replicas: counts and sums add, and so do in-flight
- * maxima (an upper bound on the fleet's: replicas need not peak together). */
-export function mergeSummaries(summaries: Iterable<WindowSummary>): WindowSummary {
-  const out = { ...EMPTY_SUMMARY }
-  for (const s of summaries) {
-    out.count += s.count
-    out.drops += s.drops
-    out.latencySumMs += s.latencySumMs
-    out.maxInFlight += s.maxInFlight
-  }
-  return out
-}
 
 export type AdaptiveAlgorithm = 'gradient' | 'aimd'
 
@@ -128,21 +116,18 @@ function ratio(
   return value
 }
 
-/** A window's length: 100 ms to an hour (default 1 s). Shorter windows hold too few requests to say
- * anything, and a fleet's replicas report once each: a store call per replica every windowMs. */
-function windowOf(option: string, value: unknown): number {
-  if (value === undefined) return 1000
-  if (!(typeof value === 'number' && Number.isInteger(value) && value >= 100 && value <= 3_600_000))
-    throw new ConfigError(option, 'an integer of milliseconds from 100 to 3600000', value)
-  return value
-}
-
-/** Every 3rd window at most: a probe's window is stepped a window late across a fleet (limit.ts), and
- * the windows between two probes must include one that runs at the full limit. */
-function probeEveryOf(option: string, value: unknown): number {
-  if (value === undefined) return 60
-  if (!(typeof value === 'number' && Number.isInteger(value) && value >= 3 && value <= 1_000_000))
-    throw new ConfigError(option, 'an integer of windows from 3 to 1000000', value)
+/** An integer option from `low` to `high` (`unit`: what it counts, for the message), or `fallback`. */
+function integerIn(
+  option: string,
+  value: unknown,
+  fallback: number,
+  low: number,
+  high: number,
+  unit: string,
+): number {
+  if (value === undefined) return fallback
+  if (!(typeof value === 'number' && Number.isInteger(value) && value >= low && value <= high))
+    throw new ConfigError(option, `an integer of ${unit} from ${low} to ${high}`, value)
   return value
 }
 
@@ -177,9 +162,13 @@ export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAd
     max,
     initial,
     algorithm,
-    windowMs: windowOf(`${at}windowMs`, o.windowMs),
+    // A window: 100 ms to an hour (default 1 s). Shorter windows hold too few requests to say anything,
+    // and a fleet's replicas report once each: a store call per replica every windowMs.
+    windowMs: integerIn(`${at}windowMs`, o.windowMs, 1000, 100, 3_600_000, 'milliseconds'),
     tolerance: ratio(`${at}tolerance`, o.tolerance, 1, 1, 10, false),
-    probeEvery: probeEveryOf(`${at}probeEvery`, o.probeEvery),
+    // Every 3rd window at most: a probe's window is stepped a window late across a fleet (limit.ts),
+    // and the windows between two probes must include one that runs at the full limit.
+    probeEvery: integerIn(`${at}probeEvery`, o.probeEvery, 60, 3, 1_000_000, 'windows'),
     smoothing: ratio(`${at}smoothing`, o.smoothing, 0.5, 0, 1, true),
     backoff: ratio(`${at}backoff`, o.backoff, 0.9, 0, 0.99, true),
     increase: o.increase === undefined ? 1 : positiveInt(`${at}increase`, o.increase, MAX_ADAPTIVE_LIMIT),
@@ -231,7 +220,8 @@ export function initialState(options: ResolvedAdaptiveLimitOptions): ControllerS
   }
 }
 
-function bounded(estimate: number, options: ResolvedAdaptiveLimitOptions): number {
+/** `estimate` within [min, max]. */
+export function bounded(estimate: number, options: ResolvedAdaptiveLimitOptions): number {
   return Math.min(options.max, Math.max(options.min, estimate))
 }
 

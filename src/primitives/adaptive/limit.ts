@@ -39,7 +39,9 @@ import { createMemoryStore } from '../../core/memory/store.js'
 import type { AdaptiveReportReply, Store } from '../../core/protocol/store.js'
 import {
   type AdaptiveLimitOptions,
+  bounded,
   type ControllerState,
+  EMPTY_SUMMARY,
   initialState,
   parseAdaptiveLimitOptions,
   type ResolvedAdaptiveLimitOptions,
@@ -188,7 +190,7 @@ export class AdaptiveLimit {
   /** This process among the fleet's replicas. */
   readonly replica = randomBytes(9).toString('base64url')
   private state: ControllerState
-  private window: WindowSummary = { count: 0, drops: 0, latencySumMs: 0, maxInFlight: 0 }
+  private window: WindowSummary = { ...EMPTY_SUMMARY }
   private inFlight = 0
   private timer: NodeJS.Timeout | undefined
   private reporting = false
@@ -219,7 +221,7 @@ export class AdaptiveLimit {
     }
     const saved =
       options.scope === 'local' ? localStates.get(target.store)?.get(target.space.base) : undefined
-    this.state = (saved && parseState(JSON.stringify(saved), options)) ?? initialState(options)
+    this.state = saved ? withinBounds(saved, options) : initialState(options)
     this.loggedLimit = this.state.limit
     target.setOwn(this.state.limit)
     this.arm()
@@ -309,7 +311,7 @@ export class AdaptiveLimit {
   private tick(window: number): void {
     if (this.closed) return
     const summary = this.window
-    this.window = { count: 0, drops: 0, latencySumMs: 0, maxInFlight: this.inFlight }
+    this.window = { ...EMPTY_SUMMARY, maxInFlight: this.inFlight }
     this.arm()
     if (this.options.scope === 'local') {
       this.apply(step(this.state, summary, this.options), true)
@@ -459,8 +461,16 @@ function parseState(text: string, options: ResolvedAdaptiveOptions): ControllerS
     return undefined
   }
   if (!Number.isFinite(state.limit) || !Number.isFinite(state.estimate)) return undefined
-  const bound = (n: number) => Math.min(options.max, Math.max(options.min, n))
-  return { ...state, limit: Math.round(bound(state.limit)), estimate: bound(state.estimate) }
+  return withinBounds(state, options)
+}
+
+/** A state with its limit and estimate within this process's min and max. */
+function withinBounds(state: ControllerState, options: ResolvedAdaptiveOptions): ControllerState {
+  return {
+    ...state,
+    limit: Math.round(bounded(state.limit, options)),
+    estimate: bounded(state.estimate, options),
+  }
 }
 
 function round(value: number | undefined): number | undefined {
