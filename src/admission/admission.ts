@@ -220,7 +220,7 @@ export class Admission<Req> {
     if (fresh && bucket.weight === 1) this.kept?.grant(bucket.key, lease)
     this.counters.admitted++
     this.counters.inFlight++
-    if (this.tracking && bucket.keyed) this.holding.set(bucket.key, (this.holding.get(bucket.key) ?? 0) + 1)
+    if (this.tracking && bucket.keyed) countUp(this.holding, bucket.key)
     this.waits?.observe(started === undefined ? 0 : (Date.now() - started) / 1000)
     const permits = bucket.gate.permits
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
@@ -281,9 +281,7 @@ export class Admission<Req> {
 
   leaveQueue(key: string): void {
     this.counters.queued--
-    const left = (this.waiting.get(key) ?? 1) - 1
-    if (left > 0) this.waiting.set(key, left)
-    else this.waiting.delete(key)
+    countDown(this.waiting, key)
   }
 
   /** Call once per admitted request when its response is done (finish or abort), with how it ended
@@ -294,11 +292,7 @@ export class Admission<Req> {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
-    if (this.tracking) {
-      const holding = this.holding.get(info.key)
-      if (holding !== undefined && holding > 1) this.holding.set(info.key, holding - 1)
-      else if (holding !== undefined) this.holding.delete(info.key)
-    }
+    if (this.tracking) countDown(this.holding, info.key)
     if (info.admittedAt !== undefined) this.adaptive?.finished(info.admittedAt, outcome)
     if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
     return this.giveBack(lease)
@@ -427,4 +421,16 @@ class QueuePlace {
 
 export function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as { then?: unknown } | null | undefined)?.then === 'function'
+}
+
+/** One more of `key` in a count per key. */
+function countUp(counts: Map<string, number>, key: string): void {
+  counts.set(key, (counts.get(key) ?? 0) + 1)
+}
+
+/** One fewer of `key`; a key at 0 (or never counted) is not kept. */
+function countDown(counts: Map<string, number>, key: string): void {
+  const left = (counts.get(key) ?? 1) - 1
+  if (left > 0) counts.set(key, left)
+  else counts.delete(key)
 }
