@@ -11,7 +11,14 @@ import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
 import type { GatewayConfig } from '../config/index.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { LiveRoute } from '../routes.js'
-import { type Access, Dashboard, type DashboardView } from './dashboard.js'
+import {
+  type Access,
+  configuredLimit,
+  Dashboard,
+  dashboardFile,
+  type DashboardView,
+  limitInForce,
+} from './dashboard.js'
 
 /** What the admin listener reads from the running gateway (the config and routes change on reload). */
 export interface AdminView extends DashboardView {
@@ -97,7 +104,7 @@ export function createAdminServer(view: AdminView): http.Server {
     if (path === '/healthz') return text(res, 200, 'ok\n')
     if (path === '/readyz')
       return (await view.ready()) ? text(res, 200, 'ready\n') : text(res, 503, 'not ready\n')
-    if (isDashboardPath(path)) {
+    if (dashboardFile(path) !== undefined) {
       // DNS rebinding: a page of another site, its name pointed at 127.0.0.1, sends its own Host.
       const admin = view.config().admin
       const host = (req.headers.host ?? '').replace(/:\d+$/, '')
@@ -265,7 +272,7 @@ export function createAdminServer(view: AdminView): http.Server {
     const configured =
       bucket !== null && Object.hasOwn(concurrency.overrides, bucket)
         ? (concurrency.overrides[bucket] as number)
-        : (concurrency.adaptive?.initial ?? concurrency.permits)
+        : configuredLimit(concurrency)
     let stats
     try {
       stats = await semaphore.stats()
@@ -278,7 +285,7 @@ export function createAdminServer(view: AdminView): http.Server {
       bucket,
       configured,
       override: stats.override ?? null,
-      effective: stats.override ?? stats.adaptive ?? status?.limit ?? configured,
+      effective: limitInForce(stats, status, configured),
       holders: stats.holders,
       queued: stats.queued,
       ...(adaptive && status
@@ -332,11 +339,6 @@ export function createAdminServer(view: AdminView): http.Server {
 function sameSecret(given: string, token: string): boolean {
   const digest = (value: string) => createHash('sha256').update(value, 'utf8').digest()
   return timingSafeEqual(digest(given), digest(token))
-}
-
-/** The dashboard's paths (Dashboard.serve). */
-function isDashboardPath(path: string): boolean {
-  return path === '/' || path === '/dashboard' || path.startsWith('/dashboard/')
 }
 
 export function isLoopback(host: string): boolean {

@@ -19,7 +19,7 @@ import type { HistogramSeries } from '../../admission/histogram.js'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { SemaphoreStats } from '../../primitives/semaphore.js'
 import { within } from '../../core/timeout.js'
-import type { GatewayConfig } from '../config/index.js'
+import type { ConcurrencyConfig, GatewayConfig } from '../config/index.js'
 import type { LiveRoute } from '../routes.js'
 import { DASHBOARD_ASSETS } from './dashboard-assets.js'
 import type { GatewayMetrics } from './metrics.js'
@@ -45,6 +45,33 @@ export const DASHBOARD_HEADERS = {
   'x-content-type-options': 'nosniff',
   'referrer-policy': 'no-referrer',
   'x-frame-options': 'DENY',
+}
+
+/** The file of the dashboard a path asks for (index.html for / and /dashboard); undefined for a path
+ * that is not the dashboard's. */
+export function dashboardFile(path: string): string | undefined {
+  if (path === '/' || path === '/dashboard' || path === '/dashboard/') return 'index.html'
+  return path.startsWith('/dashboard/') ? path.slice('/dashboard/'.length) : undefined
+}
+
+/** A route's configured limit: its permits, or its adaptive limit's initial. */
+export function configuredLimit(concurrency: ConcurrencyConfig): number {
+  return concurrency.adaptive?.initial ?? concurrency.permits
+}
+
+/** The limit in force of a bucket (GET /limits's `effective`): an override, else the adaptive limit in
+ * the store, else the one this replica learnt, else the configured one. */
+export function limitInForce(
+  stats: { override?: number | undefined; adaptive?: number | undefined } | undefined,
+  adaptive: AdaptiveStatus | undefined,
+  configured: number,
+): number {
+  return stats?.override ?? stats?.adaptive ?? adaptive?.limit ?? configured
+}
+
+/** Requests of a route waiting on this replica (every admission of it). */
+function queuedHere(live: LiveRoute): number {
+  return live.admissions.reduce((sum, a) => sum + a.counters.queued, 0)
 }
 
 /** What the dashboard reads of the running gateway. */
@@ -142,12 +169,7 @@ export class Dashboard {
     path: string,
     access: Access,
   ): Promise<boolean> {
-    const file =
-      path === '/' || path === '/dashboard' || path === '/dashboard/'
-        ? 'index.html'
-        : path.startsWith('/dashboard/')
-          ? path.slice('/dashboard/'.length)
-          : undefined
+    const file = dashboardFile(path)
     if (file === undefined) return false
     if (file === 'data.json') {
       this.lastViewed = performance.now()
@@ -224,17 +246,17 @@ export class Dashboard {
       const points = this.history.get(name) ?? []
       const local = this.view.metrics.route(name).inFlight
       const last = this.lastFleet.get(name)
+      const known = this.knownLimit(live)
       points.push({
         t,
         local,
         // The fleet's figures only while someone looks (they cost a store read); this replica's always.
         fleet: viewed && last ? last.holders : null,
-        queued: viewed && last ? last.queued : live.admissions.reduce((sum, a) => sum + a.counters.queued, 0),
-        limit: this.knownLimit(live),
+        queued: viewed && last ? last.queued : queuedHere(live),
+        limit: known,
       })
       if (points.length > HISTORY) points.splice(0, points.length - HISTORY)
       this.history.set(name, points)
-      const known = this.knownLimit(live)
       if (known !== null) this.compare(name, known, live.concurrency?.adaptive ? 'adaptive limit' : 'config')
       if (live.concurrency && live.config.concurrency && isKeyed(live.config.concurrency.per))
         this.score(name, live.admissions)
@@ -363,13 +385,13 @@ export class Dashboard {
             if (read.ok) stats = read.value
             else unanswered++
           }
-          const configured = concurrency ? (concurrency.adaptive?.initial ?? concurrency.permits) : null
+          const configured = concurrency ? configuredLimit(concurrency) : null
           const limit = concurrency
             ? {
                 configured,
                 override: stats ? (stats.override ?? null) : null,
                 adaptive: adaptive ? { ...adaptive, inStore: stats?.adaptive ?? null } : null,
-                effective: stats?.override ?? stats?.adaptive ?? adaptive?.limit ?? (configured as number),
+                effective: limitInForce(stats, adaptive, configured as number),
                 perBucket: keyed,
               }
             : null
@@ -408,7 +430,7 @@ export class Dashboard {
             fleet: stats ? { holders: stats.holders, queued: stats.queued } : null,
             local: {
               inFlight: metrics.route(name).inFlight,
-              queued: live.admissions.reduce((sum, a) => sum + a.counters.queued, 0),
+              queued: queuedHere(live),
               kept: cap?.kept?.size ?? 0,
             },
             wait: this.quantiles(waitKey, metrics.waitSeconds.bounds, metrics.waitSeconds.series(name)),
