@@ -46,16 +46,20 @@ interface PermitSet {
   purgeAt: number
 }
 
+/** P of lib/permits.lua: an override, or the fleet's adaptive limit and the version of its step. */
+interface StoredLimit {
+  permits: number
+  adaptive: boolean
+  version: number
+}
+
 export class MemoryPermitSets implements PermitFamily {
   /** State per name (space.base). */
   readonly sets = new Map<string, PermitSet>()
   /** Run-time permits per name (setPermits): configuration, kept while the name is idle. */
   /** Run-time limits per name (P in lib/permits.lua): an override, or the fleet's adaptive limit
    * (`until`: it runs out then, as the key's expiry in Redis). */
-  private readonly limits = new Map<
-    string,
-    { permits: number; adaptive: boolean; until: number; version: number }
-  >()
+  private readonly limits = new Map<string, StoredLimit & { until: number }>()
 
   constructor(
     /** Deliver grants to the space's subscribers (asynchronously, like a pub/sub message). */
@@ -257,10 +261,7 @@ export class MemoryPermitSets implements PermitFamily {
   }
 
   /** The run-time limit of a name, if one is set and has not run out. */
-  private stored(
-    space: KeySpace,
-    now: number,
-  ): { permits: number; adaptive: boolean; version: number } | undefined {
+  private stored(space: KeySpace, now: number): StoredLimit | undefined {
     const stored = this.limits.get(space.base)
     if (stored && stored.until <= now) {
       this.limits.delete(space.base)
