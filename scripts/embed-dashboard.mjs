@@ -4,13 +4,11 @@
 // at install time, the same bytes in the ESM and CommonJS builds and in bundles.
 //   node scripts/embed-dashboard.mjs           write the module (npm run build does this first)
 //   node scripts/embed-dashboard.mjs --check   exit 1 when the module is stale (test/package checks it)
-/* global process, console */
 import { createHash } from 'node:crypto'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { isMain, ROOT, templateLiteral, writeGenerated } from './generated.mjs'
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const DIR = path.join(ROOT, 'src/gateway/ops/dashboard')
 export const DASHBOARD_MODULE = path.join(ROOT, 'src/gateway/ops/dashboard-assets.ts')
 const FILES = [
@@ -19,11 +17,6 @@ const FILES = [
   ['app.css', 'text/css; charset=utf-8'],
   ['icon.svg', 'image/svg+xml'],
 ]
-
-/** A template literal whose value is exactly `text` (prettier leaves template literals alone). */
-function templateLiteral(text) {
-  return '`' + text.replaceAll('\\', '\\\\').replaceAll('`', '\\`').replaceAll('${', '\\${') + '`'
-}
 
 /** The generated module's text (already prettier-formatted). */
 export function renderDashboardModule() {
@@ -50,24 +43,5 @@ export function renderDashboardModule() {
   ].join('\n')
 }
 
-function main() {
-  const wanted = renderDashboardModule()
-  let current
-  try {
-    current = readFileSync(DASHBOARD_MODULE, 'utf8')
-  } catch {
-    current = undefined
-  }
-  if (process.argv.includes('--check')) {
-    if (current !== wanted) {
-      console.error(
-        `${path.relative(ROOT, DASHBOARD_MODULE)} is stale: run node scripts/embed-dashboard.mjs (npm run build does)`,
-      )
-      process.exit(1)
-    }
-    return
-  }
-  if (current !== wanted) writeFileSync(DASHBOARD_MODULE, wanted)
-}
-
-if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) main()
+if (isMain(import.meta.url))
+  writeGenerated(DASHBOARD_MODULE, renderDashboardModule(), 'scripts/embed-dashboard.mjs')

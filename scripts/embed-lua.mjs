@@ -3,12 +3,10 @@
 // (bundlers, CommonJS and single-file deployments work) while the .lua files stay the source of truth.
 //   node scripts/embed-lua.mjs           write the module (npm run build does this first)
 //   node scripts/embed-lua.mjs --check   exit 1 when the module is stale (test/package checks it)
-/* global process, console */
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { isMain, ROOT, templateLiteral, writeGenerated } from './generated.mjs'
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const LUA_DIR = path.join(ROOT, 'lua')
 export const LUA_MODULE = path.join(ROOT, 'src/core/redis/lua-sources.ts')
 
@@ -18,11 +16,6 @@ function luaFiles(dir = LUA_DIR) {
     .map((file) => String(file).split(path.sep).join('/'))
     .filter((file) => file.endsWith('.lua'))
     .sort()
-}
-
-/** A template literal whose value is exactly `text` (prettier leaves template literals alone). */
-function templateLiteral(text) {
-  return '`' + text.replaceAll('\\', '\\\\').replaceAll('`', '\\`').replaceAll('${', '\\${') + '`'
 }
 
 /** The generated module's text (already prettier-formatted). */
@@ -45,23 +38,4 @@ export function renderLuaModule() {
   return lines.join('\n')
 }
 
-function main() {
-  const wanted = renderLuaModule()
-  let current
-  try {
-    current = readFileSync(LUA_MODULE, 'utf8')
-  } catch {
-    current = undefined
-  }
-  const relative = path.relative(ROOT, LUA_MODULE)
-  if (process.argv.includes('--check')) {
-    if (current !== wanted) {
-      console.error(`${relative} is stale: run node scripts/embed-lua.mjs (npm run build does)`)
-      process.exit(1)
-    }
-    return
-  }
-  if (current !== wanted) writeFileSync(LUA_MODULE, wanted)
-}
-
-if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) main()
+if (isMain(import.meta.url)) writeGenerated(LUA_MODULE, renderLuaModule(), 'scripts/embed-lua.mjs')
