@@ -1,6 +1,7 @@
 // Calls made in one event-loop turn: the Redis store sends the acquires (and the releases) of one name
 // as one script call. Whatever it batches, the result must be the one of separate calls in call order,
 // and the memory store must agree.
+import type { Redis } from 'ioredis'
 import { expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import type { AcquireRequest } from '../../src/core/protocol/store.js'
@@ -223,43 +224,57 @@ describeStores('calls in one event-loop turn', (fx) => {
   })
 })
 
-it("one turn's batches of several names leave the Redis store in one socket write (the socket is corked around them)", async () => {
-  const client = connectStandalone()
-  await client.ping()
-  const store = createRedisStore(client, { prefix: `cork-${process.pid}` })
+/** Counts the writes (write and writev) of a connection's socket from count() on, until restore(). */
+function socketWrites(client: Redis) {
   type Method = (this: unknown, ...args: unknown[]) => unknown
   const socket = client.stream as unknown as { _write: Method; _writev: Method }
   const write = socket._write
   const writev = socket._writev
+  const counter = {
+    writes: 0,
+    count() {
+      socket._write = function (this: unknown, ...args: unknown[]) {
+        counter.writes++
+        return write.apply(this, args)
+      }
+      socket._writev = function (this: unknown, ...args: unknown[]) {
+        counter.writes++
+        return writev.apply(this, args)
+      }
+    },
+    restore() {
+      socket._write = write
+      socket._writev = writev
+    },
+  }
+  return counter
+}
+
+it("one turn's batches of several names leave the Redis store in one socket write (the socket is corked around them)", async () => {
+  const client = connectStandalone()
+  await client.ping()
+  const store = createRedisStore(client, { prefix: `cork-${process.pid}` })
+  const socket = socketWrites(client)
   try {
     const a = createSemaphore(store, 'cork-a', { permits: 5 })
     const b = createSemaphore(store, 'cork-b', { permits: 5 })
     await Promise.all([a.stats(), b.stats()]) // scripts loaded, connection warm
-    let writes = 0
-    socket._write = function (this: unknown, ...args: unknown[]) {
-      writes++
-      return write.apply(this, args)
-    }
-    socket._writev = function (this: unknown, ...args: unknown[]) {
-      writes++
-      return writev.apply(this, args)
-    }
+    socket.count()
     // The first call of each name goes straight (coalescer.ts: nothing of its name in flight): the
     // first is written now, the second, made while the first is on the way, is held until the
     // microtasks are done (holdWrite()). The other four of each name wait for the end of the turn,
     // where they leave as two script calls: one write, not two.
     const leases = [...range(5).map(() => a.tryAcquire()), ...range(5).map(() => b.tryAcquire())]
-    expect(writes).toBe(1)
+    expect(socket.writes).toBe(1)
     await Promise.resolve()
-    const straight = writes
+    const straight = socket.writes
     expect(straight).toBe(2)
     const got = await Promise.all(leases)
-    expect(writes - straight).toBe(1)
+    expect(socket.writes - straight).toBe(1)
     expect(got.every((lease) => lease !== undefined)).toBe(true)
     await Promise.all(got.map((lease) => lease?.release()))
   } finally {
-    socket._write = write
-    socket._writev = writev
+    socket.restore()
     await store.close()
   }
 })
@@ -268,28 +283,17 @@ it('calls of many names sent straight while others are on the way leave in a few
   const client = connectStandalone()
   await client.ping()
   const store = createRedisStore(client, { prefix: `hold-${process.pid}` })
-  type Method = (this: unknown, ...args: unknown[]) => unknown
-  const socket = client.stream as unknown as { _write: Method; _writev: Method }
-  const write = socket._write
-  const writev = socket._writev
+  const socket = socketWrites(client)
   try {
     const names = range(20).map((i) => createSemaphore(store, `hold-${i}`, { permits: 1 }))
     await Promise.all(names.map((sem) => sem.stats())) // scripts loaded, connection warm
-    let writes = 0
-    socket._write = function (this: unknown, ...args: unknown[]) {
-      writes++
-      return write.apply(this, args)
-    }
-    socket._writev = function (this: unknown, ...args: unknown[]) {
-      writes++
-      return writev.apply(this, args)
-    }
+    socket.count()
     // 20 names, one call each: every call goes straight (nothing of its name in flight). The first
     // is written at once; the 19 made while it is on the way are held, and leave in one write per
     // 16 calls, the rest when the microtasks are done: 3 writes, where each call was one.
     const leases = names.map((sem) => sem.tryAcquire())
     const got = await Promise.all(leases)
-    expect(writes).toBe(3)
+    expect(socket.writes).toBe(3)
     expect(got.every((lease) => lease !== undefined)).toBe(true)
     await Promise.all(got.map((lease) => lease?.release()))
     // In the order they were made, whatever was held: each name's release found its own permit.
@@ -297,8 +301,7 @@ it('calls of many names sent straight while others are on the way leave in a few
       range(20).map(() => 0),
     )
   } finally {
-    socket._write = write
-    socket._writev = writev
+    socket.restore()
     await store.close()
   }
 })
