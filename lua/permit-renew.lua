@@ -4,8 +4,9 @@
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
--- and extended once per call, and each of its leases is one O(log n) look-up, however many it holds.
+-- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases
+-- (a lease of weight w counts w): a reentrant owner's hold is read and extended once per call, and
+-- each of its other leases is one O(log n) look-up (a ZSCORE), however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -14,6 +15,8 @@ local any, in_a = false, false
 -- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
 -- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
 local live, extended = {}, {}
+-- token -> its hold's a: and g: fields, read once (holds_op).
+local fields = {}
 -- F, read once if a token is not in H: it may be the name's lone holder (lib/permits.lua).
 local lone = nil
 for i = 3, #ARGV, 2 do
@@ -26,7 +29,8 @@ for i = 3, #ARGV, 2 do
       if lone[3] == tok and lone[2] > NOW then live[tok] = 'lone' end
     end
   end
-  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op))
+  if op ~= '' and live[tok] and live[tok] ~= 'lone' and not fields[tok] then fields[tok] = hold_fields(tok) end
+  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op, fields[tok]))
   if live[tok] == 'lone' and op ~= '' then
     out[#out + 1] = 0 -- a lone holder is a plain token: no acquisition id holds through it
   elseif live[tok] == 'lone' then

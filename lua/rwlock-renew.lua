@@ -4,23 +4,26 @@
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
 -- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
--- each of its leases is one O(log n) look-up, however many acquisitions it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE), however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
 local out = { NOW }
 local exp = NOW + ttl
 local any, in_a = false, false
--- token -> its hold's expiry before this call (false: none live), and -> the expiry it was extended
--- to in this call: the leases of one reentrant owner share a hold, read and extended once.
-local live, extended = {}, {}
+-- token -> its hold's expiry before this call (false: none live), -> its first acquisition (false:
+-- none kept), and -> the expiry it was extended to in this call: the leases of one reentrant owner
+-- share a hold, read and extended once.
+local live, firsts, extended = {}, {}, {}
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
-  if live[tok] == nil then live[tok] = live_score(key, tok) or false end
-  local held = live[tok]
-  local first = held and redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  if live[tok] == nil then
+    live[tok] = live_score(key, tok) or false
+    firsts[tok] = live[tok] and redis.call('HGET', M, 'a' .. mode .. ':' .. tok) or false
+  end
+  local held, first = live[tok], firsts[tok]
   -- (No bookkeeping: a hold without it is renewed as a whole.)
-  local holds_it = held and (not first or first == op or holds_op(mode, tok, op))
+  local holds_it = held and (not first or first == op or holds_op(mode, tok, op, first))
   if holds_it then
     if not extended[tok] then
       extended[tok] = math.max(held, exp)

@@ -211,8 +211,13 @@ end
 -- hold's first (a:), 2 when it is one of the others (a member of A), false when it is not there.
 -- A member names its hold's fence, so a member left by an earlier hold of the same token (one that
 -- ran out) never counts for a later one. O(log n): the owner's other acquisitions are never read.
-local function holds_op(tok, op)
-  local fields = redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+-- `fields`: the hold's a: and g: fields, when the caller has read them (a renewal of many leases of
+-- one hold reads them once, not once a lease).
+local function hold_fields(tok)
+  return redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+end
+local function holds_op(tok, op, fields)
+  fields = fields or hold_fields(tok)
   if fields[1] == op then return 1 end
   if fields[1] and fields[2] and redis.call('ZSCORE', A, op .. ' ' .. fields[2] .. ' ' .. tok) then return 2 end
   return false

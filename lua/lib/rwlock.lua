@@ -101,8 +101,9 @@ end
 -- one left by an earlier hold of the same token (one that ran out; a read hold inside a write hold
 -- shares the write's fence, so a fence would not tell them apart) never counts for a later one.
 -- O(log n): the owner's other acquisitions are never read.
-local function holds_op(mode, tok, op)
-  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+-- `first`: the hold's a<mode>: field, when the caller has read it (nil: read here).
+local function holds_op(mode, tok, op, first)
+  if first == nil then first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok) end
   if first == op then return 1 end
   if first and redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok) then return 2 end
   return false

@@ -414,8 +414,13 @@ end
 -- hold's first (a:), 2 when it is one of the others (a member of A), false when it is not there.
 -- A member names its hold's fence, so a member left by an earlier hold of the same token (one that
 -- ran out) never counts for a later one. O(log n): the owner's other acquisitions are never read.
-local function holds_op(tok, op)
-  local fields = redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+-- \`fields\`: the hold's a: and g: fields, when the caller has read them (a renewal of many leases of
+-- one hold reads them once, not once a lease).
+local function hold_fields(tok)
+  return redis.call('HMGET', M, 'a:' .. tok, 'g:' .. tok)
+end
+local function holds_op(tok, op, fields)
+  fields = fields or hold_fields(tok)
   if fields[1] == op then return 1 end
   if fields[1] and fields[2] and redis.call('ZSCORE', A, op .. ' ' .. fields[2] .. ' ' .. tok) then return 2 end
   return false
@@ -773,8 +778,9 @@ end
 -- one left by an earlier hold of the same token (one that ran out; a read hold inside a write hold
 -- shares the write's fence, so a fence would not tell them apart) never counts for a later one.
 -- O(log n): the owner's other acquisitions are never read.
-local function holds_op(mode, tok, op)
-  local first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+-- \`first\`: the hold's a<mode>: field, when the caller has read it (nil: read here).
+local function holds_op(mode, tok, op, first)
+  if first == nil then first = redis.call('HGET', M, 'a' .. mode .. ':' .. tok) end
   if first == op then return 1 end
   if first and redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok) then return 2 end
   return false
@@ -1424,8 +1430,9 @@ return out
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases (a lease of weight w counts w); a reentrant owner's hold is read
--- and extended once per call, and each of its leases is one O(log n) look-up, however many it holds.
+-- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases
+-- (a lease of weight w counts w): a reentrant owner's hold is read and extended once per call, and
+-- each of its other leases is one O(log n) look-up (a ZSCORE), however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -1434,6 +1441,8 @@ local any, in_a = false, false
 -- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
 -- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
 local live, extended = {}, {}
+-- token -> its hold's a: and g: fields, read once (holds_op).
+local fields = {}
 -- F, read once if a token is not in H: it may be the name's lone holder (lib/permits.lua).
 local lone = nil
 for i = 3, #ARGV, 2 do
@@ -1446,7 +1455,8 @@ for i = 3, #ARGV, 2 do
       if lone[3] == tok and lone[2] > NOW then live[tok] = 'lone' end
     end
   end
-  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op))
+  if op ~= '' and live[tok] and live[tok] ~= 'lone' and not fields[tok] then fields[tok] = hold_fields(tok) end
+  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op, fields[tok]))
   if live[tok] == 'lone' and op ~= '' then
     out[#out + 1] = 0 -- a lone holder is a plain token: no acquisition id holds through it
   elseif live[tok] == 'lone' then
@@ -1812,23 +1822,26 @@ return result
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
 -- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
--- each of its leases is one O(log n) look-up, however many acquisitions it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE), however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
 local out = { NOW }
 local exp = NOW + ttl
 local any, in_a = false, false
--- token -> its hold's expiry before this call (false: none live), and -> the expiry it was extended
--- to in this call: the leases of one reentrant owner share a hold, read and extended once.
-local live, extended = {}, {}
+-- token -> its hold's expiry before this call (false: none live), -> its first acquisition (false:
+-- none kept), and -> the expiry it was extended to in this call: the leases of one reentrant owner
+-- share a hold, read and extended once.
+local live, firsts, extended = {}, {}, {}
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
-  if live[tok] == nil then live[tok] = live_score(key, tok) or false end
-  local held = live[tok]
-  local first = held and redis.call('HGET', M, 'a' .. mode .. ':' .. tok)
+  if live[tok] == nil then
+    live[tok] = live_score(key, tok) or false
+    firsts[tok] = live[tok] and redis.call('HGET', M, 'a' .. mode .. ':' .. tok) or false
+  end
+  local held, first = live[tok], firsts[tok]
   -- (No bookkeeping: a hold without it is renewed as a whole.)
-  local holds_it = held and (not first or first == op or holds_op(mode, tok, op))
+  local holds_it = held and (not first or first == op or holds_op(mode, tok, op, first))
   if holds_it then
     if not extended[tok] then
       extended[tok] = math.max(held, exp)
