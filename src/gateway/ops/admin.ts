@@ -9,6 +9,7 @@ import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { Logger as PinoLogger } from 'pino'
 import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
 import type { GatewayConfig } from '../config/index.js'
+import { HttpError } from './http-error.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { LiveRoute } from '../routes.js'
 import {
@@ -49,16 +50,6 @@ interface BucketState {
   /** An adaptive limit's state (README "Adaptive limits"): the limit in force in the store (null: none
    * there now), and what this replica knows of its controller. */
   adaptive?: (AdaptiveStatus & { inStore: number | null; initial: number; algorithm: string }) | undefined
-}
-
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message)
-  }
 }
 
 /** The longest a connection of the admin listener may stay without moving (or the send timeout, if
