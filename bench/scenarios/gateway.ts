@@ -97,17 +97,22 @@ interface Viewers {
   took: number[]
 }
 
-/** Runs `fn` while VIEWERS dashboards poll `admin`'s data.json (the page's one request a poll). */
+/** Runs `fn` while VIEWERS dashboards poll `admin`'s data.json as the page does (the whole history
+ * first, then ?since= the newest point held). */
 async function withViewers<T>(admin: string | undefined, viewers: Viewers, fn: () => Promise<T>): Promise<T> {
   if (!admin) return fn()
   let running = true
   const viewer = async (offset: number) => {
     await sleep(offset)
+    let newest: number | undefined
     while (running) {
       const started = performance.now()
       try {
-        const response = await fetch(`${admin}/dashboard/data.json`, { cache: 'no-store' })
-        await response.arrayBuffer()
+        const since = newest === undefined ? '' : `?since=${newest}`
+        const response = await fetch(`${admin}/dashboard/data.json${since}`, { cache: 'no-store' })
+        const data = (await response.json()) as { routes: { history: { t: number }[] }[] }
+        newest = Math.max(...data.routes.flatMap((route) => route.history.map((point) => point.t)))
+        if (!Number.isFinite(newest)) newest = undefined
         if (!response.ok) viewers.failures++
       } catch {
         viewers.failures++

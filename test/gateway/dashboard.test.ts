@@ -47,11 +47,15 @@ afterAll(async () => {
   await browser?.close()
 })
 
-/** A page that records console errors, page errors and CSP violations. */
-async function open(url: string): Promise<{ page: Page; problems: string[] }> {
+/** A page that records console errors, page errors and CSP violations, and the URLs it polled. */
+async function open(url: string): Promise<{ page: Page; problems: string[]; polls: string[] }> {
   const context = await browser!.newContext({ viewport: { width: 1500, height: 1000 } })
   const page = await context.newPage()
   const problems: string[] = []
+  const polls: string[] = []
+  page.on('request', (request) => {
+    if (request.url().includes('/dashboard/data.json')) polls.push(request.url())
+  })
   page.on('console', (message) => {
     if (message.type() === 'error' || message.type() === 'warning')
       problems.push(`console: ${message.text()}`)
@@ -69,7 +73,7 @@ async function open(url: string): Promise<{ page: Page; problems: string[] }> {
     })
   })
   await page.goto(url)
-  return { page, problems }
+  return { page, problems, polls }
 }
 
 /** The text of the cell of `route`'s row under the column headed `column`. */
@@ -151,7 +155,7 @@ describe.skipIf(!executable)('the dashboard, in Chromium', () => {
     const held = [a, b, a, b, a].map((g) => fetch(`${g!.url}/hold`).then((r) => r.text()))
     await eventually(() => upstream.probe.inside === 2, 5_000)
     await eventually(async () => (await limits(b!)).queued === 3, 5_000)
-    const { page, problems } = await open(`${a!.adminUrl}/dashboard`)
+    const { page, problems, polls } = await open(`${a!.adminUrl}/dashboard`)
     try {
       await eventually(async () => (await cell(page, 'default', 'Waiting (fleet)')) === '3', 10_000)
       expect(await cell(page, 'default', 'In flight (fleet)')).toBe(String(upstream.probe.inside))
@@ -200,6 +204,22 @@ describe.skipIf(!executable)('the dashboard, in Chromium', () => {
       )
       expect(await lowContrast(page)).toEqual([])
       expect(problems).toEqual([])
+
+      // The charts' history is sent once: once the page holds a point, every poll names the newest
+      // (and is sent the last seconds), and the page still draws every point of the 5 minutes (the
+      // whole history now, less what came after its last poll).
+      // (Until the history is longer than the 10 s a poll with since is sent: the page must merge.)
+      type Whole = { routes: { history: unknown[] }[] }
+      const whole = async () =>
+        ((await (await fetch(`${a!.adminUrl}/dashboard/data.json`)).json()) as Whole).routes[0]!.history
+          .length
+      await eventually(async () => (await whole()) >= 17, 20_000, 500)
+      await eventually(() => polls.filter((url) => url.includes('since=')).length >= 2, 10_000)
+      expect(polls[0]).not.toContain('since=')
+      const since = polls.findIndex((url) => url.includes('since='))
+      expect(polls.slice(since).filter((url) => !/\?since=\d+$/.test(url))).toEqual([])
+      const drawn = (await page.locator('svg.chart polyline.fleet').first().getAttribute('points')) ?? ''
+      expect(drawn.trim().split(' ').length).toBeGreaterThanOrEqual((await whole()) - 3)
     } finally {
       // Release every held request, also those admitted by the releases themselves.
       let settled = false

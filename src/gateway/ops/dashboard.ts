@@ -22,12 +22,16 @@ import { within } from '../../core/timeout.js'
 import type { ConcurrencyConfig, GatewayConfig } from '../config/index.js'
 import type { LiveRoute } from '../routes.js'
 import { DASHBOARD_ASSETS } from './dashboard-assets.js'
+import { HttpError } from './http-error.js'
 import type { GatewayMetrics } from './metrics.js'
 
 const SNAPSHOT_MS = 1000
 const READ_TIMEOUT_MS = 250
 /** Points of each route's chart: one a second, 5 minutes. */
 const HISTORY = 300
+/** A poll that names the last point it holds (?since=) is sent the points of these last ms only
+ * (ten a route, not 300), when they cover all it lacks. */
+const RECENT_MS = 10_000
 /** Latency quantiles over this many seconds. */
 const QUANTILE_WINDOW_S = 60
 /** Busy buckets shown per keyed route, and routes shown at most. */
@@ -122,7 +126,7 @@ export class Dashboard {
   /** Per keyed route, each bucket's requests a second, decayed (half-life ~3 s): the busiest are the
    * top BUSIEST of it. At most MAX_SCORED buckets a route. */
   private readonly scores = new Map<string, Map<string, number>>()
-  private snapshot: { at: number; data: Promise<Snapshot>; bodies: Map<string, Promise<string>> } | undefined
+  private snapshot: { at: number; data: Promise<Snapshot>; bodies: Map<string, string> } | undefined
   private lastViewed = Number.NEGATIVE_INFINITY
   private outages = 0
   private downSince: number | undefined
@@ -172,8 +176,9 @@ export class Dashboard {
     const file = dashboardFile(path)
     if (file === undefined) return false
     if (file === 'data.json') {
+      const since = sinceOf(req.url ?? '')
       this.lastViewed = performance.now()
-      const body = await this.body(access)
+      const body = await this.body(access, since)
       res.writeHead(200, {
         ...DASHBOARD_HEADERS,
         'content-type': 'application/json; charset=utf-8',
@@ -201,33 +206,41 @@ export class Dashboard {
     return true
   }
 
-  /** data.json for this request: the snapshot with what it may see, serialized once per snapshot and
-   * kind of access (a viewer costs the bytes it is sent, not a store read or a serialization). */
-  private async body(access: Access): Promise<string> {
+  /** data.json for this request: the snapshot with what it may see, serialized once per snapshot,
+   * kind of access and length of history (whole, or recent: a viewer that named the last point it
+   * holds, recent enough); a viewer costs the bytes it is sent, not a store read or a serialization. */
+  private async body(access: Access, since: number | undefined): Promise<string> {
     const now = performance.now()
     if (!this.snapshot || now - this.snapshot.at >= SNAPSHOT_MS) {
       this.snapshot = { at: now, data: this.take(), bodies: new Map() }
     }
     const snapshot = this.snapshot
-    const key = JSON.stringify(access)
-    // The promise is kept, not the string: viewers asking at once share one serialization.
+    const data = await snapshot.data
+    // The recent points cover all the viewer lacks: it holds every point up to `since`.
+    const recent = since !== undefined && since >= data.at - RECENT_MS
+    const key = `${recent ? 'recent' : 'whole'} ${JSON.stringify(access)}`
     let body = snapshot.bodies.get(key)
     if (body === undefined) {
-      body = snapshot.data.then((data) => JSON.stringify(this.visible(data, access)))
+      body = JSON.stringify(this.visible(data, access, recent))
       snapshot.bodies.set(key, body)
     }
     return body
   }
 
-  /** The snapshot, with what this request may see. */
+  /** The snapshot, with what this request may see: bucket names to who may read /limits, and each
+   * route's points after `historySince` only when `recent` (null: the whole 5 minutes). */
   private visible(
     snapshot: Snapshot,
     access: Access,
-  ): Snapshot & { access: Access & { bucketsShown: boolean } } {
-    const routes = access.authorized
-      ? snapshot.routes
-      : snapshot.routes.map((route) => ({ ...route, buckets: [] }))
-    return { ...snapshot, routes, access: { ...access, bucketsShown: access.authorized } }
+    recent: boolean,
+  ): Snapshot & { access: Access & { bucketsShown: boolean }; historySince: number | null } {
+    const historySince = recent ? snapshot.at - RECENT_MS : null
+    const routes = snapshot.routes.map((route) => ({
+      ...route,
+      buckets: access.authorized ? route.buckets : [],
+      history: historySince === null ? route.history : route.history.filter((p) => p.t > historySince),
+    }))
+    return { ...snapshot, routes, historySince, access: { ...access, bucketsShown: access.authorized } }
   }
 
   /** Each second: this replica's own counters into the charts, the latency marks, the busiest
@@ -462,6 +475,24 @@ export class Dashboard {
       changes: this.changes,
     }
   }
+}
+
+/** The ?since= of a data.json request: the wall-clock ms of the newest point the viewer holds
+ * (undefined: none, it is sent the whole history). Any other query parameter is ignored, as on every
+ * path of this listener; a since that is not a whole number of ms is refused. */
+export function sinceOf(url: string): number | undefined {
+  const query = url.indexOf('?')
+  if (query < 0) return undefined
+  const values = new URLSearchParams(url.slice(query + 1)).getAll('since')
+  if (values.length === 0) return undefined
+  if (values.length > 1) throw new HttpError(400, 'since must be given once')
+  const value = values[0] as string
+  if (!/^\d{1,15}$/.test(value))
+    throw new HttpError(
+      400,
+      'since must be the whole number of ms of the last point the page holds (data.json "at")',
+    )
+  return Number(value)
 }
 
 function isKeyed(per: string): boolean {

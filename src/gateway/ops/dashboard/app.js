@@ -12,6 +12,11 @@ let token = ''
 let access = { canWrite: false, tokenRequired: false, note: '' }
 /** Rows of the routes table by route name, made once (so a focused input keeps its focus). */
 const rows = new Map()
+/** Points of each route's chart (one a second, the last 300), kept across polls: once the page holds
+ * a route's history, a poll names its newest point (?since=) and is sent the last seconds only. */
+const HISTORY = 300
+let histories = new Map()
+let newest
 
 function el(tag, attributes, ...children) {
   const node = document.createElement(tag)
@@ -62,7 +67,8 @@ function tell(message, bad) {
 async function poll() {
   try {
     // With the token (once entered), the busiest buckets' names are shown too (as /limits shows them).
-    const response = await fetch('/dashboard/data.json', {
+    const url = newest === undefined ? '/dashboard/data.json' : `/dashboard/data.json?since=${newest}`
+    const response = await fetch(url, {
       cache: 'no-store',
       headers: token ? { authorization: `Bearer ${token}` } : {},
     })
@@ -75,7 +81,28 @@ async function poll() {
   }
 }
 
+/** Each route's whole history into data.routes: what the page held, and the points it was sent
+ * (all of them when data.historySince is null; else those after it). */
+function mergeHistory(data) {
+  const kept = new Map()
+  let whole = true
+  for (const route of data.routes) {
+    let held = data.historySince === null ? [] : histories.get(route.name)
+    if (held === undefined) {
+      whole = false // a route new to this page: the next poll asks for every point
+      held = []
+    }
+    const last = held.length > 0 ? held[held.length - 1].t : Number.NEGATIVE_INFINITY
+    route.history = held.concat(route.history.filter((p) => p.t > last)).slice(-HISTORY)
+    kept.set(route.name, route.history)
+  }
+  histories = kept
+  const ends = data.routes.filter((r) => r.history.length > 0).map((r) => r.history[r.history.length - 1].t)
+  newest = whole && ends.length > 0 ? Math.max(...ends) : undefined
+}
+
 function render(data) {
+  mergeHistory(data)
   text(document.getElementById('replica'), `${data.replica.version} · pid ${data.replica.pid}`)
   const store = data.store
   say(
