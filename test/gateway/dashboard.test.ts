@@ -164,6 +164,8 @@ describe.skipIf(!executable)('the dashboard, in Chromium', () => {
       expect(await cell(page, 'default', 'Limit in force')).toBe('2')
       expect(await cell(page, 'default', 'Configured')).toBe('2')
       expect(await page.locator('#store').textContent()).toContain('up')
+      // Every route is shown: no note of routes left out.
+      expect(await page.locator('#routes-note').isHidden()).toBe(true)
 
       // Set from the page, with the keyboard: the other replica's /limits shows it, and the upstream
       // gets two more of the waiting requests.

@@ -5,7 +5,7 @@
 export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: string; body: string }>> = {
   'index.html': {
     type: 'text/html; charset=utf-8',
-    etag: '"Z7iK8TWEKmcIysdW"',
+    etag: '"olOoOoIzTz4kT1XR"',
     body: `<!doctype html>
 <html lang="en">
   <head>
@@ -30,6 +30,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
           In flight and waiting are the fleet's, read from the store, and this replica's. Wait times and
           rejections are this replica's, over the last minute and since it started.
         </p>
+        <p id="routes-note" hidden></p>
         <div class="scroll">
           <table id="routes">
             <caption class="visually-hidden">
@@ -137,7 +138,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"eR8fbYB7WONMN-0J"',
+    etag: '"MzY3hTN1HkLO_zF7"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -257,6 +258,12 @@ function render(data) {
   access = data.access
   renderAccess()
   renderRoutes(data.routes)
+  const note = document.getElementById('routes-note')
+  note.hidden = data.routes.length >= data.config.routes
+  text(
+    note,
+    \`The first \${data.routes.length} of \${data.config.routes} routes are shown (the dashboard's cap); /limits and /metrics list them all.\`,
+  )
   renderBuckets(data)
   renderStore(store)
   renderConfig(data.config)

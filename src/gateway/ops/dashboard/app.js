@@ -117,6 +117,12 @@ function render(data) {
   access = data.access
   renderAccess()
   renderRoutes(data.routes)
+  const note = document.getElementById('routes-note')
+  note.hidden = data.routes.length >= data.config.routes
+  text(
+    note,
+    `The first ${data.routes.length} of ${data.config.routes} routes are shown (the dashboard's cap); /limits and /metrics list them all.`,
+  )
   renderBuckets(data)
   renderStore(store)
   renderConfig(data.config)

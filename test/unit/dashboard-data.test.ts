@@ -1,7 +1,8 @@
-// The dashboard's charts cost their 5 minutes once per page: a poll that names the newest point it
-// holds (data.json?since=) is sent each route's last 10 s only, when they cover all the page lacks;
-// otherwise, and without since, the whole history. A bad since is refused in words. Fake time: the
-// Dashboard samples once a second, so 30 s of history is 30 fake seconds.
+// What data.json carries, beyond what the browser test sees. The charts cost their 5 minutes once per
+// page: a poll that names the newest point it holds (data.json?since=) is sent each route's last 10 s
+// only, when they cover all the page lacks; otherwise, and without since, the whole history. A bad
+// since is refused in words. Routes past the cap of 50 are counted, so the page can say so. Fake
+// time: the Dashboard samples once a second, so 30 s of history is 30 fake seconds.
 import type http from 'node:http'
 import pino from 'pino'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
@@ -13,19 +14,26 @@ import { createMetrics } from '../../src/gateway/ops/metrics.js'
 import type { LiveRoute } from '../../src/gateway/routes.js'
 
 const ROUTES = ['a', 'b']
+/** More routes than the dashboard shows (50). */
+const MANY = Array.from({ length: 60 }, (_, i) => `r${i}`)
 const access: Access = { authorized: true, canWrite: false, tokenRequired: false, note: '' }
 
-type Data = { at: number; historySince: number | null; routes: { name: string; history: { t: number }[] }[] }
+type Data = {
+  at: number
+  historySince: number | null
+  routes: { name: string; history: { t: number }[] }[]
+  config: { routes: number }
+}
 
-/** A Dashboard over two unlimited routes (no store read), and a GET of data.json. */
-function dashboard() {
+/** A Dashboard over unlimited routes (no store read), and a GET of data.json. */
+function dashboard(names = ROUTES) {
   const board = new Dashboard({
-    metrics: createMetrics(ROUTES),
+    metrics: createMetrics(names),
     logger: pino({ enabled: false }),
     version: 'test',
-    config: () => ({ store: { kind: 'memory' }, routes: ROUTES }) as unknown as GatewayConfig,
+    config: () => ({ store: { kind: 'memory' }, routes: names }) as unknown as GatewayConfig,
     routes: () =>
-      ROUTES.map(
+      names.map(
         (name) => ({ config: { name }, admissions: [], concurrency: undefined }) as unknown as LiveRoute,
       ),
     health: { down: false, onChange: () => () => undefined } as unknown as StoreHealth,
@@ -78,6 +86,18 @@ describe('data.json history', () => {
       const stale = await get(`/dashboard/data.json?since=${held}`)
       expect(stale.historySince).toBeNull()
       for (const route of stale.routes) expect(route.history).toHaveLength(48)
+    } finally {
+      board.close()
+    }
+  })
+
+  it('shows the first 50 routes and says how many there are (the page notes the rest)', async () => {
+    const { board, get } = dashboard(MANY)
+    try {
+      await vi.advanceTimersByTimeAsync(2_000)
+      const data = await get('/dashboard/data.json')
+      expect(data.routes.map((route) => route.name)).toEqual(MANY.slice(0, 50))
+      expect(data.config.routes).toBe(60)
     } finally {
       board.close()
     }
