@@ -13,6 +13,7 @@ import {
   createSemaphore,
   type Lease,
 } from '../../src/index.js'
+import { MAX_RENEW_BATCH } from '../../src/core/client/renewal.js'
 import { parseInfo } from '../lib/redis.js'
 import { fmtFixed, fmtInt, fmtMs } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
@@ -295,7 +296,7 @@ async function run(ctx: BenchContext) {
     verdicts,
     notes: [
       `Memory: used_memory (INFO memory, after MEMORY PURGE) with ${fmtInt(LEASES)} leases held, less before, divided by ${fmtInt(LEASES)}; each variant on its own names, released before the next. Key names as each library makes them (tollgate: bench:{mutex:mutex-m<i>}:f; redis-semaphore: bench:rs:m<i> under its own prefix; raw: bench:raw:m<i>). Includes each key's expiry entry.`,
-      `Many holds: on one store, owner job-1 holds one name once and owner job-2 holds another ${fmtInt(HOLDS)} times (a reentrant mutex or a read lock; ttlMs 3000: renewed every second, in calls of at most 500 leases); one more acquire + release of each is timed ${fmtInt(SAMPLES)} times, in ${ROUNDS} rounds alternating between the two (after 200 warm-up cycles each); the ratio is the median over rounds of the two round p50s' ratio (this machine's round-trip latency moves between ~0.065 and ~0.15 ms for seconds at a time, for both alike); server µs = commandstats usec of FCALL per call over 500 cycles of each. SLOWLOG at 5 ms from the moment all are held until every lease was renewed once.`,
+      `Many holds: on one store, owner job-1 holds one name once and owner job-2 holds another ${fmtInt(HOLDS)} times (a reentrant mutex or a read lock; ttlMs 3000: renewed every second, in calls of at most ${MAX_RENEW_BATCH} leases); one more acquire + release of each is timed ${fmtInt(SAMPLES)} times, in ${ROUNDS} rounds alternating between the two (after 200 warm-up cycles each); the ratio is the median over rounds of the two round p50s' ratio (this machine's round-trip latency moves between ~0.065 and ~0.15 ms for seconds at a time, for both alike); server µs = commandstats usec of FCALL per call over 500 cycles of each. SLOWLOG at 5 ms from the moment all are held until every lease was renewed once.`,
     ],
     data: { memory, holds },
   }

@@ -113,6 +113,28 @@ describe('permit-renew.lua', () => {
     expect(viaA2).toBe(now2! + 9_000)
   })
 
+  it('G4: one batch of a reentrant owner’s leases, the hold read once: each renewed only through an acquisition still holding', async () => {
+    const n = new PermitName()
+    for (const op of ['a1', 'a2', 'a3']) await n.acquire('o', { op, ttl: 1_000 })
+    await n.acquire('p', { ttl: 1_000, permits: 2 })
+    expect(await n.release('o', 1, 'a1')).toEqual(['', 2])
+    // The released a1 (twice, and after the hold was read through a2), a never-held id, the owner's
+    // token as its own lease (no id), another holder, a token that never held.
+    const [now, ...exps] = await n.renew(
+      8_000,
+      ['o', 'a1'],
+      ['o', 'a2'],
+      ['o', 'a1'],
+      ['o', 'never'],
+      ['p', ''],
+      ['o', 'a3'],
+      ['ghost', 'a2'],
+    )
+    const exp = now! + 8_000
+    expect(exps).toEqual([0, exp, 0, 0, exp, exp, 0])
+    expect(await n.zset('h')).toEqual({ o: exp, p: exp })
+  })
+
   it('batch: one expiry per pair, in order, 0 for the lost ones', async () => {
     const n = new PermitName()
     await n.acquire(['a', 'b', 'c'], { permits: 3, ttl: 1_000 })

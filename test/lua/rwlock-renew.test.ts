@@ -77,6 +77,27 @@ describe('rwlock-renew.lua', () => {
     expect(exp).toBe(now! + 9_000)
   })
 
+  it('G4: one batch of a reentrant owner’s leases, the hold read once: each renewed only through an acquisition still holding', async () => {
+    const n = new RwName()
+    for (const op of ['a1', 'a2', 'a3']) await n.acquire('t', 'r', op, { ttl: 1_000 })
+    await n.acquire('u', 'r', 'b1', { ttl: 1_000 })
+    expect(await n.release('t', 'r', 'a1')).toBe(2)
+    const [now, ...exps] = await n.renew(
+      'r',
+      8_000,
+      ['t', 'a1'],
+      ['t', 'a2'],
+      ['t', 'a1'],
+      ['t', 'never'],
+      ['u', 'b1'],
+      ['t', 'a3'],
+      ['ghost', 'a2'],
+    )
+    const exp = now! + 8_000
+    expect(exps).toEqual([0, exp, 0, 0, exp, exp, 0])
+    expect(await n.zset('r')).toEqual({ t: exp, u: exp })
+  })
+
   it('G3: a token that never held gets 0, and renewing an idle lock creates no key', async () => {
     const n = new RwName()
     expect((await n.renew('r', 10_000, ['ghost', 'a']))[1]).toBe(0)

@@ -93,6 +93,18 @@ describe('G4: renewal scheduler', () => {
     for (const lease of leases) scheduler.delete(lease)
   })
 
+  it('splits 1,000 leases due at once into calls of at most 200 (each under a millisecond of Redis time)', async () => {
+    const scheduler = new RenewalScheduler()
+    const { g, calls } = group(3000, ok(3000))
+    const leases = Array.from({ length: 1_000 }, (_, i) => new FakeLease(scheduler, 'n', `t${i}`, g, 3000))
+    for (const lease of leases) scheduler.add(lease)
+    await vi.advanceTimersByTimeAsync(1100)
+    // Before (a84b268's parent): 500 a call, measured at up to 1.7 ms of Redis time each.
+    expect(calls.map((call) => call.length)).toEqual([200, 200, 200, 200, 200])
+    expect(leases.every((lease) => lease.renewed === 1)).toBe(true)
+    for (const lease of leases) scheduler.delete(lease)
+  })
+
   it('retries a failing renewal until the deadline, then declares the lease lost', async () => {
     const scheduler = new RenewalScheduler()
     const { g, calls } = group(1000, () => new Error('store down'))
