@@ -208,20 +208,23 @@ describe.skipIf(!executable)('the dashboard, in Chromium', () => {
       expect(problems).toEqual([])
 
       // The charts' history is sent once: once the page holds a point, every poll names the newest
-      // (and is sent the last seconds), and the page still draws every point of the 5 minutes (the
-      // whole history now, less what came after its last poll).
-      // (Until the history is longer than the 10 s a poll with since is sent: the page must merge.)
-      type Whole = { routes: { history: unknown[] }[] }
-      const whole = async () =>
-        ((await (await fetch(`${a!.adminUrl}/dashboard/data.json`)).json()) as Whole).routes[0]!.history
-          .length
-      await eventually(async () => (await whole()) >= 17, 20_000, 500)
+      // (and is sent the last 10 s), and the page holds exactly the whole history up to its newest
+      // point, no point missing or twice, and draws each: checked once it holds more than one poll
+      // with since could carry (11 points), so that only merging what it was sent can pass.
+      const page1 = async () =>
+        (await page.evaluate(
+          `[[...histories.values()][0].map((p) => p.t), document.querySelector('svg.chart polyline.fleet').getAttribute('points')]`,
+        )) as [number[], string]
+      await eventually(async () => (await page1())[0].length >= 14, 20_000, 500)
       await eventually(() => polls.filter((url) => url.includes('since=')).length >= 2, 10_000)
       expect(polls[0]).not.toContain('since=')
       const since = polls.findIndex((url) => url.includes('since='))
       expect(polls.slice(since).filter((url) => !/\?since=\d+$/.test(url))).toEqual([])
-      const drawn = (await page.locator('svg.chart polyline.fleet').first().getAttribute('points')) ?? ''
-      expect(drawn.trim().split(' ').length).toBeGreaterThanOrEqual((await whole()) - 3)
+      const [times, drawn] = await page1()
+      type Whole = { routes: { history: { t: number }[] }[] }
+      const whole = ((await (await fetch(`${a!.adminUrl}/dashboard/data.json`)).json()) as Whole).routes[0]!
+      expect(times).toEqual(whole.history.map((p) => p.t).filter((t) => t <= times.at(-1)!))
+      expect(drawn.trim().split(' ')).toHaveLength(times.length)
     } finally {
       // Release every held request, also those admitted by the releases themselves.
       let settled = false

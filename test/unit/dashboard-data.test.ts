@@ -23,6 +23,7 @@ type Data = {
   historySince: number | null
   routes: { name: string; history: { t: number }[] }[]
   config: { routes: number }
+  replica: { pid: number; boot: string }
 }
 
 /** A Dashboard over unlimited routes (no store read), and a GET of data.json. */
@@ -81,6 +82,11 @@ describe('data.json history', () => {
         expect(after).toEqual([held + 1_000, held + 2_000, held + 3_000])
       }
 
+      // A since past the snapshot (the wall clock stepped back since the page's newest point) gets it
+      // all: recent points would all be older than what the page holds, and it would draw none.
+      const ahead = await get(`/dashboard/data.json?since=${recent.at + 5_000}`)
+      expect(ahead.historySince).toBeNull()
+
       // A page that held nothing newer than 10 s ago (a tab in the background) gets it all.
       await vi.advanceTimersByTimeAsync(15_000)
       const stale = await get(`/dashboard/data.json?since=${held}`)
@@ -88,6 +94,23 @@ describe('data.json history', () => {
       for (const route of stale.routes) expect(route.history).toHaveLength(48)
     } finally {
       board.close()
+    }
+  })
+
+  it('names the process it comes from (boot): the same for every poll, another for another process, whatever its pid', async () => {
+    const first = dashboard()
+    const second = dashboard()
+    try {
+      await vi.advanceTimersByTimeAsync(2_000)
+      const [a, b] = [await first.get('/dashboard/data.json'), await first.get('/dashboard/data.json')]
+      const c = await second.get('/dashboard/data.json')
+      expect(a.replica.boot).toMatch(/^[0-9a-f-]{36}$/)
+      expect(b.replica.boot).toBe(a.replica.boot)
+      expect(c.replica.pid).toBe(a.replica.pid)
+      expect(c.replica.boot).not.toBe(a.replica.boot)
+    } finally {
+      first.board.close()
+      second.board.close()
     }
   })
 

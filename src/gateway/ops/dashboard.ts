@@ -11,6 +11,7 @@
 // Trust: the page and its data are read-only, like /metrics; bucket names (request data: tenant ids,
 // addresses) are shown only to a request /limits would answer; changing a limit goes through /limits
 // and its rules (a bearer token beyond loopback, the DNS-rebinding guard, no cookie).
+import { randomUUID } from 'node:crypto'
 import type http from 'node:http'
 import type { Logger as PinoLogger } from 'pino'
 import { GLOBAL_KEY } from '../../admission/keys.js'
@@ -117,6 +118,7 @@ interface Change {
 }
 
 export class Dashboard {
+  private readonly boot = randomUUID()
   private readonly history = new Map<string, Point[]>()
   /** Each second, a copy of every latency histogram's counts: quantiles over the last minute. */
   private readonly marks: { at: number; series: Map<string, Float64Array> }[] = []
@@ -216,8 +218,10 @@ export class Dashboard {
     }
     const snapshot = this.snapshot
     const data = await snapshot.data
-    // The recent points cover all the viewer lacks: it holds every point up to `since`.
-    const recent = since !== undefined && since >= data.at - RECENT_MS
+    // The recent points cover all the viewer lacks: it holds every point up to `since`. A since past
+    // the snapshot (the wall clock stepped back since that point) gets the whole history: the page
+    // would otherwise wait for the clock to pass it again before it drew a new point.
+    const recent = since !== undefined && since >= data.at - RECENT_MS && since <= data.at
     const key = `${recent ? 'recent' : 'whole'} ${JSON.stringify(access)}`
     let body = snapshot.bodies.get(key)
     if (body === undefined) {
@@ -459,7 +463,7 @@ export class Dashboard {
     const reloads = this.view.reloads()
     return {
       at: Date.now(),
-      replica: { version: this.view.version, pid: process.pid },
+      replica: { version: this.view.version, pid: process.pid, boot: this.boot },
       store: {
         kind: config.store.kind,
         up: !health.down,
@@ -501,7 +505,9 @@ function isKeyed(per: string): boolean {
 
 interface Snapshot {
   at: number
-  replica: { version: string; pid: number }
+  /** `boot`: this dashboard's id, new with each process (a pid repeats: 1 in every container). A page
+   * whose data comes from another process (a restart, a load balancer) starts its history again. */
+  replica: { version: string; pid: number; boot: string }
   store: {
     kind: string
     up: boolean

@@ -17,6 +17,8 @@ const rows = new Map()
 const HISTORY = 300
 let histories = new Map()
 let newest
+/** The process whose points the page holds (data.replica.boot). */
+let boot
 
 function el(tag, attributes, ...children) {
   const node = document.createElement(tag)
@@ -86,7 +88,11 @@ async function poll() {
 function mergeHistory(data) {
   const kept = new Map()
   let whole = true
+  // Points of another process (a restart, another replica behind one address) do not continue these.
+  if (data.replica.boot !== boot) histories = new Map()
+  boot = data.replica.boot
   for (const route of data.routes) {
+    // A history sent whole replaces what the page held (the clock may have stepped back meanwhile).
     let held = data.historySince === null ? [] : histories.get(route.name)
     if (held === undefined) {
       whole = false // a route new to this page: the next poll asks for every point
