@@ -7,6 +7,7 @@ import { defined } from '../core/options.js'
 import type { Logger as PinoLogger } from 'pino'
 import type { PlainHistogram } from './ops/metrics.js'
 import { keySpace } from '../core/keys.js'
+import { within } from '../core/timeout.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { createRedisStore } from '../core/redis/store.js'
 import type { Store } from '../core/protocol/store.js'
@@ -183,6 +184,15 @@ export async function checkRedisAccess(
       String((error as Error)?.message ?? error) + String(((error as Error)?.cause as Error)?.message ?? '')
     // NOPERM from a command; from inside a script: "The user executing the script can't ...".
     if (/NOPERM|NOAUTH|WRONGPASS|user executing the script can't/i.test(message)) {
+      // A script refused part-way leaves what it wrote before the refused command (Redis does not roll
+      // a script back): a refused hand-off left the probe's holder keys for their 5 s. Best effort.
+      await within(
+        Promise.allSettled([
+          redis.del(...['h', 'q', 'w', 'm', 'p', 'f', 'a'].map((part) => permits.key(part))),
+          redis.del(...['r', 'x', 'q', 'w', 'm', 'a'].map((part) => lock.key(part))),
+        ]),
+        1000,
+      )
       throw new RedisAccessError(
         `the Redis user may not do what the gateway needs (${message.replace(/\s+/g, ' ').slice(0, 200)}). ` +
           `Grant it, e.g.: ACL SETUSER <user> on >password ${aclRule(prefix)}`,

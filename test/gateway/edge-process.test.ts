@@ -129,6 +129,8 @@ describe('gateway process edge', () => {
       `redis://nochan:pw@127.0.0.1:${server.port}`,
     ])
     expect((await refused.exited).code).toBe(2)
+    // Its probe leaves nothing (before: the holder keys of a hand-off refused part-way, for 5 s).
+    expect(await keysUnder(admin as Redis, prefix)).toEqual([])
     expect(refused.stderr()).toContain('ACL SETUSER')
     expect(refused.stderr()).toContain(`&${prefix}:*`)
     // Exactly the documented rule is enough.
