@@ -483,7 +483,7 @@ export class Dashboard {
 
 /** The ?since= of a data.json request: the wall-clock ms of the newest point the viewer holds
  * (undefined: none, it is sent the whole history). Any other query parameter is ignored, as on every
- * path of this listener; a since that is not a whole number of ms is refused. */
+ * path of this listener; a since that is not a whole number of ms, or is given twice, is refused. */
 export function sinceOf(url: string): number | undefined {
   const query = url.indexOf('?')
   if (query < 0) return undefined
