@@ -9,7 +9,7 @@ import type { PlainHistogram } from './ops/metrics.js'
 import { keySpace } from '../core/keys.js'
 import { within } from '../core/timeout.js'
 import { createMemoryStore } from '../core/memory/store.js'
-import { createRedisStore } from '../core/redis/store.js'
+import { createRedisStore, scriptKeys } from '../core/redis/store.js'
 import type { Store } from '../core/protocol/store.js'
 import type { GatewayConfig, RedisTlsConfig } from './config/index.js'
 
@@ -187,10 +187,7 @@ export async function checkRedisAccess(
       // A script refused part-way leaves what it wrote before the refused command (Redis does not roll
       // a script back): a refused hand-off left the probe's holder keys for their 5 s. Best effort.
       await within(
-        Promise.allSettled([
-          redis.del(...['h', 'q', 'w', 'm', 'p', 'f', 'a'].map((part) => permits.key(part))),
-          redis.del(...['r', 'x', 'q', 'w', 'm', 'a'].map((part) => lock.key(part))),
-        ]),
+        Promise.allSettled([redis.del(...scriptKeys(permits, false)), redis.del(...scriptKeys(lock, true))]),
         1000,
       )
       throw new RedisAccessError(

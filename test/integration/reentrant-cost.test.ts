@@ -63,12 +63,18 @@ async function medianUs(
   }
 }
 
-/** HMGET and HGET calls so far (INFO commandstats): how often scripts read a hold's fields. */
+/** Calls of each command so far, by name (INFO commandstats: commands run inside scripts count too). */
+async function commandCalls(): Promise<Map<string, number>> {
+  const calls = new Map<string, number>()
+  for (const [, name, count] of (await admin.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm))
+    calls.set(name as string, Number(count))
+  return calls
+}
+
+/** HMGET and HGET calls so far: how often scripts read a hold's fields. */
 async function fieldReads(): Promise<number> {
-  let total = 0
-  for (const [, calls] of (await admin.info('commandstats')).matchAll(/^cmdstat_h(?:m)?get:calls=(\d+)/gm))
-    total += Number(calls)
-  return total
+  const calls = await commandCalls()
+  return (calls.get('hmget') ?? 0) + (calls.get('hget') ?? 0)
 }
 
 /** The leases each renewal call carried while `during` ran, read from the server's MONITOR stream:
@@ -179,11 +185,8 @@ it('the acquisitions of a read hold that ran out (a crashed owner) are swept by 
 /** Commands run inside scripts so far: every INFO commandstats count but FCALL's own and the probes'. */
 async function commandsInside(): Promise<number> {
   let total = 0
-  for (const [, name, calls] of (await admin.info('commandstats')).matchAll(
-    /^cmdstat_([^:]+):calls=(\d+)/gm,
-  )) {
-    if (!['fcall', 'info', 'function|load'].includes(name as string)) total += Number(calls)
-  }
+  for (const [name, count] of await commandCalls())
+    if (!['fcall', 'info', 'function|load'].includes(name)) total += count
   return total
 }
 

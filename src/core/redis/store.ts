@@ -584,8 +584,9 @@ class QueuedCall implements ScriptCall {
 
 const keyCache = new WeakMap<KeySpace, { permit?: string[]; rw?: string[] }>()
 
-/** The KEYS of a space's scripts, built once per space (they are on every call's hot path). */
-function scriptKeys(space: KeySpace, rw: boolean): string[] {
+/** The KEYS of a space's scripts, built once per space (they are on every call's hot path): every key
+ * a permit set (rw false) or a read/write lock (rw true) may have. */
+export function scriptKeys(space: KeySpace, rw: boolean): string[] {
   let cached = keyCache.get(space)
   if (!cached) {
     cached = {}
