@@ -30,13 +30,7 @@ import {
   rwLockFamily,
   type ScriptCall,
 } from './families.js'
-import {
-  functionName,
-  loadLibraries,
-  registerScripts,
-  type ScriptClient,
-  type ScriptName,
-} from './scripts.js'
+import { FCALL, type LuaRunner, REFUSED, type ScriptName, scriptRunner } from './scripts.js'
 
 const debug = debuglog('tollgate:store')
 
@@ -110,7 +104,6 @@ class RedisStore implements Store {
   readonly kind = 'redis'
   /** True after close(): every call then fails with StoreUnavailableError. */
   closed = false
-  private readonly scripts: ScriptClient
   private readonly coalescer = new Coalescer<ScriptCall>(
     (calls, straight) => {
       if (straight) this.holdWrite()
@@ -133,11 +126,11 @@ class RedisStore implements Store {
   /** The server's version check (checkVersion()), and whether it passed. */
   private version: Promise<void> | undefined
   private versionChecked = false
-  /** How scripts run: as functions (FCALL) until the server refuses them, then as scripts (EVALSHA). */
-  private functions = true
+  /** How the Lua runs: as functions (FCALL) until the server refuses them, then as scripts (EVALSHA). */
+  private runner: LuaRunner = FCALL
   /** Script calls sent so far: each call's sequence number, which a reload keeps them in. */
   private sent = 0
-  /** The libraries being loaded again, and the calls waiting for them (reload.ts). */
+  /** The Lua being loaded again, and the calls waiting for it (reload.ts). */
   private reload: Reload | undefined
   /** The last connection error of a client the store owns (a client passed in stays the user's: its
    * 'error' events are left to the user, who may rely on ioredis printing them). */
@@ -153,7 +146,6 @@ class RedisStore implements Store {
     readonly prefix: string,
     private readonly commandTimeoutMs: number,
   ) {
-    this.scripts = redis as unknown as ScriptClient
     this.deadlines = new Deadlines(commandTimeoutMs)
     this.subscriptions = new Subscriptions(redis, commandTimeoutMs, (channel, message) =>
       this.deliver(channel, message),
@@ -307,10 +299,11 @@ class RedisStore implements Store {
   }
 
   /**
-   * Run a script: FCALL of its function; as EVALSHA when the server refuses functions. A server that
-   * lost the libraries gets them again, and the calls it failed run then, in the order they were made
-   * (reload.ts): a failed FCALL did not run; of the calls that did run ahead of a failed one, only a
-   * release runs once more (RUN_AGAIN).
+   * Run a script: FCALL of its function; EVALSHA when the server refuses functions. Either way, a
+   * server that lost the Lua (answers "Function not found" or NOSCRIPT: the call did not run) gets it
+   * again, and the calls it failed run then, in the order they were made (reload.ts); of the calls
+   * that did run ahead of a failed one, only a release runs once more (RUN_AGAIN). A refused FCALL did
+   * not run either: it switches the store to EVALSHA through the same barrier.
    */
   private async run(
     script: ScriptName,
@@ -321,18 +314,15 @@ class RedisStore implements Store {
     const seq = this.sent++
     if (this.reload) await this.reload.turn(seq)
     for (let reloaded = false; ; reloaded = true) {
-      if (!this.functions) return this.scripts[script](...keys, channel, ...args)
+      const runner = this.runner
       let reply: unknown
       try {
-        reply = await this.redis.fcall(functionName(script), keys.length, ...keys, channel, ...args)
+        reply = await runner.call(this.redis, script, keys, channel, args, reloaded)
       } catch (error) {
         const refused = replyMessage(error)
         if (refused === undefined) throw error
-        if (FUNCTIONS_REFUSED.test(refused)) {
-          this.refuseFunctions(refused)
-          continue
-        }
-        if (!FUNCTION_MISSING.test(refused) || reloaded) throw error
+        if (runner === FCALL && REFUSED.test(refused)) this.refuseFunctions(refused)
+        else if (!runner.missing.test(refused) || reloaded) throw error
         await this.reloading(seq).failed(seq)
         continue
       }
@@ -349,7 +339,7 @@ class RedisStore implements Store {
     }
   }
 
-  /** The reload under way, or a new one from the call `seq` that found the functions missing. */
+  /** The reload under way, or a new one from the call `seq` that found the Lua missing. */
   private reloading(seq: number): Reload {
     this.reload ??= new Reload(
       seq,
@@ -362,28 +352,30 @@ class RedisStore implements Store {
     return this.reload
   }
 
-  /** Load the libraries: on each master of a Cluster, else on the connection, within the command
-   * timeout (the calls waiting for them fail then, and the next call tries again). A server that
-   * refuses them makes the store run scripts (EVALSHA) from then on. */
+  /** Load the Lua the way it runs now: on each master of a Cluster, else on the connection, within the
+   * command timeout (the calls waiting for it fail then, and the next call tries again). A server
+   * that refuses functions makes the store run scripts (EVALSHA) from then on: loaded then. */
   private async load(): Promise<void> {
     const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]
+    const runner = this.runner
     try {
-      const loaded = await within(
-        Promise.all(nodes.map((node) => loadLibraries(node))),
-        this.commandTimeoutMs,
-      )
+      const loaded = await within(runner.load(nodes), this.commandTimeoutMs)
       if (!loaded.ok) throw loaded.error
     } catch (error) {
       const refused = replyMessage(error)
-      if (refused === undefined || !FUNCTIONS_REFUSED.test(refused)) throw error
+      if (runner !== FCALL || refused === undefined || !REFUSED.test(refused)) throw error
       this.refuseFunctions(refused)
     }
+    // Functions refused by this load or by a call meanwhile: the waiting calls go as EVALSHA.
+    if (this.runner !== runner) await this.load()
   }
 
+  /** FUNCTION LOAD or FCALL refused for good (REFUSED: an ACL without them, a server or proxy without
+   * functions): run the same code as scripts (EVALSHA) from then on. (OOM and MISCONF refusals are
+   * passing: they fail the call, as they would an EVALSHA, and functions stay.) */
   private refuseFunctions(reason: string): void {
-    if (!this.functions) return
-    this.functions = false
-    registerScripts(this.redis)
+    if (this.runner !== FCALL) return
+    this.runner = scriptRunner()
     debug('Redis refuses functions (%s): running the scripts with EVALSHA instead', reason)
   }
 
@@ -516,14 +508,6 @@ function replyMessage(error: unknown): string | undefined {
 
 /** The scripts a reload runs again when they ran ahead of an earlier call that failed (reload.ts). */
 const RUN_AGAIN: ReadonlySet<ScriptName> = new Set<ScriptName>(['tgPermitRelease', 'tgRwRelease'])
-
-/** FCALL refused because the function is not there (a restarted server without persistence, a new
- * Cluster node, FUNCTION FLUSH): load the libraries and call again; the call did not run. */
-const FUNCTION_MISSING = /function not found/i
-/** FUNCTION LOAD or FCALL refused for good (an ACL without them, a server or proxy without functions):
- * run the same code as scripts (EVALSHA) from then on. (OOM and MISCONF refusals are passing: they fail
- * the call, as they would an EVALSHA, and functions stay.) */
-const FUNCTIONS_REFUSED = /NOPERM|unknown command|unknown subcommand/i
 
 /** What each script does, in the words of an error message: "Could not <verb> "<name>"". */
 const VERBS: Record<ScriptName, string> = {
