@@ -65,9 +65,13 @@ export class LockUpgradeError extends TollgateError {
 export class ConfigError extends TollgateError {
   readonly option: string
 
-  constructor(option: string, expected: string, ...received: [unknown?]) {
+  /** `expected` completes `Invalid option "<option>": expected …`; `{ message }` replaces that whole
+   * head, for what is not a bad value (an unknown option, an argument out of place). */
+  constructor(option: string, expected: string | { message: string }, ...received: [unknown?]) {
     const got = received.length > 0 ? ` (received ${describe(received[0])})` : ''
-    super('ERR_TOLLGATE_CONFIG', `Invalid option "${option}": expected ${expected}${got}.`)
+    const head =
+      typeof expected === 'string' ? `Invalid option "${option}": expected ${expected}` : expected.message
+    super('ERR_TOLLGATE_CONFIG', `${head}${got}.`)
     this.option = option
   }
 }

@@ -46,9 +46,10 @@ export function optionalFunction<F>(option: string, value: unknown): F | undefin
 }
 
 /**
- * Refuse an option nobody knows (ConfigError naming it), with a hint for names users bring from
- * elsewhere (`hints`, then the lock options' own). Unknown options are errors everywhere: a typo never
- * leaves a default silently in force.
+ * Refuse an option nobody knows (ConfigError naming it) with the most useful advice: a hint for names
+ * users bring from elsewhere (`hints`, then the lock options' own), else the known name it is a typo
+ * of, else the list of known names. Unknown options are errors everywhere: a typo never leaves a
+ * default silently in force.
  */
 export function rejectUnknown(
   options: object | undefined,
@@ -58,17 +59,73 @@ export function rejectUnknown(
   if (options === undefined) return
   for (const key of Object.keys(options)) {
     if (known.includes(key)) continue
+    const synonym = Object.hasOwn(SYNONYMS, key) ? SYNONYMS[key] : undefined
     const hint = Object.hasOwn(hints, key)
       ? hints[key]
-      : Object.hasOwn(LOCK_HINTS, key)
-        ? LOCK_HINTS[key]
-        : undefined
+      : synonym !== undefined && known.includes(synonym)
+        ? `did you mean "${synonym}"?`
+        : Object.hasOwn(LOCK_HINTS, key)
+          ? LOCK_HINTS[key]
+          : undefined
+    const typo = hint === undefined ? closestName(key, known) : undefined
+    const advice =
+      hint ?? (typo === undefined ? `the options are ${known.join(', ')}` : `did you mean "${typo}"?`)
     throw new ConfigError(
       key,
-      hint ? `no such option (${hint})` : 'no such option',
+      { message: `Unknown option "${key}": ${advice}` },
       (options as Record<string, unknown>)[key],
     )
   }
+}
+
+/**
+ * The name in `known` that `name` is likely a typo of: the same but for case, or one edit away (two
+ * from six characters on), a swap of neighbours counting as one edit. Only error paths call it.
+ */
+export function closestName(name: string, known: readonly string[]): string | undefined {
+  if (name.length > 64) return undefined
+  const typed = name.toLowerCase()
+  let best: string | undefined
+  let bestDistance = typed.length < 6 ? 1 : 2
+  for (const candidate of known) {
+    const distance = editDistance(typed, candidate.toLowerCase(), bestDistance)
+    if (distance < bestDistance || (distance === bestDistance && best === undefined)) {
+      best = candidate
+      bestDistance = distance
+    }
+  }
+  return best
+}
+
+/** Optimal string alignment distance of a and b (insertions, deletions, substitutions and swaps of
+ * neighbours), or `limit + 1` when it is above `limit`. */
+function editDistance(a: string, b: string, limit: number): number {
+  if (Math.abs(a.length - b.length) > limit) return limit + 1
+  let before: number[] = []
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i]
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1
+      let d = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + cost)
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1])
+        d = Math.min(d, before[j - 2]! + 1)
+      current.push(d)
+    }
+    before = previous
+    previous = current
+  }
+  return Math.min(previous[b.length]!, limit + 1)
+}
+
+/** Other libraries' names for one of ours (p-limit's `concurrency`, Bottleneck's `maxConcurrent`...):
+ * "did you mean" ours where it is an option of the call. */
+const SYNONYMS: Readonly<Record<string, string>> = {
+  limit: 'permits',
+  max: 'permits',
+  concurrency: 'permits',
+  maxConcurrent: 'permits',
+  size: 'permits',
 }
 
 /** Names of other libraries' options (Redisson, redis-semaphore, redlock) and our own misspellings. */
@@ -87,6 +144,11 @@ const LOCK_HINTS: Readonly<Record<string, string>> = {
   onLockLost: 'it is `onLost`',
   owner: 'only createReentrantMutex() and createReadWriteLock() take an `owner`',
   permits: 'only createSemaphore() takes `permits`',
+  limit: 'a semaphore’s cap is `permits` (createSemaphore())',
+  max: 'a semaphore’s cap is `permits` (createSemaphore())',
+  concurrency: 'a semaphore’s cap is `permits` (createSemaphore())',
+  size: 'a semaphore’s cap is `permits` (createSemaphore())',
+  maxConcurrent: 'a semaphore’s cap is `permits` (createSemaphore())',
   prefix: 'the key prefix is the store’s: createRedisStore(client, { prefix })',
   keyPrefix: 'the key prefix is `prefix`',
   signal: 'pass a `signal` to acquire() or withLease()',
@@ -145,19 +207,83 @@ export interface LockSettings {
   onLost?: ((error: LeaseLostError, lease: Lease) => void) | undefined
 }
 
-/** Validate the options every lock-like primitive shares (ConfigError naming the option). */
+/** How users call each lock-like primitive's factory (named in messages about its arguments). */
+const LOCK_CALLS: Readonly<Record<string, string>> = {
+  sem: 'createSemaphore(store, name, options)',
+  mutex: 'createMutex(store, name, options)',
+  rmutex: 'createReentrantMutex(store, name, options)',
+  rw: 'createReadWriteLock(store, name, options)',
+}
+
+/**
+ * Check a lock-like factory's arguments in the order they come (store, name, options object, unknown
+ * options), so a forgotten argument is named as such rather than blamed on an option. `own`: the
+ * primitive's options besides LockOptions; `example`: given when the options are required.
+ */
+export function checkLockArguments(
+  kind: string,
+  store: unknown,
+  name: unknown,
+  options: unknown,
+  own: readonly string[] = [],
+  example?: string,
+): void {
+  const call = LOCK_CALLS[kind] ?? `${kind}(store, name, options)`
+  storeArgument(call, store)
+  nameArgument(call, name)
+  optionsArgument(call, options, example)
+  rejectUnknown(options as object | undefined, [...own, ...LOCK_OPTION_KEYS])
+}
+
+/** The first argument of `call` (e.g. 'createSemaphore(store, name, options)'): a store. */
+export function storeArgument(call: string, value: unknown): Store {
+  if (isStore(value)) return value
+  const client = typeof (value as { defineCommand?: unknown } | null)?.defineCommand === 'function'
+  const advice = client ? '; an ioredis client goes in createRedisStore(client) first' : ''
+  throw new ConfigError(
+    'store',
+    {
+      message: `${call}: expected a store from createRedisStore() or createMemoryStore() as the first argument${advice}`,
+    },
+    value,
+  )
+}
+
+/** The second argument of `call`: a name, 1 to 65,536 characters. */
+export function nameArgument(call: string, value: unknown): string {
+  if (typeof value === 'string' && value.length > 0 && value.length <= 65_536) return value
+  const expected =
+    typeof value === 'string'
+      ? 'a name of 1 to 65536 characters as the second argument'
+      : typeof value === 'object' && value !== null
+        ? 'a name string as the second argument, before the options'
+        : 'a name string as the second argument'
+  throw new ConfigError('name', { message: `${call}: expected ${expected}` }, value)
+}
+
+/** The third argument of `call`: an options object, or nothing unless `example` (of what to pass) is
+ * given. */
+export function optionsArgument(call: string, value: unknown, example?: string): object | undefined {
+  if (value === undefined && example === undefined) return undefined
+  if (typeof value === 'object' && value !== null && !Array.isArray(value)) return value
+  const e = example === undefined ? '' : `, e.g. ${example}`
+  throw new ConfigError(
+    'options',
+    { message: `${call}: expected an options object as the third argument${e}` },
+    value,
+  )
+}
+
+/** Validate the options every lock-like primitive shares (ConfigError naming the option), after its
+ * arguments (checkLockArguments). `own`: the primitive's other options, which it reads itself. */
 export function parseLockOptions(
   kind: string,
   store: unknown,
   name: unknown,
   options: LockOptions | undefined,
-  /** The kind in the keys, when it differs from `kind` (the reentrant mutex keeps the mutex's keys). */
-  keyKind = kind,
+  { keyKind = kind, own = [] }: LockKind = {},
 ): LockSettings {
-  storeOption('store', store)
-  nonEmptyString('name', name)
-  isPlainObjectOrUndefined('options', options)
-  rejectUnknown(options, LOCK_OPTION_KEYS)
+  checkLockArguments(kind, store, name, options, own)
   const config = { ...LOCK_DEFAULTS, ...defined(options) }
   const ttlMs = positiveInt('ttlMs', config.ttlMs, MAX_TTL_MS)
   const waiterTtlMs = positiveInt('waiterTtlMs', config.waiterTtlMs, MAX_TTL_MS)
@@ -178,6 +304,13 @@ export function parseLockOptions(
     acquireTimeoutMs,
     onLost: config.onLost,
   }
+}
+
+export interface LockKind {
+  /** The kind in the keys, when it differs from `kind` (the reentrant mutex keeps the mutex's keys). */
+  keyKind?: string
+  /** The primitive's options besides LockOptions (e.g. a semaphore's `permits`). */
+  own?: readonly string[]
 }
 
 /** Validate per-call acquire options. */
@@ -220,17 +353,19 @@ export function storeOption(
   value: unknown,
   what = 'a store from createRedisStore() or createMemoryStore()',
 ): Store {
+  if (!isStore(value)) throw new ConfigError(option, what, value)
+  return value
+}
+
+function isStore(value: unknown): value is Store {
   const store = value as Store
-  if (
-    typeof value !== 'object' ||
-    value === null ||
-    typeof store.permits?.acquire !== 'function' ||
-    typeof store.rwlock?.acquire !== 'function' ||
-    typeof store.subscribe !== 'function'
-  ) {
-    throw new ConfigError(option, what, value)
-  }
-  return store
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof store.permits?.acquire === 'function' &&
+    typeof store.rwlock?.acquire === 'function' &&
+    typeof store.subscribe === 'function'
+  )
 }
 
 /** An integer from 0 to max. */

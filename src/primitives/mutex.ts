@@ -63,9 +63,9 @@ export interface ReentrantMutexOptions extends LockOptions {
  * and queue in one FIFO order (one name is one lock).
  */
 export function createReentrantMutex(store: Store, name: string, options?: ReentrantMutexOptions): Mutex {
-  const { owner, ...lockOptions } = options ?? {}
-  const client = new PermitClient(parseLockOptions('rmutex', store, name, lockOptions, 'mutex'), 1)
-  const scope = ownerScope(store, client.space, owner)
+  const settings = parseLockOptions('rmutex', store, name, options, { keyKind: 'mutex', own: ['owner'] })
+  const client = new PermitClient(settings, 1)
+  const scope = ownerScope(store, client.space, options?.owner)
 
   const mutex: Mutex = {
     name,

@@ -1,6 +1,5 @@
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import type { Lease } from '../core/client/lease.js'
-import { isPlainObjectOrUndefined } from '../core/options.js'
 import { RwClient } from '../core/client/rw-client.js'
 import type { RwMode, RwStats, Store } from '../core/protocol/store.js'
 import { type Mutex, runHolding } from './mutex.js'
@@ -64,10 +63,8 @@ export function bucketReadWriteLock(
   name: string,
   options?: ReadWriteLockOptions,
 ): ReadWriteLock {
-  isPlainObjectOrUndefined('options', options)
-  const { owner, ...lockOptions } = options ?? {}
-  const settings = parseLockOptions('rw', store, name, lockOptions)
-  const scope = ownerScope(store, settings.space, owner)
+  const settings = parseLockOptions('rw', store, name, options, { own: ['owner'] })
+  const scope = ownerScope(store, settings.space, options?.owner)
 
   const made: RwClient[] = []
   const side = (mode: RwMode): ReadWriteLockSide => {

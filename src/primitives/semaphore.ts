@@ -20,6 +20,7 @@ import { MAX_WEIGHT } from '../core/weight.js'
 import { claimName } from './names.js'
 import {
   checkAcquireOptions,
+  checkLockArguments,
   isPlainObjectOrUndefined,
   type LockOptions,
   parseLockOptions,
@@ -30,6 +31,9 @@ const debug = debuglog('tollgate:adaptive')
 
 /** Upper bound on permits, far above any sane in-flight cap; keeps Lua arithmetic exact. */
 const MAX_PERMITS = 1_000_000
+
+/** createSemaphore()'s options besides LockOptions. */
+const SEMAPHORE_OPTION_KEYS = ['permits', 'adaptive'] as const satisfies readonly (keyof SemaphoreOptions)[]
 
 export interface SemaphoreOptions extends LockOptions {
   /** How many leases may be held at once across every process (G1). Required unless `adaptive` is
@@ -106,7 +110,10 @@ export interface Semaphore {
  * is one; a release hands its permit straight to the next waiter and notifies it (G10).
  */
 export function createSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
-  if (typeof options === 'object' && options !== null && options.adaptive !== undefined) {
+  // Arguments first: a forgotten name or a misspelt option is named, never blamed on `permits`.
+  const example = `{ permits: ${typeof options === 'number' ? String(options) : '10'} }`
+  checkLockArguments('sem', store, name, options, SEMAPHORE_OPTION_KEYS, example)
+  if (options.adaptive !== undefined) {
     return adaptiveSemaphore(store, name, options)
   }
   const semaphore = bucketSemaphore(store, name, options)
@@ -205,12 +212,17 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
  * never become an error thrown at request time. Not part of the public API.
  */
 export function bucketSemaphore(store: Store, name: string, options: SemaphoreOptions): Semaphore {
-  if (typeof options !== 'object' || options === null) {
-    throw new ConfigError('permits', 'an options object with "permits"', options)
+  const settings = parseLockOptions('sem', store, name, options, { own: SEMAPHORE_OPTION_KEYS })
+  const given = options?.permits
+  if (given === undefined) {
+    throw new ConfigError(
+      'permits',
+      `an integer from 1 to ${MAX_PERMITS} (required unless "adaptive" is given)`,
+      given,
+    )
   }
-  const { permits: given, ...lockOptions } = options
   const permits = positiveInt('permits', given, MAX_PERMITS)
-  const client = new PermitClient(parseLockOptions('sem', store, name, lockOptions), permits)
+  const client = new PermitClient(settings, permits)
   const semaphore: Semaphore = {
     name,
     get permits() {

@@ -471,8 +471,8 @@ describe('mutex options', () => {
   it('rejects an empty name and a missing store', async () => {
     const { createMemoryStore } = await import('../../src/index.js')
     const store = createMemoryStore()
-    expect(() => createMutex(store, '')).toThrow('"name"')
-    expect(() => createMutex(undefined as never, 'x')).toThrow('"store"')
+    expect(() => createMutex(store, '')).toThrow('as the second argument')
+    expect(() => createMutex(undefined as never, 'x')).toThrow('as the first argument')
     expect(() => createReentrantMutex(store, 'x', { owner: '' })).toThrow('"owner"')
     await store.close()
   })

@@ -359,7 +359,7 @@ describe('redlock options', () => {
     expect(() => createRedlock([a, b, memory], 'x')).toThrow(/"stores".*stores\[2\] is a memory store/)
     expect(() => createRedlock([a, b, a], 'x')).toThrow(/"stores".*stores\[2\] repeats stores\[0\]/)
     expect(() => createRedlock(a as never, 'x')).toThrow(ConfigError)
-    expect(() => createRedlock([a, b, c], '')).toThrow('"name"')
+    expect(() => createRedlock([a, b, c], '')).toThrow('as the second argument')
     expect(createRedlock([a, b, c], 'ok').quorum).toBe(2)
   })
 

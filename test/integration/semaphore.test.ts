@@ -172,8 +172,8 @@ describeStores('semaphore', (fx, kind) => {
   it('validates its options', () => {
     expect(() => createSemaphore(fx().store, 's', { permits: 0 })).toThrow(ConfigError)
     expect(() => createSemaphore(fx().store, 's', { permits: 1.5 })).toThrow('"permits"')
-    expect(() => createSemaphore(fx().store, 's', undefined as never)).toThrow('"permits"')
-    expect(() => createSemaphore(fx().store, '', { permits: 1 })).toThrow('"name"')
+    expect(() => createSemaphore(fx().store, 's', undefined as never)).toThrow('as the third argument')
+    expect(() => createSemaphore(fx().store, '', { permits: 1 })).toThrow('as the second argument')
     expect(() => createSemaphore(fx().store, 's', { permits: 2, ttlMs: 0 })).toThrow('"ttlMs"')
   })
 })

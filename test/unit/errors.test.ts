@@ -33,6 +33,18 @@ describe('errors', () => {
     expect(new ConfigError('ttlMs', 'an integer', -1).message).toBe(
       'Invalid option "ttlMs": expected an integer (received -1).',
     )
+    // What is not a bad value words its own head; the evidence and the option stay the same.
+    const unknown = new ConfigError(
+      'limit',
+      { message: 'Unknown option "limit": did you mean "permits"?' },
+      5,
+    )
+    expect(unknown.message).toBe('Unknown option "limit": did you mean "permits"? (received 5).')
+    expect([unknown.option, unknown.code, unknown.name]).toEqual([
+      'limit',
+      'ERR_TOLLGATE_CONFIG',
+      'ConfigError',
+    ])
     expect((cases[4]![0].cause as Error).message).toBe('x')
     expect(new LockUpgradeError('docs', 'upgrade').message).toMatch(/"docs".*read lock.*deadlock/)
     expect(new LockUpgradeError('docs', 'waiting').reason).toBe('waiting')

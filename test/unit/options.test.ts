@@ -9,6 +9,7 @@ import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { rwlockAdmission, semaphoreAdmission } from '../../src/admission/gates.js'
 import { policyHeaders } from '../../src/admission/response.js'
+import { closestName } from '../../src/core/options.js'
 import {
   ConfigError,
   createMemoryStore,
@@ -30,7 +31,9 @@ describe('options', () => {
     [{ permits: 1, windowMs: 60_000 }, 'windowMs', 'there is no window'],
     [{ permits: 1, max: 5 }, 'max', '`permits`'],
     [{ permits: 1, legacyHeaders: false }, 'legacyHeaders', 'standardHeaders'],
-    [{ permits: 1, sikp: () => true }, 'sikp', 'no such option'],
+    [{ permits: 1, sikp: () => true }, 'sikp', 'did you mean "skip"?'],
+    [{ permits: 1, limit: 5 }, 'limit', '`permits`'],
+    [{ permits: 1, color: 'red' }, 'color', 'the options are store, name, maxWaitMs'],
   ])('an unknown option is a ConfigError naming it: %j', (options, option, hint) => {
     let error: unknown
     try {
@@ -148,7 +151,7 @@ describe('primitive and store options', () => {
       'createReadWriteLock',
       () => createReadWriteLock(store, 'x', { ttlms: 5 } as never),
       'ttlms',
-      'no such option',
+      'did you mean "ttlMs"?',
     ],
     ['acquire()', () => createMutex(store, 'x').acquire({ timeout: 5 } as never), 'timeout', '`timeoutMs`'],
     ['createMemoryStore', () => createMemoryStore({ keyPrefix: 'a' } as never), 'keyPrefix', '`prefix`'],
@@ -180,6 +183,136 @@ describe('primitive and store options', () => {
       expect((error as Error).message).toContain(hint)
     },
   )
+})
+
+describe('factory arguments: the first thing wrong is named, in the order the user wrote them', () => {
+  const store = createMemoryStore()
+  const idle = () => createRedisStore(new Redis({ lazyConnect: true }))
+  const nodes = [idle(), idle(), idle()]
+  /** The ConfigError `make` throws (or its promise rejects with: none here). */
+  function refusal(make: () => unknown): ConfigError {
+    try {
+      make()
+    } catch (error) {
+      expect(error).toBeInstanceOf(ConfigError)
+      return error as ConfigError
+    }
+    throw new Error('no error thrown')
+  }
+
+  it('createSemaphore(store, name, { limit: 5 }) names `limit` as unknown and suggests `permits`', () => {
+    const error = refusal(() => createSemaphore(store, 'x', { limit: 5 } as never))
+    expect(error.option).toBe('limit')
+    expect(error.message).toBe('Unknown option "limit": did you mean "permits"? (received 5).')
+    // Also beside the permits, and beside an adaptive limit (checked before the adaptive options).
+    expect(refusal(() => createSemaphore(store, 'y', { permits: 2, limit: 5 } as never)).option).toBe('limit')
+    expect(
+      refusal(() => createSemaphore(store, 'z', { adaptive: { max: 5, mni: 1 }, limit: 5 } as never)).option,
+    ).toBe('limit')
+  })
+
+  it.each([
+    [
+      'createSemaphore(store, name, options)',
+      () => createSemaphore(store, { permits: 5 } as never, undefined as never),
+    ],
+    [
+      'createSemaphore(store, name, options)',
+      () => createSemaphore(store, { adaptive: { max: 5 } } as never, undefined as never),
+    ],
+    ['createMutex(store, name, options)', () => createMutex(store, { ttlMs: 1000 } as never)],
+    [
+      'createReentrantMutex(store, name, options)',
+      () => createReentrantMutex(store, { owner: 'job' } as never),
+    ],
+    [
+      'createReadWriteLock(store, name, options)',
+      () => createReadWriteLock(store, { owner: 'job' } as never),
+    ],
+    ['createRedlock(stores, name, options)', () => createRedlock(nodes, { ttlMs: 1000 } as never)],
+  ])('%s without its name says the name argument is missing', (call, make) => {
+    const error = refusal(make)
+    expect(error.option).toBe('name')
+    expect(error.message).toBe(
+      `${call}: expected a name string as the second argument, before the options (received object).`,
+    )
+  })
+
+  it('names the other misplaced arguments: a store, a non-string name, the options', () => {
+    const noStore = refusal(() =>
+      createSemaphore('jobs' as never, { permits: 5 } as never, undefined as never),
+    )
+    expect(noStore.option).toBe('store')
+    expect(noStore.message).toBe(
+      'createSemaphore(store, name, options): expected a store from createRedisStore() or createMemoryStore() as the first argument (received "jobs").',
+    )
+    const client = new Redis({ lazyConnect: true })
+    expect(refusal(() => createMutex(client as never, 'x')).message).toContain(
+      'an ioredis client goes in createRedisStore(client) first',
+    )
+    client.disconnect()
+    expect(refusal(() => createMutex(store, 42 as never)).message).toBe(
+      'createMutex(store, name, options): expected a name string as the second argument (received 42).',
+    )
+    expect(refusal(() => createMutex(store, '')).message).toContain('a name of 1 to 65536 characters')
+    expect(refusal(() => createSemaphore(store, 'x', 5 as never)).message).toBe(
+      'createSemaphore(store, name, options): expected an options object as the third argument, e.g. { permits: 5 } (received 5).',
+    )
+    expect(refusal(() => createSemaphore(store, 'x', undefined as never)).option).toBe('options')
+    // Accepted and ignored before: a reentrant mutex's options that are no object.
+    expect(refusal(() => createReentrantMutex(store, 'x', 5 as never)).option).toBe('options')
+    expect(refusal(() => createRedlock(nodes, 'x', 5 as never)).option).toBe('options')
+    // A semaphore without a cap says what it needs.
+    expect(refusal(() => createSemaphore(store, 'x', {})).message).toBe(
+      'Invalid option "permits": expected an integer from 1 to 1000000 (required unless "adaptive" is given) (received undefined).',
+    )
+  })
+
+  it.each([
+    ['createSemaphore', () => createSemaphore(store, 'x', { permit: 5 } as never), 'permit', 'permits'],
+    ['createMutex', () => createMutex(store, 'x', { ttlMS: 5 } as never), 'ttlMS', 'ttlMs'],
+    ['createMutex', () => createMutex(store, 'x', { autorenew: false } as never), 'autorenew', 'autoRenew'],
+    ['createReentrantMutex', () => createReentrantMutex(store, 'x', { ownr: 'a' } as never), 'ownr', 'owner'],
+    ['createReadWriteLock', () => createReadWriteLock(store, 'x', { onwer: 'a' } as never), 'onwer', 'owner'],
+    ['createRedlock', () => createRedlock(nodes, 'x', { retryCont: 5 } as never), 'retryCont', 'retryCount'],
+    ['createMemoryStore', () => createMemoryStore({ prefx: 'a' } as never), 'prefx', 'prefix'],
+    ['acquire()', () => createMutex(store, 'y').acquire({ timeoutMS: 5 } as never), 'timeoutMS', 'timeoutMs'],
+    [
+      'tryAcquire()',
+      () => createSemaphore(store, 'z', { permits: 2 }).tryAcquire({ wieght: 2 } as never),
+      'wieght',
+      'weight',
+    ],
+    [
+      'adaptive',
+      () => createSemaphore(store, 'w', { adaptive: { max: 5, mni: 1 } } as never),
+      'adaptive.mni',
+      'adaptive.min',
+    ],
+    ['semaphore()', () => semaphoreAdmission({ permits: 1, maxWait: 5 } as never), 'maxWait', 'maxWaitMs'],
+  ])('%s suggests the option a typo was meant to be', (_factory, make, option, meant) => {
+    const error = refusal(make)
+    expect(error.option).toBe(option)
+    expect(error.message).toContain(`Unknown option "${option}": did you mean "${meant}"?`)
+  })
+
+  it('lists the options when nothing is close, and suggests nothing far', () => {
+    expect(refusal(() => createMutex(store, 'x', { colour: 1 } as never)).message).toBe(
+      'Unknown option "colour": the options are ttlMs, autoRenew, acquireTimeoutMs, waiterTtlMs, onLost (received 1).',
+    )
+    expect(closestName('ttl', ['ttlMs'])).toBeUndefined() // two edits on a short name: a hint's job
+    expect(closestName('permitz', ['permits', 'owner'])).toBe('permits')
+    expect(closestName('x'.repeat(10_000), ['permits'])).toBeUndefined()
+  })
+
+  it('what must not change: right calls construct, and a bad value keeps its message', () => {
+    expect(createSemaphore(store, 'ok', { permits: 5, ttlMs: 1000 }).permits).toBe(5)
+    expect(createReentrantMutex(store, 'ok-r', { owner: 'job' }).name).toBe('ok-r')
+    expect(createReadWriteLock(store, 'ok-rw').name).toBe('ok-rw')
+    expect(refusal(() => createMutex(store, 'bad', { ttlMs: 0 })).message).toBe(
+      'Invalid option "ttlMs": expected an integer from 1 to 86400000 (received 0).',
+    )
+  })
 })
 
 describe('RateLimit headers and rejections', () => {

@@ -3,9 +3,9 @@ import { ConfigError, type LeaseLostError } from '../../core/errors.js'
 import type { Lease } from '../../core/client/lease.js'
 import {
   defined,
-  isPlainObjectOrUndefined,
-  nonEmptyString,
+  nameArgument,
   nonNegativeInt,
+  optionsArgument,
   positiveInt,
   rejectUnknown,
   storeOption,
@@ -71,6 +71,7 @@ const REDLOCK_OPTION_KEYS = [
 ] as const satisfies readonly (keyof RedlockOptions)[]
 
 export const MIN_NODES = 3
+const REDLOCK_CALL = 'createRedlock(stores, name, options)'
 const MAX_TTL_MS = 24 * 3600 * 1000
 const MAX_DELAY_MS = 3600 * 1000
 
@@ -113,8 +114,8 @@ export function parseRedlock(
       )
     }
   })
-  nonEmptyString('name', name)
-  isPlainObjectOrUndefined('options', options)
+  nameArgument(REDLOCK_CALL, name)
+  optionsArgument(REDLOCK_CALL, options)
   rejectUnknown(options, REDLOCK_OPTION_KEYS, {
     retryDelay: 'it is `retryDelayMs`',
     retryJitter: 'it is `retryJitterMs`',
