@@ -9,6 +9,7 @@ import {
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
+import { misplacedError, reportMisplaced } from './misplaced.js'
 import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
@@ -65,7 +66,7 @@ declare module 'node:http' {
  * exactly once when the response closes (finish, client abort, error, timeout).
  */
 export function semaphore(options: number | ExpressSemaphoreOptions): ExpressMiddleware {
-  return expressAdapter(semaphoreAdmission(options))
+  return expressAdapter(semaphoreAdmission(options), 'semaphore')
 }
 
 /**
@@ -82,15 +83,21 @@ export function rwlock(options: ExpressRwlockOptions = {}): ExpressMiddleware {
       path: (req) =>
         req.path === undefined ? ((req.url ?? '/').split('?')[0] ?? '/') : `${req.baseUrl ?? ''}${req.path}`,
     }),
+    'rwlock',
   )
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Koa, Fastify and Hono). */
-function expressAdapter(admission: Admission<ExpressLikeRequest>): ExpressMiddleware {
+function expressAdapter(admission: Admission<ExpressLikeRequest>, factory: string): ExpressMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as ExpressRejectionHandler | undefined
   const middleware = (req: ExpressLikeRequest, res: ServerResponse, next: Next): void => {
+    // Mounted in another framework (Koa or Hono: (ctx, next); a Fastify plugin or hook): say which
+    // import fits, through that framework's error path, before anything is taken.
+    if (typeof next !== 'function' || typeof res?.once !== 'function') {
+      return reportMisplaced(misplacedError('express', factory, req, res, next), req, res, next)
+    }
     admitWatched(admission, req, res, res).then(
       (watched) => {
         if (watched.outcome === 'gone') return

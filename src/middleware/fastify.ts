@@ -18,6 +18,7 @@ import {
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
+import { misplacedError, reportMisplaced } from './misplaced.js'
 import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
@@ -76,7 +77,7 @@ export type FastifyRwlockOptions = WithHandler<
  * plugin's routes only.
  */
 export function semaphore(options: number | FastifySemaphoreOptions): FastifyTollgatePlugin {
-  return fastifyAdapter(semaphoreAdmission(options))
+  return fastifyAdapter(semaphoreAdmission(options), 'semaphore')
 }
 
 /**
@@ -91,15 +92,20 @@ export function rwlock(options: FastifyRwlockOptions = {}): FastifyTollgatePlugi
       method: (request) => request.method,
       path: (request) => request.url.split('?')[0] ?? '/',
     }),
+    'rwlock',
   )
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Express, Koa and Hono). */
-function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTollgatePlugin {
+function fastifyAdapter(admission: Admission<FastifyRequest>, factory: string): FastifyTollgatePlugin {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as FastifyRejectionHandler | undefined
   const onRequest: TollgateOnRequest = (request, reply, done) => {
+    // Used as another framework's middleware (Express, Koa, Hono): say which import fits.
+    if (typeof done !== 'function' || typeof reply?.raw !== 'object') {
+      return reportMisplaced(misplacedError('fastify', factory, request, reply, done), request, reply, done)
+    }
     admitWatched(admission, request, reply.raw, reply).then(
       (watched) => {
         // The client left: `done` is never called, so Fastify runs neither the body parser nor the
@@ -138,7 +144,16 @@ function fastifyAdapter(admission: Admission<FastifyRequest>): FastifyTollgatePl
       (error: Error) => done(error), // a bug (e.g. a throwing key()): Fastify answers 500
     )
   }
-  const plugin = (instance: FastifyInstance, _options: unknown, done: (error?: Error) => void): void => {
+  const plugin = (instance: FastifyInstance, options: unknown, done: (error?: Error) => void): void => {
+    // Mounted as another framework's middleware, or as a Fastify hook: say how to mount it.
+    if (typeof instance?.addHook !== 'function') {
+      return reportMisplaced(
+        misplacedError('fastify', factory, instance, options, done),
+        instance,
+        options,
+        done,
+      )
+    }
     if (!instance.hasRequestDecorator(requestPropertyName))
       instance.decorateRequest(requestPropertyName, null)
     instance.addHook('onRequest', onRequest)

@@ -7,6 +7,7 @@ import type { Admission, Rejection, TollgateInfo, AdaptiveControl } from '../adm
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
+import { misplacedError, reportMisplaced } from './misplaced.js'
 import { admitWatched, answerHeaders, mergeHeaders, type WatchedResponse, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
@@ -49,7 +50,7 @@ export type HonoRwlockOptions = WithHandler<RwlockMiddlewareOptions<Context>, Ho
  * is noticed only if the runtime aborts `c.req.raw.signal`.
  */
 export function semaphore(options: number | HonoSemaphoreOptions): HonoMiddleware {
-  return honoAdapter(semaphoreAdmission(options))
+  return honoAdapter(semaphoreAdmission(options), 'semaphore')
 }
 
 /**
@@ -59,7 +60,10 @@ export function semaphore(options: number | HonoSemaphoreOptions): HonoMiddlewar
  * and failure rules as semaphore().
  */
 export function rwlock(options: HonoRwlockOptions = {}): HonoMiddleware {
-  return honoAdapter(rwlockAdmission(options, { method: (c) => c.req.method, path: (c) => c.req.path }))
+  return honoAdapter(
+    rwlockAdmission(options, { method: (c) => c.req.method, path: (c) => c.req.path }),
+    'rwlock',
+  )
 }
 
 /** What a client that left gets (nobody reads it): nginx's "client closed request". */
@@ -67,10 +71,15 @@ const CLIENT_CLOSED = 499
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Express, Koa and Fastify). */
-function honoAdapter(admission: Admission<Context>): HonoMiddleware {
+function honoAdapter(admission: Admission<Context>, factory: string): HonoMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as HonoRejectionHandler | undefined
   const middleware: MiddlewareHandler = async (c, next) => {
+    // Mounted in another framework (Express: (req, res, next); Koa: a context without Hono's
+    // `finalized`; a Fastify plugin or hook): say which import fits, before anything is taken.
+    if (typeof next !== 'function' || typeof c?.finalized !== 'boolean') {
+      return reportMisplaced(misplacedError('hono', factory, c, next, undefined), c, next)
+    }
     const outgoing = nodeResponse(c)
     const watch = outgoing ? undefined : new FetchResponseWatch(c.req.raw.signal)
     const watched = await admitWatched(admission, c, outgoing ?? (watch as FetchResponseWatch))

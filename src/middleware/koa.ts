@@ -3,6 +3,7 @@ import type { Admission, Rejection, AdaptiveControl } from '../admission/admissi
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
+import { misplacedError, reportMisplaced } from './misplaced.js'
 import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
@@ -54,7 +55,7 @@ export type KoaRwlockOptions = WithHandler<
  * middleware chain returns.
  */
 export function semaphore(options: number | KoaSemaphoreOptions): KoaMiddleware {
-  return koaAdapter(semaphoreAdmission(options))
+  return koaAdapter(semaphoreAdmission(options), 'semaphore')
 }
 
 /**
@@ -64,15 +65,23 @@ export function semaphore(options: number | KoaSemaphoreOptions): KoaMiddleware 
  * and failure rules as semaphore().
  */
 export function rwlock(options: KoaRwlockOptions = {}): KoaMiddleware {
-  return koaAdapter(rwlockAdmission(options, { method: (ctx) => ctx.method, path: (ctx) => ctx.path }))
+  return koaAdapter(
+    rwlockAdmission(options, { method: (ctx) => ctx.method, path: (ctx) => ctx.path }),
+    'rwlock',
+  )
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
  * and header helpers in watch.ts (shared with Express, Fastify and Hono). */
-function koaAdapter(admission: Admission<KoaLikeContext>): KoaMiddleware {
+function koaAdapter(admission: Admission<KoaLikeContext>, factory: string): KoaMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as KoaRejectionHandler | undefined
   const middleware = async (ctx: KoaLikeContext, next: () => Promise<unknown>): Promise<void> => {
+    // Mounted in another framework (Express: (req, res, next); Hono: a context without Node's
+    // response; a Fastify plugin or hook): say which import fits, before anything is taken.
+    if (typeof next !== 'function' || typeof ctx?.res?.once !== 'function') {
+      return reportMisplaced(misplacedError('koa', factory, ctx, next, undefined), ctx, next)
+    }
     // What the response was before the onRejected hook could set it (a Koa hook answers through ctx).
     const status = ctx.status
     const body = ctx.body
