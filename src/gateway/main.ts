@@ -1,19 +1,20 @@
 #!/usr/bin/env node
 // The `tollgate` bin. Everything is in cli.ts; this file only runs it (see `tollgate --help`).
-// The gateway's own dependencies (pino, prom-client, undici, yaml, zod) are optionalDependencies:
-// installed by default, left out by `npm install --omit=optional` for a library-only footprint. Then
-// the bin says what is missing instead of a stack trace.
-const GATEWAY_DEPENDENCIES = ['pino', 'prom-client', 'undici', 'yaml', 'zod']
+// What the gateway loads may be missing: ioredis (a peer dependency) and its own dependencies (pino,
+// prom-client, undici, yaml, zod: optionalDependencies, left out by `npm install --omit=optional` for
+// a library-only footprint). Then the bin says which are missing and how to install them, instead of
+// a stack trace.
+import { missingPackageOf, missingPackages, missingPackagesMessage } from './missing-packages.js'
 
 let cli: typeof import('./cli.js')
 try {
   cli = await import('./cli.js')
 } catch (error) {
-  const missing = /Cannot find (?:package|module) '([^']+)'/.exec(String((error as Error)?.message))?.[1]
-  if ((error as NodeJS.ErrnoException)?.code !== 'ERR_MODULE_NOT_FOUND' || !missing) throw error
+  const missing = missingPackageOf(error)
+  if (missing === undefined) throw error
+  const all = await missingPackages(missing)
   process.stderr.write(
-    `tollgate: the gateway needs ${missing}, which is not installed (installed with --omit=optional?).\n` +
-      `tollgate: install its dependencies: npm install ${GATEWAY_DEPENDENCIES.join(' ')}\n`,
+    missingPackagesMessage(all, { bin: process.argv[1], userAgent: process.env.npm_config_user_agent }),
   )
   process.exit(1)
 }

@@ -494,10 +494,41 @@ console.log(JSON.stringify({ ok: true, missing }))
       () => undefined,
       (error: Error) => error.message,
     )
-    expect(failed).toMatch(
-      /tollgate: the gateway needs (pino|prom-client|undici|yaml|zod), which is not installed/,
+    expect(failed).toContain(
+      'tollgate: the gateway needs pino, prom-client, undici, yaml and zod, which are not installed (installed with --omit=optional?)',
     )
     expect(failed).toContain('npm install pino prom-client undici yaml zod')
+  })
+
+  it('the bin without ioredis (a peer: not installed by yarn 1, pnpm without auto-install-peers, legacy-peer-deps) names it in the install command', async () => {
+    const project = path.join(tmp, 'no-ioredis')
+    const modules = path.join(project, 'node_modules')
+    await unpackInto(modules)
+    for (const name of GATEWAY_DEPS) link(modules, name)
+    const bin = path.join(modules, 'tollgate/dist/gateway/main.js')
+    const env = { npm_config_user_agent: '' } // as run by node, not by a package manager
+    const args = [bin, '--upstream', 'http://127.0.0.1:9', '--redis', 'redis://127.0.0.1:9']
+    const failed = await run(process.execPath, args, project, env).then(
+      () => 'exited 0',
+      (error: Error) => error.message,
+    )
+    expect(failed).toContain(
+      'tollgate: the gateway needs ioredis, which is not installed (ioredis is a peer dependency of tollgate).\n' +
+        'tollgate: install it: npm install ioredis\n',
+    )
+    // With the optional dependencies left out too, one command installs everything.
+    const bare = path.join(tmp, 'bare')
+    await unpackInto(path.join(bare, 'node_modules'))
+    const both = await run(
+      process.execPath,
+      [path.join(bare, 'node_modules/tollgate/dist/gateway/main.js'), ...args.slice(1)],
+      bare,
+      env,
+    ).then(
+      () => 'exited 0',
+      (error: Error) => error.message,
+    )
+    expect(both).toContain('tollgate: install them: npm install ioredis pino prom-client undici yaml zod\n')
   })
 })
 

@@ -1,0 +1,72 @@
+// What the bin prints when packages the gateway needs are missing (main.ts, before cli.ts loads): all
+// of them, ioredis included, in one install command for the package manager that ran it. The real bin
+// in an install without them: test/package/package.test.ts.
+import { describe, expect, it } from 'vitest'
+import {
+  GATEWAY_PACKAGES,
+  missingPackageOf,
+  missingPackages,
+  missingPackagesMessage,
+} from '../../src/gateway/missing-packages.js'
+
+/** A loader on which `absent` cannot be found, as Node reports it. */
+const loaderWithout =
+  (...absent: string[]) =>
+  (name: string): Promise<unknown> =>
+    absent.includes(name)
+      ? Promise.reject(
+          Object.assign(new Error(`Cannot find package '${name}' imported from /x/main.js`), {
+            code: 'ERR_MODULE_NOT_FOUND',
+          }),
+        )
+      : Promise.resolve({})
+
+describe('the missing-package message of the bin', () => {
+  it('names ioredis and puts it in the install command', () => {
+    expect(missingPackagesMessage(['ioredis'])).toBe(
+      'tollgate: the gateway needs ioredis, which is not installed (ioredis is a peer dependency of tollgate).\n' +
+        'tollgate: install it: npm install ioredis\n',
+    )
+    expect(missingPackagesMessage([...GATEWAY_PACKAGES])).toBe(
+      'tollgate: the gateway needs ioredis, pino, prom-client, undici, yaml and zod, which are not installed (ioredis is a peer dependency of tollgate; the others are left out by --omit=optional).\n' +
+        'tollgate: install them: npm install ioredis pino prom-client undici yaml zod\n',
+    )
+  })
+
+  it('what must not change: the optional dependencies alone get the command they got', () => {
+    const message = missingPackagesMessage(['pino', 'prom-client', 'undici', 'yaml', 'zod'])
+    expect(message).toContain('which are not installed (installed with --omit=optional?)')
+    expect(message).toContain('npm install pino prom-client undici yaml zod\n')
+  })
+
+  it('speaks the package manager that ran the bin, and says how to run it with npx', () => {
+    expect(missingPackagesMessage(['ioredis'], { userAgent: 'pnpm/9.1.0 npm/? node/v22.0.0' })).toContain(
+      'pnpm add ioredis',
+    )
+    expect(missingPackagesMessage(['ioredis'], { userAgent: 'yarn/1.22.22 npm/? node/v22.0.0' })).toContain(
+      'yarn add ioredis',
+    )
+    expect(
+      missingPackagesMessage(['ioredis'], {
+        bin: '/home/u/.npm/_npx/6b6f/node_modules/tollgate/dist/gateway/main.js',
+      }),
+    ).toContain('run it with it: npx -p tollgate -p ioredis tollgate <your flags>')
+  })
+
+  it('finds every missing one, the one the bin failed on first', async () => {
+    expect(await missingPackages('ioredis', loaderWithout('ioredis', 'zod'))).toEqual(['ioredis', 'zod'])
+    expect(await missingPackages('pino', loaderWithout('pino'))).toEqual(['pino'])
+    // A package this list does not know is named too; a present package failing otherwise is not.
+    const broken = (name: string) =>
+      name === 'undici' ? Promise.reject(new Error('needs a newer Node')) : Promise.resolve({})
+    expect(await missingPackages('left-pad', broken)).toEqual(['left-pad'])
+  })
+
+  it('reads the package from a real failed import, never a file of ours', async () => {
+    const error = await import('tollgate-no-such-package' as string).catch((e: unknown) => e)
+    expect(missingPackageOf(error)).toBe('tollgate-no-such-package')
+    const file = await import('./no-such-file.js' as string).catch((e: unknown) => e)
+    expect(missingPackageOf(file)).toBeUndefined()
+    expect(missingPackageOf(new Error('boom'))).toBeUndefined()
+  })
+})
