@@ -4,14 +4,20 @@
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
+-- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
+-- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
+-- a hold that ran out, or of an acquisition nobody renews, are.
 -- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases
 -- (a lease of weight w counts w): a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE), however many it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
+-- ZADD a call), however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
 local exp = NOW + ttl
-local any, in_a = false, false
+local any = false
+-- score, member, ... of the renewed leases that are members of A (ZADD arguments)
+local rescored = {}
 -- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
 -- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
 local live, extended = {}, {}
@@ -49,7 +55,10 @@ for i = 3, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then in_a = true end
+    if holds_it == 2 then
+      rescored[#rescored + 1] = extended[tok]
+      rescored[#rescored + 1] = op .. ' ' .. fields[tok][2] .. ' ' .. tok
+    end
   else
     out[#out + 1] = 0
   end
@@ -61,6 +70,7 @@ if any then
   expire_at_least(M, exp)
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
-  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
+  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

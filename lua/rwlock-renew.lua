@@ -3,14 +3,20 @@
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
+-- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
+-- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
+-- a hold that ran out, or of an acquisition nobody renews, are.
 -- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE), however many acquisitions it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
+-- ZADD a call), however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
 local out = { NOW }
 local exp = NOW + ttl
-local any, in_a = false, false
+local any = false
+-- score, member, ... of the renewed leases that are members of A (ZADD arguments)
+local rescored = {}
 -- token -> its hold's expiry before this call (false: none live), -> its first acquisition (false:
 -- none kept), and -> the expiry it was extended to in this call: the leases of one reentrant owner
 -- share a hold, read and extended once.
@@ -31,7 +37,10 @@ for i = 4, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then in_a = true end
+    if holds_it == 2 then
+      rescored[#rescored + 1] = extended[tok]
+      rescored[#rescored + 1] = op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok
+    end
   else
     out[#out + 1] = 0
   end
@@ -41,6 +50,7 @@ if any then
   expire_at_least(M, exp)
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
-  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
+  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

@@ -23,11 +23,13 @@
 --                    window; an override is never replaced by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
---   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> the hold's expiry when the
+--                    acquisition was last taken or renewed (a renewal re-scores it): the
 --                    acquisitions of a reentrant owner's hold after its first, so that one more, one
 --                    fewer, or asking whether one holds costs O(log n) however many the owner holds
---                    (a list in M cost O(k) per call and O(k^2) per renewal batch). Members of a hold
---                    that ran out are swept a bounded number at a time (sweep_acquisitions).
+--                    (a list in M cost O(k) per call and O(k^2) per renewal batch). A member is due
+--                    once its own lease ran out: those of a hold that ran out are swept a bounded
+--                    number at a time (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
@@ -236,8 +238,8 @@ local function add_op(tok, op, first, fence, exp)
 end
 
 -- Members of A whose hold is gone (its lease ran out, or the hash was lost) go, at most 100 a call;
--- a member whose score is stale but whose hold lives gets the hold's expiry. O(log n) when none is
--- due, which is every call but those after a reentrant owner's hold ran out.
+-- a due member whose hold lives (an acquisition nobody renews while others do) gets the hold's
+-- expiry. O(log n) when none is due: renewals keep a live hold's renewed members ahead of the clock.
 local function sweep_acquisitions()
   local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
   for _, member in ipairs(due) do

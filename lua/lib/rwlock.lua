@@ -16,10 +16,12 @@
 --                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
 --                    more hold, each a member of A (see holds_op: the hold is freed when its last
 --                    acquisition is released).
---   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> the hold's
+--                    expiry when the acquisition was last taken or renewed (a renewal re-scores it):
 --                    a hold's acquisitions after its first, so that one more, one fewer, or asking
---                    whether one holds costs O(log n) however many the owner holds. Members of a hold
---                    that ran out are swept, at most 100 a call (sweep_acquisitions).
+--                    whether one holds costs O(log n) however many the owner holds. A member is due
+--                    once its own lease ran out: those of a hold that ran out are swept, at most 100
+--                    a call (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt> <acquisition> ...".
 --
@@ -109,8 +111,9 @@ local function holds_op(mode, tok, op, first)
   return false
 end
 
--- Members of A whose hold is gone go, at most 100 a call; one whose score is stale but whose hold
--- lives gets the hold's expiry. O(log n) when none is due.
+-- Members of A whose hold is gone go, at most 100 a call; a due member whose hold lives (an
+-- acquisition nobody renews while others do) gets the hold's expiry. O(log n) when none is due:
+-- renewals keep a live hold's renewed members ahead of the clock.
 local function sweep_acquisitions()
   local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
   for _, member in ipairs(due) do

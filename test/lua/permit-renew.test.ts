@@ -135,6 +135,41 @@ describe('permit-renew.lua', () => {
     expect(await n.zset('h')).toEqual({ o: exp, p: exp })
   })
 
+  // A member of A is due once its score passes; a renewal that left the scores behind made every
+  // member of a live hold due one ttl later, and each later call re-scored 100 of them (issue 37).
+  it('moves the renewed acquisitions’ members of A to the hold’s new expiry; others keep theirs, a released one stays out', async () => {
+    const n = new PermitName()
+    const [, first] = await n.acquire('o', { op: 'a1', ttl: 1_000 })
+    const fence = (first as Granted)[1]
+    for (const op of ['a2', 'a3', 'a4']) await n.acquire('o', { op, ttl: 1_000 })
+    expect(await n.release('o', 1, 'a4')).toEqual(['', 2])
+    const before = await n.zset('a')
+    const [now, ...exps] = await n.renew(8_000, ['o', 'a1'], ['o', 'a2'], ['o', 'a4'])
+    const exp = now! + 8_000
+    expect(exps).toEqual([exp, exp, 0])
+    expect(await n.zset('a')).toEqual({ [`a2 ${fence} o`]: exp, [`a3 ${fence} o`]: before[`a3 ${fence} o`] })
+    await n.expectExpiresNoEarlierThan('a', exp)
+  })
+
+  it('G2: the acquisitions of a renewed hold stay while it lives and are swept once it ran out (its owner died)', async () => {
+    const n = new PermitName()
+    for (const op of ['a1', 'a2', 'a3']) await n.acquire('o', { op, ttl: 100, permits: 2 })
+    const [, exp] = await n.renew(600, ['o', 'a1'], ['o', 'a2'], ['o', 'a3'])
+    await sleep(200) // past the first ttl, not the renewed one
+    // Another holder's acquire and release: the release runs the general path, which sweeps A.
+    const other = async () => {
+      await n.acquire('p', { permits: 2 })
+      expect(await n.release('p', 2)).toEqual(['', 1])
+    }
+    await other()
+    const members = await n.zset('a')
+    expect(Object.values(members)).toEqual([exp, exp])
+    expect((await serverClock()).ms).toBeLessThan(exp!) // the hold still lived during the call
+    while ((await serverClock()).ms <= exp!) await sleep(20)
+    await other()
+    expect(await n.parts()).toEqual([])
+  })
+
   it('batch: one expiry per pair, in order, 0 for the lost ones', async () => {
     const n = new PermitName()
     await n.acquire(['a', 'b', 'c'], { permits: 3, ttl: 1_000 })

@@ -115,6 +115,38 @@ describe('rwlock-renew.lua', () => {
     expect(await n.zset('x')).toEqual({ w1: exp2 })
   })
 
+  // A member of A is due once its score passes; a renewal that left the scores behind made every
+  // member of a live hold due one ttl later, and each later call re-scored 100 of them (issue 37).
+  it('moves the renewed acquisitions’ members of A to the hold’s new expiry; others keep theirs, a released one stays out', async () => {
+    const n = new RwName()
+    for (const op of ['a1', 'a2', 'a3', 'a4']) await n.acquire('t', 'r', op, { ttl: 1_000 })
+    expect(await n.release('t', 'r', 'a4')).toBe(2)
+    const before = await n.zset('a')
+    const [now, ...exps] = await n.renew('r', 8_000, ['t', 'a1'], ['t', 'a2'], ['t', 'a4'])
+    const exp = now! + 8_000
+    expect(exps).toEqual([exp, exp, 0])
+    expect(await n.zset('a')).toEqual({ 'a2 a1 rt': exp, 'a3 a1 rt': before['a3 a1 rt'] })
+    await n.expectExpiresNoEarlierThan('a', exp)
+  })
+
+  it('G2: the acquisitions of a renewed hold stay while it lives and are swept once it ran out (its owner died)', async () => {
+    const n = new RwName()
+    for (const op of ['a1', 'a2', 'a3']) await n.acquire('t', 'r', op, { ttl: 100 })
+    const [, exp] = await n.renew('r', 600, ['t', 'a1'], ['t', 'a2'], ['t', 'a3'])
+    await sleep(200) // past the first ttl, not the renewed one
+    // Another reader's acquire and release: the release runs the general path, which sweeps A.
+    const other = async () => {
+      await n.acquire('u', 'r', 'b1')
+      expect(await n.release('u', 'r', 'b1')).toBe(1)
+    }
+    await other()
+    expect(await n.zset('a')).toEqual({ 'a2 a1 rt': exp, 'a3 a1 rt': exp })
+    expect((await serverClock()).ms).toBeLessThan(exp!) // the hold still lived during the call
+    while ((await serverClock()).ms <= exp!) await sleep(20)
+    await other()
+    expect(await n.parts()).toEqual([])
+  })
+
   it('batch: one expiry per pair, in order, 0 for the lost ones; waiters untouched', async () => {
     const n = new RwName()
     await n.acquire('r1', 'r', 'a', { ttl: 1_000 })

@@ -226,11 +226,13 @@ end
 --                    window; an override is never replaced by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
---   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> a lease expiry of the hold (a hint for sweeping): the
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> the hold's expiry when the
+--                    acquisition was last taken or renewed (a renewal re-scores it): the
 --                    acquisitions of a reentrant owner's hold after its first, so that one more, one
 --                    fewer, or asking whether one holds costs O(log n) however many the owner holds
---                    (a list in M cost O(k) per call and O(k^2) per renewal batch). Members of a hold
---                    that ran out are swept a bounded number at a time (sweep_acquisitions).
+--                    (a list in M cost O(k) per call and O(k^2) per renewal batch). A member is due
+--                    once its own lease ran out: those of a hold that ran out are swept a bounded
+--                    number at a time (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
@@ -439,8 +441,8 @@ local function add_op(tok, op, first, fence, exp)
 end
 
 -- Members of A whose hold is gone (its lease ran out, or the hash was lost) go, at most 100 a call;
--- a member whose score is stale but whose hold lives gets the hold's expiry. O(log n) when none is
--- due, which is every call but those after a reentrant owner's hold ran out.
+-- a due member whose hold lives (an acquisition nobody renews while others do) gets the hold's
+-- expiry. O(log n) when none is due: renewals keep a live hold's renewed members ahead of the clock.
 local function sweep_acquisitions()
   local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
   for _, member in ipairs(due) do
@@ -693,10 +695,12 @@ end
 --                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
 --                    more hold, each a member of A (see holds_op: the hold is freed when its last
 --                    acquisition is released).
---   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> a lease expiry of the hold (a hint for sweeping):
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> the hold's
+--                    expiry when the acquisition was last taken or renewed (a renewal re-scores it):
 --                    a hold's acquisitions after its first, so that one more, one fewer, or asking
---                    whether one holds costs O(log n) however many the owner holds. Members of a hold
---                    that ran out are swept, at most 100 a call (sweep_acquisitions).
+--                    whether one holds costs O(log n) however many the owner holds. A member is due
+--                    once its own lease ran out: those of a hold that ran out are swept, at most 100
+--                    a call (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt> <acquisition> ...".
 --
@@ -786,8 +790,9 @@ local function holds_op(mode, tok, op, first)
   return false
 end
 
--- Members of A whose hold is gone go, at most 100 a call; one whose score is stale but whose hold
--- lives gets the hold's expiry. O(log n) when none is due.
+-- Members of A whose hold is gone go, at most 100 a call; a due member whose hold lives (an
+-- acquisition nobody renews while others do) gets the hold's expiry. O(log n) when none is due:
+-- renewals keep a live hold's renewed members ahead of the clock.
 local function sweep_acquisitions()
   local due = redis.call('ZRANGEBYSCORE', A, '-inf', NOW, 'LIMIT', 0, 100)
   for _, member in ipairs(due) do
@@ -1430,14 +1435,20 @@ return out
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
+-- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
+-- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
+-- a hold that ran out, or of an acquisition nobody renews, are.
 -- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases
 -- (a lease of weight w counts w): a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE), however many it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
+-- ZADD a call), however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
 local exp = NOW + ttl
-local any, in_a = false, false
+local any = false
+-- score, member, ... of the renewed leases that are members of A (ZADD arguments)
+local rescored = {}
 -- token -> its hold's expiry before this call (false: it holds nothing live), and -> the expiry it
 -- was extended to in this call: the leases of one reentrant owner share a hold, read and extended once.
 local live, extended = {}, {}
@@ -1475,7 +1486,10 @@ for i = 3, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then in_a = true end
+    if holds_it == 2 then
+      rescored[#rescored + 1] = extended[tok]
+      rescored[#rescored + 1] = op .. ' ' .. fields[tok][2] .. ' ' .. tok
+    end
   else
     out[#out + 1] = 0
   end
@@ -1487,7 +1501,8 @@ if any then
   expire_at_least(M, exp)
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
-  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
+  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,
@@ -1821,14 +1836,20 @@ return result
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
+-- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
+-- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
+-- a hold that ran out, or of an acquisition nobody renews, are.
 -- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE), however many acquisitions it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
+-- ZADD a call), however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
 local out = { NOW }
 local exp = NOW + ttl
-local any, in_a = false, false
+local any = false
+-- score, member, ... of the renewed leases that are members of A (ZADD arguments)
+local rescored = {}
 -- token -> its hold's expiry before this call (false: none live), -> its first acquisition (false:
 -- none kept), and -> the expiry it was extended to in this call: the leases of one reentrant owner
 -- share a hold, read and extended once.
@@ -1849,7 +1870,10 @@ for i = 4, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then in_a = true end
+    if holds_it == 2 then
+      rescored[#rescored + 1] = extended[tok]
+      rescored[#rescored + 1] = op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok
+    end
   else
     out[#out + 1] = 0
   end
@@ -1859,7 +1883,8 @@ if any then
   expire_at_least(M, exp)
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
-  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
+  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,
