@@ -208,7 +208,9 @@ for (const lean of [true, false]) {
       }
       await sleep(200)
       const held = readAheadHeld()
-      expect(held.buffers).toBeLessThanOrEqual(256)
+      // On the lean path, the first read as it came and the others copied into one block of 4 KB
+      // (kept as read, 4,000 Buffers of ~260 bytes each for 4,000 bytes).
+      expect(held.buffers).toBeLessThanOrEqual(2)
       expect(held.bytes).toBeLessThanOrEqual(64 * 1024)
       upstream.release()
       client.write(next.slice(4000))

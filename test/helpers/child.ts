@@ -20,6 +20,8 @@ export interface ChildExit {
 export interface SpawnChildOptions {
   /** Extra environment variables (on top of process.env and TOLLGATE_TEST_REDIS). */
   env?: Record<string, string>
+  /** Node and V8 flags before the script (some, such as --no-memory-reducer, NODE_OPTIONS refuses). */
+  nodeArgs?: string[]
 }
 
 export interface ChildHandle {
@@ -62,14 +64,15 @@ interface Waiter {
   reject: (error: Error) => void
 }
 
-/** Starts `node --import tsx <file> ...args` with an IPC channel and the Redis topology in its env. */
+/** Starts `node [nodeArgs] --import tsx <file> ...args` with an IPC channel and the Redis topology in its env. */
 export function spawnChild(
   file: string | URL,
   args: string[] = [],
   options: SpawnChildOptions = {},
 ): ChildHandle {
   const script = file instanceof URL ? fileURLToPath(file) : file
-  const child = spawn(process.execPath, ['--import', 'tsx', '--import', GUARD, script, ...args], {
+  const argv = [...(options.nodeArgs ?? []), '--import', 'tsx', '--import', GUARD, script, ...args]
+  const child = spawn(process.execPath, argv, {
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
     serialization: 'json',
     env: { ...process.env, ...options.env, [TOPOLOGY_ENV]: JSON.stringify(inject('redis')) },

@@ -91,12 +91,14 @@ const CRLFCRLF = Buffer.from('\r\n\r\n')
 /** Channels http.Server publishes each request on (diagnostics_channel). */
 const REQUEST_START = channel('http.server.request.start')
 const RESPONSE_FINISH = channel('http.server.response.finish')
-/** Bytes of later (pipelined) requests read ahead while a response is in flight: beyond this the
- * socket is paused until the response is done (Node pauses too). */
+/** Bytes of later (pipelined) requests read ahead while a response is in flight (or the socket's
+ * highWaterMark, if larger): beyond this the socket is given them back and paused, and reads nothing
+ * more until the response is done (the kernel keeps what comes), as http.Server stops reading. */
 const MAX_READ_AHEAD = 64 * 1024
-/** And buffers: a read-ahead that trickles in a byte per packet would otherwise cost a Buffer (~128
- * bytes) per byte, 8 MB for 64 KB. */
-const MAX_READ_AHEAD_BUFFERS = 256
+/** Reads behind the first one in flight are copied into blocks of this size: a Buffer costs ~350
+ * bytes besides its own (V8 heap and backing store), so a read-ahead trickled in a byte per packet
+ * and kept as read cost ~350 bytes per byte. */
+const BLOCK = 4096
 
 /** A first body chunk up to this size leaves in one write with the head (latin1 keeps every byte). */
 const SMALL_BODY = 2048
@@ -560,7 +562,11 @@ const FRESH_IS_IDLE = Number(process.versions.node.split('.')[0]) >= 26
 class LeanConnection {
   /** Bytes read and not parsed yet: joined only when a head is looked for (not per packet). */
   private chunks: Buffer[] = []
+  /** Those bytes, with the block's. */
   private bufferedBytes = 0
+  /** The block being filled with reads behind a request in flight, after `chunks`. */
+  private block: Buffer | undefined
+  private blockUsed = 0
   private current: LeanResponse | undefined
   private readonly parser: LeanParser
   private looping = false
@@ -593,11 +599,27 @@ class LeanConnection {
 
   /** The bytes read and not parsed yet, as one buffer (copied only when they came in pieces). */
   private joined(): Buffer {
+    this.seal()
     return this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks)
   }
 
+  /** The block's bytes join `chunks`. */
+  private seal(): void {
+    const block = this.block
+    if (block === undefined) return
+    this.chunks.push(this.blockUsed === block.length ? block : block.subarray(0, this.blockUsed))
+    this.block = undefined
+    this.blockUsed = 0
+  }
+
+  /** Nothing in flight and nothing to serve: neither read ahead nor handed back to the socket. */
   get idle(): boolean {
-    return (this.served || FRESH_IS_IDLE) && this.current === undefined && this.bufferedBytes === 0
+    return (
+      (this.served || FRESH_IS_IDLE) &&
+      this.current === undefined &&
+      this.bufferedBytes === 0 &&
+      this.socket.readableLength === 0
+    )
   }
 
   /** What it holds read ahead (readAheadHeld()). */
@@ -606,15 +628,45 @@ class LeanConnection {
   }
 
   get heldBuffers(): number {
-    return this.chunks.length
+    return this.chunks.length + (this.block === undefined ? 0 : 1)
   }
 
   private readonly onData = (chunk: Buffer): void => {
-    this.chunks.push(chunk)
-    this.bufferedBytes += chunk.length
-    if (this.current === undefined) this.next()
-    else if (this.bufferedBytes > MAX_READ_AHEAD || this.chunks.length >= MAX_READ_AHEAD_BUFFERS)
+    if (this.current === undefined) {
+      this.chunks.push(chunk)
+      this.bufferedBytes += chunk.length
+      return this.next()
+    }
+    this.keep(chunk)
+    // A paused socket reads on, a Buffer per read, until it holds its highWaterMark (16 KB on Node 20,
+    // 64 KB from 22): given the read-ahead back, at least that much, it stops reading.
+    if (this.bufferedBytes > MAX_READ_AHEAD && this.bufferedBytes >= this.socket.readableHighWaterMark) {
+      const bytes = this.joined()
+      this.drop()
       this.socket.pause()
+      this.socket.unshift(bytes)
+    }
+  }
+
+  /** Keep a read behind the request in flight: the first as it came (a pipelining client's requests
+   * mostly come in one read), later ones copied into blocks, so what is held costs its bytes. */
+  private keep(chunk: Buffer): void {
+    const wasEmpty = this.bufferedBytes === 0
+    this.bufferedBytes += chunk.length
+    if (wasEmpty) {
+      this.chunks.push(chunk)
+      return
+    }
+    for (let at = 0; at < chunk.length;) {
+      let block = this.block
+      if (block === undefined || this.blockUsed === block.length) {
+        this.seal()
+        block = this.block = Buffer.allocUnsafeSlow(Math.max(BLOCK, chunk.length - at))
+      }
+      const copied = chunk.copy(block, this.blockUsed, at)
+      this.blockUsed += copied
+      at += copied
+    }
   }
 
   /** The client closed its side: as http.Server (no half-open HTTP), what is in flight is aborted;
@@ -656,6 +708,8 @@ class LeanConnection {
   private drop(): void {
     this.chunks = []
     this.bufferedBytes = 0
+    this.block = undefined
+    this.blockUsed = 0
   }
 
   /** The response being written is over: later ones may go (called before its 'close' is emitted,
@@ -675,7 +729,7 @@ class LeanConnection {
       this.socket.destroySoon()
       return
     }
-    if (this.bufferedBytes === 0) {
+    if (this.bufferedBytes === 0 && this.socket.readableLength === 0) {
       const idleMs = this.front.server.keepAliveTimeout
       if (idleMs > 0 && this.socket.timeout !== idleMs + KEEP_ALIVE_BUFFER_MS)
         this.socket.setTimeout(idleMs + KEEP_ALIVE_BUFFER_MS)
