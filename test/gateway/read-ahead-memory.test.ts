@@ -9,7 +9,7 @@ import { type RawConnection, rawConnect } from '../helpers/raw-http.js'
 import { startRecorder } from '../helpers/recorder.js'
 
 /** Connections trickling at once: 50 × 60 KB = 3 MB sent, so that the bound (4 bytes per byte, 12 MB)
- * stands well clear both of what the lean path keeps (~3.6 MB: the bytes, in blocks) and of how far
+ * stands well clear both of what the lean path keeps (~4 MB: the bytes, in blocks) and of how far
  * RSS moves with nothing kept (the Node path, which reads none of it: within 2 MB here). */
 const CONNECTIONS = 50
 const BYTES_PER_BYTE = 4

@@ -95,9 +95,11 @@ const RESPONSE_FINISH = channel('http.server.response.finish')
  * highWaterMark, if larger): beyond this the socket is given them back and paused, and reads nothing
  * more until the response is done (the kernel keeps what comes), as http.Server stops reading. */
 const MAX_READ_AHEAD = 64 * 1024
-/** Reads behind the first one in flight are copied into blocks of this size: a Buffer costs ~350
- * bytes besides its own (V8 heap and backing store), so a read-ahead trickled in a byte per packet
- * and kept as read cost ~350 bytes per byte. */
+/** Reads behind the first one in flight are copied into blocks, each as large as what is held (so
+ * at most twice that), from 256 bytes up to 4 KB: a Buffer costs ~350 bytes besides its own (V8 heap
+ * and backing store), so a read-ahead trickled in a byte per packet and kept as read cost ~350 bytes
+ * per byte. */
+const MIN_BLOCK = 256
 const BLOCK = 4096
 
 /** A first body chunk up to this size leaves in one write with the head (latin1 keeps every byte). */
@@ -661,7 +663,8 @@ class LeanConnection {
       let block = this.block
       if (block === undefined || this.blockUsed === block.length) {
         this.seal()
-        block = this.block = Buffer.allocUnsafeSlow(Math.max(BLOCK, chunk.length - at))
+        const size = Math.min(BLOCK, Math.max(MIN_BLOCK, this.bufferedBytes))
+        block = this.block = Buffer.allocUnsafeSlow(Math.max(size, chunk.length - at))
       }
       const copied = chunk.copy(block, this.blockUsed, at)
       this.blockUsed += copied
