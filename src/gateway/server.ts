@@ -12,6 +12,7 @@ import { storeHealth } from '../admission/store-health.js'
 import { StoreUnavailableError } from '../core/errors.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './ops/admin.js'
+import { ANSWER_INTERVAL_MS, sharedAnswer } from './ops/shared-answer.js'
 import { VERSION } from './version.js'
 import type { GatewayConfig } from './config/index.js'
 import { LineBuffer } from './ops/access-log.js'
@@ -176,13 +177,20 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     )
   })
 
+  // One PING a second, however many ask /readyz: while (re)connecting, ioredis queues it; it answers
+  // once connected, or the timeout says no.
+  const pinged =
+    redis &&
+    sharedAnswer(ANSWER_INTERVAL_MS, async () => {
+      const answer = await within(redis.ping(), READY_TIMEOUT_MS)
+      return answer.ok && answer.value === 'PONG'
+    })
   async function ready(): Promise<boolean> {
+    // What is known here (draining, failing open, the store known down) is never a second old.
     if (ctx.draining) return false
-    if (!redis || allFailOpen()) return true
+    if (!pinged || allFailOpen()) return true
     if (health.down) return false
-    // While (re)connecting, ioredis queues the PING: it answers once connected, or the timeout says no.
-    const answer = await within(redis.ping(), READY_TIMEOUT_MS)
-    return answer.ok && answer.value === 'PONG'
+    return pinged()
   }
 
   // tollgate_limit_permits: the effective limit of each route's bucket (the fleet-wide override if

@@ -160,8 +160,11 @@ describe('permit keep-alive in one replica', () => {
     // A slow request takes one of them; the other stays kept.
     const slow = fetch(`${gateway.url}/hold`)
     await eventually(() => upstream.probe.holders.length === 1)
-    text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
-    expect(metric(text, 'tollgate_permits_kept', { route: 'default' })).toBe(1)
+    // (A scrape's text is made at most once a second: the next one shows it.)
+    await eventually(async () => {
+      text = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
+      return metric(text, 'tollgate_permits_kept', { route: 'default' }) === 1
+    }, 3000)
     expect(await holders()).toBe(2)
     const stoppedAt = Date.now()
     gateway.kill('SIGTERM')

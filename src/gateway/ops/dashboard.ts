@@ -25,8 +25,8 @@ import type { LiveRoute } from '../routes.js'
 import { DASHBOARD_ASSETS } from './dashboard-assets.js'
 import { HttpError } from './http-error.js'
 import type { GatewayMetrics } from './metrics.js'
+import { ANSWER_INTERVAL_MS, sharedAnswer } from './shared-answer.js'
 
-const SNAPSHOT_MS = 1000
 const READ_TIMEOUT_MS = 250
 /** Points of each route's chart: one a second, 5 minutes. */
 const HISTORY = 300
@@ -128,7 +128,12 @@ export class Dashboard {
   /** Per keyed route, each bucket's requests a second, decayed (half-life ~3 s): the busiest are the
    * top BUSIEST of it. At most MAX_SCORED buckets a route. */
   private readonly scores = new Map<string, Map<string, number>>()
-  private snapshot: { at: number; data: Promise<Snapshot>; bodies: Map<string, string> } | undefined
+  /** One snapshot a second whoever asks, with its serializations (one Buffer per kind of viewer,
+   * shared by every response that sends it). */
+  private readonly snapshot = sharedAnswer(ANSWER_INTERVAL_MS, async () => ({
+    data: await this.take(),
+    bodies: new Map<string, Buffer>(),
+  }))
   private lastViewed = Number.NEGATIVE_INFINITY
   private outages = 0
   private downSince: number | undefined
@@ -185,7 +190,7 @@ export class Dashboard {
         ...DASHBOARD_HEADERS,
         'content-type': 'application/json; charset=utf-8',
         'cache-control': 'no-store',
-        'content-length': Buffer.byteLength(body),
+        'content-length': body.length,
       })
       res.end(req.method === 'HEAD' ? undefined : body)
       return true
@@ -211,13 +216,9 @@ export class Dashboard {
   /** data.json for this request: the snapshot with what it may see, serialized once per snapshot,
    * kind of access and length of history (whole, or recent: a viewer that named the last point it
    * holds, recent enough); a viewer costs the bytes it is sent, not a store read or a serialization. */
-  private async body(access: Access, since: number | undefined): Promise<string> {
-    const now = performance.now()
-    if (!this.snapshot || now - this.snapshot.at >= SNAPSHOT_MS) {
-      this.snapshot = { at: now, data: this.take(), bodies: new Map() }
-    }
-    const snapshot = this.snapshot
-    const data = await snapshot.data
+  private async body(access: Access, since: number | undefined): Promise<Buffer> {
+    const snapshot = await this.snapshot()
+    const data = snapshot.data
     // The recent points cover all the viewer lacks: it holds every point up to `since`. A since past
     // the snapshot (the wall clock stepped back since that point) gets the whole history: the page
     // would otherwise wait for the clock to pass it again before it drew a new point.
@@ -225,7 +226,7 @@ export class Dashboard {
     const key = `${recent ? 'recent' : 'whole'} ${JSON.stringify(access)}`
     let body = snapshot.bodies.get(key)
     if (body === undefined) {
-      body = JSON.stringify(this.visible(data, access, recent))
+      body = Buffer.from(JSON.stringify(this.visible(data, access, recent)))
       snapshot.bodies.set(key, body)
     }
     return body
