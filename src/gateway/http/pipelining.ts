@@ -87,6 +87,26 @@ export function oneAtATime(
   return true
 }
 
+/**
+ * Serve a request of an http.Server connection in turn: counted by oneAtATime(), and `serve` called
+ * once its response owns the connection (at once for the first; one waiting behind others takes
+ * nothing until then, and nothing at all if the connection is cut first).
+ */
+export function inTurn(req: http.IncomingMessage, res: http.ServerResponse, serve: () => void): void {
+  if (!oneAtATime(req, res)) return
+  if (res.socket) return serve()
+  res.once('socket', serve)
+}
+
+/** Whether a connection counted by oneAtATime() is serving a request: its oldest request has
+ * arrived whole and its response has not closed (a head or a body still arriving is not served yet). */
+export function serving(socket: Socket): boolean {
+  const state = held.get(socket)
+  if (!state) return false
+  for (const oldest of state.waiting) return oldest.complete
+  return false
+}
+
 /** Run `ended` if the connection of `req` (counted by oneAtATime()) closes before its response does;
  * returns the function that forgets it. */
 export function whenConnectionCloses(req: { readonly socket: Socket }, ended: () => void): () => void {

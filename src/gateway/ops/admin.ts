@@ -10,6 +10,8 @@ import type { Logger as PinoLogger } from 'pino'
 import { Registry } from 'prom-client'
 import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
 import type { GatewayConfig } from '../config/index.js'
+import { inTurn } from '../http/pipelining.js'
+import { capConnections } from './connection-cap.js'
 import { HttpError } from './http-error.js'
 import { ANSWER_INTERVAL_MS, sharedAnswer } from './shared-answer.js'
 import type { GatewayMetrics } from './metrics.js'
@@ -57,6 +59,8 @@ interface BucketState {
 /** The longest a connection of the admin listener may stay without moving (or the send timeout, if
  * shorter). */
 const ADMIN_SEND_MS = 10_000
+/** Connections the admin listener keeps open at once (connection-cap.ts: the idle go first). */
+const ADMIN_CONNECTIONS = 64
 
 export function createAdminServer(view: AdminView): http.Server {
   /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
@@ -66,23 +70,34 @@ export function createAdminServer(view: AdminView): http.Server {
   // tollgate_limit_permits). Sent as one Buffer that every response shares.
   const scrape = sharedAnswer(ANSWER_INTERVAL_MS, () => metricsText(view.metrics.registry))
 
-  // A slow client holds an admin socket for seconds, not Node's default 5 minutes; and only so many.
-  const server = http.createServer({ requestTimeout: 10_000, headersTimeout: 5_000 }, (req, res) => {
-    route(req, res).catch((error: unknown) => {
-      if (error instanceof HttpError) return json(res, error.status, { error: error.message }, error.headers)
-      view.logger.error({ err: error }, 'admin request failed')
-      if (!res.headersSent) json(res, 500, { error: 'internal error' })
-      else res.destroy()
-    })
-  })
+  // A slow client holds an admin socket for seconds, not Node's default 5 minutes: a head has 5 s, a
+  // request 10 s, checked every second (Node checks every 30 s by default, so a head trickled in a
+  // byte at a time stayed up to 35 s).
+  const server = http.createServer(
+    {
+      requestTimeout: 10_000,
+      headersTimeout: 5_000,
+      connectionsCheckingInterval: 1_000,
+    },
+    (req, res) =>
+      // One request at a time per connection, as on the data plane: nothing of a pipelined request
+      // is computed before the answers ahead of it are done.
+      inTurn(req, res, () => {
+        route(req, res).catch((error: unknown) => {
+          if (error instanceof HttpError)
+            return json(res, error.status, { error: error.message }, error.headers)
+          view.logger.error({ err: error }, 'admin request failed')
+          if (!res.headersSent) json(res, 500, { error: 'internal error' })
+          else res.destroy()
+        })
+      }),
+  )
+  capConnections(server, ADMIN_CONNECTIONS)
   // Every answer is bounded, as nginx's send_timeout bounds them: a connection on which nothing moves
-  // (nothing read, nothing taken) for the send timeout, at most ADMIN_SEND_MS, is cut. Before, 64
-  // clients that never read the answers of pipelined requests (data.json, /metrics) shut everyone
-  // out of this listener for good.
+  // (nothing read, nothing taken) for the send timeout, at most ADMIN_SEND_MS, is cut.
   server.on('connection', (socket: Socket) =>
     socket.setTimeout(Math.min(ADMIN_SEND_MS, view.config().sendTimeoutMs)),
   )
-  server.maxConnections = 64
   server.once('close', () => dashboard.close())
   return server
 
