@@ -1,25 +1,33 @@
-// The admin listener under hostile clients (docs/gateway.md, "Admin listener"): a client holding
-// every connection it can get, heads that trickle in, many askers of one answer at once. A real
-// gateway (the bin in a child process, or in this one), a private redis-server whose INFO
-// commandstats count what the listener costs the store, raw sockets on the client side.
+// The admin listener under hostile clients (docs/gateway.md, "Admin listener"): pipelined floods that
+// never read, a client holding every connection it can get, many askers of one answer at once, heads
+// that trickle in. A real gateway (the bin in a child process where its memory is measured), a
+// private redis-server whose INFO commandstats count what the listener costs the store, raw sockets
+// on the client side.
+import { readFileSync } from 'node:fs'
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { Gateway } from '../../src/gateway/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { baseFlags, spawnGateway } from '../helpers/gateway.js'
 import { startInProcess } from '../helpers/in-process-gateway.js'
-import { rawConnect } from '../helpers/raw-http.js'
-import { commandCount, connectTo, scriptCallCount, uniquePrefix } from '../helpers/redis.js'
+import { rawConnect, statuses } from '../helpers/raw-http.js'
+import { commandCount, connectTo, type RedisClient, scriptCallCount, uniquePrefix } from '../helpers/redis.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 import { startUpstream } from '../helpers/upstream.js'
 
+let dir: string
 let redis: RedisServerHandle
 beforeAll(async () => {
+  dir = await mkdtemp(path.join(os.tmpdir(), 'tollgate-admin-'))
   // Private: its command counts are this file's gateways' alone.
   redis = await startRedisServer()
 }, 30_000)
 afterAll(async () => {
   await redis?.stop()
+  await rm(dir, { recursive: true, force: true })
 })
 
 const gateways: Gateway[] = []
@@ -30,9 +38,54 @@ afterEach(async () => {
   await Promise.all(gateways.splice(0).map((gateway) => gateway.close()))
 })
 
-/** Routes of the gateway: each /metrics and each data.json snapshot reads every one's limit from the
- * store. */
+/** Routes of the flood's gateway: each /metrics and each data.json snapshot reads every one's limit
+ * from the store. */
 const ROUTES = 20
+/** Commands the store gets for one /metrics, one /readyz and one data.json: a PING (tollgate_store_up)
+ * and a read (a script call) per route, a PING, a read per route. */
+const COMMANDS_PER_INTERVAL = 1 + ROUTES + 1 + ROUTES
+
+async function configFile(upstream: string): Promise<string> {
+  const file = path.join(dir, `${uniquePrefix().slice(2, -1)}.json`)
+  const routes = Array.from({ length: ROUTES }, (_, i) => ({
+    name: `r${i}`,
+    match: { pathPrefix: `/r${i}` },
+  }))
+  await writeFile(
+    file,
+    JSON.stringify({
+      defaults: { upstream, concurrency: { per: 'route', permits: 10 } },
+      routes,
+    }),
+  )
+  return file
+}
+
+/** Commands the gateway sent the store: PINGs and script calls (not the commands the scripts run). */
+async function sentCommands(store: RedisClient): Promise<number> {
+  return (await commandCount(store, 'ping')) + (await scriptCallCount(store))
+}
+
+/** The resident memory of a process, in MB. */
+function rssMb(pid: number): number {
+  const kb = /^VmRSS:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]
+  return Number(kb) / 1024
+}
+
+/** A connection that only writes (it never reads what comes back). */
+function silentConnection(port: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1')
+    sockets.add(socket)
+    socket.pause()
+    socket.once('connect', () => {
+      socket.off('error', reject)
+      socket.on('error', () => undefined)
+      resolve(socket)
+    })
+    socket.once('error', reject)
+  })
+}
 
 /** A probe as kubelet makes one: a new connection, one request; the status if it came within `ms`. */
 async function probe(port: number, ms = 1000): Promise<number | undefined> {
@@ -50,7 +103,56 @@ async function probe(port: number, ms = 1000): Promise<number | undefined> {
   return /\r\n\r\n/.test(data) && status ? Number(status) : undefined
 }
 
+const PATHS = ['/metrics', '/readyz', '/dashboard/data.json'] as const
+const FLOOD_BYTES = 1024 * 1024
+const FLOOD_CONNECTIONS = 64
+/** A padded request (~5 KB, dozens of slices of the parser's input) beside the small ones. */
+const PAD = `X-Pad: ${'p'.repeat(5000)}\r\n`
+
 describe('the admin listener', () => {
+  it('64 connections x 1 MB of pipelined /metrics, /readyz and data.json, never read: bounded memory, store commands per second not per request, probes answered', async () => {
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      // The default send timeout: a never-reading connection is cut at the admin listener's bound
+      // (10 s), not within the test.
+      ...['--redis', redis.url, '--config', await configFile(upstream.url)],
+    ])
+    const port = Number(new URL(gateway.adminUrl!).port)
+    const store = connectTo(redis)
+    for (const asked of PATHS) expect((await fetch(`http://127.0.0.1:${port}${asked}`)).status).toBe(200)
+    await sleep(1100) // every answer computed above is older than its interval now
+    const before = rssMb(gateway.pid)
+    const commandsBefore = await sentCommands(store)
+    const started = performance.now()
+    const flooders = await Promise.all(
+      Array.from({ length: FLOOD_CONNECTIONS }, async (_, i) => {
+        const socket = await silentConnection(port)
+        const head = `GET ${PATHS[i % 3]} HTTP/1.1\r\nHost: 127.0.0.1\r\n${i % 2 === 1 ? PAD : ''}\r\n`
+        socket.write(Buffer.alloc(FLOOD_BYTES - (FLOOD_BYTES % head.length), head, 'latin1'))
+        return socket
+      }),
+    )
+    let peak = before
+    const probes: (number | undefined)[] = []
+    while (performance.now() - started < 3000) {
+      peak = Math.max(peak, rssMb(gateway.pid))
+      if (peak - before > 1024) break // far past the bound: the verdict is in
+      if (probes.length < 10) probes.push(await probe(port))
+      await sleep(100)
+    }
+    const seconds = (performance.now() - started) / 1000
+    const commands = (await sentCommands(store)) - commandsBefore
+    for (const socket of flooders) socket.destroy()
+    const grown = peak - before
+    const summary = `RSS +${grown.toFixed(0)} MB; ${commands} store commands in ${seconds.toFixed(1)} s; probes ${probes.join(', ')}`
+    // Before: RSS +353 MB (each read of 64 KB had every request in it parsed and answered, up to
+    // 1 GB), and a PING and a read per route for every /metrics and /readyz asked.
+    expect(grown, summary).toBeLessThan(64)
+    expect(commands, summary).toBeLessThanOrEqual((Math.ceil(seconds) + 1) * COMMANDS_PER_INTERVAL)
+    expect(probes.filter((status) => status === 200).length, summary).toBe(probes.length)
+  }, 60_000)
+
   it('a client holding every connection it can (silent, idle after a request, or trickling a head), reopening them as cut: 50 of 50 probes answered within 1 s each', async () => {
     const upstream = await startUpstream()
     const gateway = await spawnGateway(baseFlags(upstream.url, uniquePrefix().slice(0, -1)))
@@ -104,7 +206,10 @@ describe('the admin listener', () => {
       gateways,
       {
         admin: { host: '127.0.0.1', port: 0 },
-        defaults: { upstream: upstream.url, concurrency: { per: 'route', permits: 10 } },
+        defaults: {
+          upstream: upstream.url,
+          concurrency: { per: 'route', permits: 10 },
+        },
         routes: Array.from({ length: ROUTES }, (_, i) => ({
           name: `r${i}`,
           match: { pathPrefix: `/r${i}` },
@@ -136,7 +241,10 @@ describe('the admin listener', () => {
     // Before: 50 PINGs and 50 x 20 reads for /metrics, 50 PINGs for /readyz.
     expect(await costOf('/metrics')).toEqual({ pings: 1, reads: ROUTES })
     expect(await costOf('/readyz')).toEqual({ pings: 1, reads: 0 })
-    expect(await costOf('/dashboard/data.json')).toEqual({ pings: 0, reads: ROUTES })
+    expect(await costOf('/dashboard/data.json')).toEqual({
+      pings: 0,
+      reads: ROUTES,
+    })
     expect(await costOf('/healthz')).toEqual({ pings: 0, reads: 0 })
     // The text, made one metric at a time, is the registry's: the same series in the same order.
     const served = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
@@ -162,4 +270,29 @@ describe('the admin listener', () => {
     expect(answer).toMatch(/^HTTP\/1\.1 408/)
     expect(performance.now() - started).toBeLessThan(6500)
   }, 15_000)
+
+  it('a connection serves 32 requests, the last one whole (its body arriving in pieces) and answered Connection: close; nothing after it is parsed', async () => {
+    const upstream = await startUpstream()
+    const { gateway } = await startInProcess(gateways, {
+      admin: { host: '127.0.0.1', port: 0 },
+      defaults: {
+        upstream: upstream.url,
+        concurrency: { per: 'route', permits: 10 },
+      },
+    })
+    const client = await rawConnect((gateway.admin!.address() as net.AddressInfo).port)
+    const body = '{"permits": 3}'
+    client.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'.repeat(31))
+    client.write(
+      `PUT /limits/default HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 5)}`,
+    )
+    await sleep(200)
+    client.write(`${body.slice(5)}GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`)
+    const received = await Promise.race([client.closed, sleep(3000).then(() => 'still open')])
+    // Before: 33 answers, and the connection kept open.
+    expect(statuses(received)).toEqual(Array(32).fill(200))
+    const put = received.slice(received.lastIndexOf('HTTP/1.1 200'))
+    expect(put).toMatch(/\r\nconnection: close\r\n/i)
+    expect(put).toContain('"override": 3')
+  })
 })

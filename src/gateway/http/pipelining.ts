@@ -9,7 +9,8 @@
 // One case differs from nginx: a request whose head arrived in part behind a response still in
 // flight has its head timeout (server.headersTimeout, 60 s) running while it waits, so a response
 // that takes longer than that, with such a head behind it, gets that connection cut (Node's 408).
-// (The lean front end keeps the same rule its own way: one request in flight, a bounded read-ahead.)
+// (The lean front end keeps the same rule its own way: one request in flight, a bounded read-ahead;
+// a listener fed by parse-turns.ts parses a slice ahead, not a read.)
 import type http from 'node:http'
 import type { Socket } from 'node:net'
 

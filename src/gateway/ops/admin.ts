@@ -10,6 +10,7 @@ import type { Logger as PinoLogger } from 'pino'
 import { Registry } from 'prom-client'
 import { GLOBAL_KEY, normalizeKey } from '../../admission/keys.js'
 import type { GatewayConfig } from '../config/index.js'
+import { parseInTurns } from '../http/parse-turns.js'
 import { inTurn } from '../http/pipelining.js'
 import { capConnections } from './connection-cap.js'
 import { HttpError } from './http-error.js'
@@ -61,6 +62,9 @@ interface BucketState {
 const ADMIN_SEND_MS = 10_000
 /** Connections the admin listener keeps open at once (connection-cap.ts: the idle go first). */
 const ADMIN_CONNECTIONS = 64
+/** Requests one connection of the admin listener serves before it is closed (nginx's
+ * keepalive_requests). */
+const ADMIN_REQUESTS_PER_CONNECTION = 32
 
 export function createAdminServer(view: AdminView): http.Server {
   /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
@@ -93,6 +97,10 @@ export function createAdminServer(view: AdminView): http.Server {
       }),
   )
   capConnections(server, ADMIN_CONNECTIONS)
+  // What is parsed ahead of a request in flight is a slice, not a read of 64 KB; connections take
+  // turns with each other and with the data plane's I/O; a connection serves so many requests (a
+  // scraper or a probe reconnects, a pipelining flood is done).
+  parseInTurns(server, ADMIN_REQUESTS_PER_CONNECTION)
   // Every answer is bounded, as nginx's send_timeout bounds them: a connection on which nothing moves
   // (nothing read, nothing taken) for the send timeout, at most ADMIN_SEND_MS, is cut.
   server.on('connection', (socket: Socket) =>
