@@ -14,6 +14,7 @@ import { eventually, sleep } from '../helpers/contract.js'
 import { baseFlags, spawnGateway } from '../helpers/gateway.js'
 import { startInProcess } from '../helpers/in-process-gateway.js'
 import { rawConnect, statuses } from '../helpers/raw-http.js'
+import { startRecorder } from '../helpers/recorder.js'
 import { commandCount, connectTo, type RedisClient, scriptCallCount, uniquePrefix } from '../helpers/redis.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 import { startUpstream } from '../helpers/upstream.js'
@@ -294,5 +295,44 @@ describe('the admin listener', () => {
     const put = received.slice(received.lastIndexOf('HTTP/1.1 200'))
     expect(put).toMatch(/\r\nconnection: close\r\n/i)
     expect(put).toContain('"override": 3')
+  })
+
+  it('GET /limits on a per: tenant route lists the busiest live buckets, as the dashboard does', async () => {
+    const recorder = await startRecorder()
+    const { port, gateway } = await startInProcess(gateways, {
+      admin: { host: '127.0.0.1', port: 0 },
+      defaults: {
+        upstream: recorder.url,
+        concurrency: { per: 'tenant', permits: 5, overrides: { vip: 8 } },
+      },
+    })
+    const admin = `http://127.0.0.1:${(gateway.admin!.address() as net.AddressInfo).port}`
+    const hold = (tenant: string) =>
+      fetch(`http://127.0.0.1:${port}/hold/${tenant}`, { headers: { 'x-tenant-id': tenant } }).catch(
+        () => undefined,
+      )
+    const held = [hold('acme'), hold('acme'), hold('acme'), hold('globex')]
+    type Listed = { buckets: { bucket: string; holders: number; configured: number }[]; busiest?: string[] }
+    const route = async () => (await (await fetch(`${admin}/limits/default`)).json()) as Listed
+    try {
+      await eventually(() => recorder.inFlight.get('/hold') === 4)
+      // The dashboard scores buckets once a second.
+      await eventually(async () => (await route()).buckets.length === 3, 5000, 100)
+      const listed = await route()
+      // Before: only the override's bucket (vip), none of the live ones until named.
+      expect(
+        listed.buckets.map(({ bucket, holders, configured }) => ({ bucket, holders, configured })),
+      ).toEqual([
+        { bucket: 'vip', holders: 0, configured: 8 },
+        { bucket: 'acme', holders: 3, configured: 5 },
+        { bucket: 'globex', holders: 1, configured: 5 },
+      ])
+      expect(listed.busiest).toEqual(['acme', 'globex'])
+      const all = (await (await fetch(`${admin}/limits`)).json()) as { routes: Listed[] }
+      expect(all.routes[0]?.buckets.map((b) => b.bucket)).toEqual(['vip', 'acme', 'globex'])
+    } finally {
+      recorder.release()
+      await Promise.all(held)
+    }
   })
 })

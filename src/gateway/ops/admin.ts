@@ -262,8 +262,17 @@ export function createAdminServer(view: AdminView): http.Server {
     const concurrency = live.config.concurrency
     if (!concurrency || !live.concurrency) return { route: live.config.name, limited: false }
     const perBucket = concurrency.per === 'tenant' || concurrency.per === 'ip'
+    // The live buckets are the busiest the dashboard follows on this replica (those with requests
+    // in flight or waiting here among them).
+    const busiest = perBucket ? dashboard.busiest(live.config.name) : []
     const all = perBucket
-      ? [...new Set([...Object.keys(concurrency.overrides), ...(setHere.get(live.config.name) ?? [])])]
+      ? [
+          ...new Set([
+            ...Object.keys(concurrency.overrides),
+            ...(setHere.get(live.config.name) ?? []),
+            ...busiest,
+          ]),
+        ]
       : [null]
     // Bounded: a config with thousands of overrides must not turn one GET into thousands of store
     // reads at once (every other bucket is read by name).
@@ -282,6 +291,7 @@ export function createAdminServer(view: AdminView): http.Server {
         ? { adaptive: { min: concurrency.adaptive.min, max: concurrency.adaptive.max } }
         : {}),
       buckets,
+      ...(perBucket ? { busiest } : {}),
       ...(all.length > keys.length
         ? { truncated: true, bucketsListed: keys.length, bucketsKnown: all.length }
         : {}),

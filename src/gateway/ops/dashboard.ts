@@ -316,8 +316,9 @@ export class Dashboard {
     this.scores.set(route, scores)
   }
 
-  /** The busiest buckets of a keyed route: highest score first. */
-  private busiest(route: string): string[] {
+  /** The busiest buckets of a keyed route (per: tenant or ip) on this replica: highest score first,
+   * BUSIEST at most. */
+  busiest(route: string): string[] {
     const scores = this.scores.get(route)
     if (!scores) return []
     return [...scores]
