@@ -6,9 +6,7 @@
 // what is parsed ahead of a request in flight is a slice, not a read (oneAtATime() in pipelining.ts
 // stops reading a connection while its requests are pending), and a client that pipelines as fast
 // as it can gets a slice per turn, while every other connection, and the data plane's I/O, get
-// theirs. A newcomer's first FIRST_SLICE_BYTES are parsed on arrival, without waiting for a turn: a
-// probe's or a scrape's head is then a request being served, not a head still arriving, when room
-// is made for others (connection-cap.ts).
+// theirs.
 // A connection serves so many requests at most (nginx's keepalive_requests): the last one's answer
 // says Connection: close and ends the connection, and nothing the client sent beyond it is parsed
 // (nor kept). Node's own maxRequestsPerSocket parses on, answering each request beyond 503, and
@@ -23,9 +21,6 @@ import type { Socket } from 'node:net'
 
 /** Bytes of a connection's input given to its parser at once (a request head is ~100-400 bytes). */
 export const SLICE_BYTES = 128
-/** Bytes of a newcomer's first input parsed on arrival (a kubelet probe's head is ~110 bytes, a
- * Prometheus scrape's ~350). */
-export const FIRST_SLICE_BYTES = 512
 
 /** Feed the parser of every connection of `server` in turns (see the top of this file), for
  * `requestsPerConnection` requests of each at most. */
@@ -34,8 +29,6 @@ export function parseInTurns(server: http.Server, requestsPerConnection: number)
   const queue = new Set<Socket>()
   /** Connections given a turn they have not used yet (their next input is parsed at once). */
   const granted = new WeakSet<Socket>()
-  /** Connections whose first slice was parsed. */
-  const started = new WeakSet<Socket>()
   /** Requests so far per connection, and its last one once it has had them all. */
   const requests = new WeakMap<Socket, number>()
   const last = new WeakMap<Socket, http.IncomingMessage>()
@@ -84,14 +77,12 @@ export function parseInTurns(server: http.Server, requestsPerConnection: number)
       if (spentAll(socket)) return void socket.pause()
       // Node pauses the connection (and its parser) while its responses back up; it resumes it.
       if ((socket as { _paused?: boolean })._paused === true) return hold(chunk, false)
-      const mine = granted.delete(socket) || !started.has(socket) || (!spent && queue.size === 0)
+      const mine = granted.delete(socket) || (!spent && queue.size === 0)
       if (!mine) return hold(chunk, true)
-      const size = started.has(socket) ? SLICE_BYTES : FIRST_SLICE_BYTES
-      started.add(socket)
       spent = true
       schedule()
-      parse(chunk.length > size ? chunk.subarray(0, size) : chunk)
-      if (chunk.length > size && !socket.destroyed) hold(chunk.subarray(size), true)
+      parse(chunk.length > SLICE_BYTES ? chunk.subarray(0, SLICE_BYTES) : chunk)
+      if (chunk.length > SLICE_BYTES && !socket.destroyed) hold(chunk.subarray(SLICE_BYTES), true)
     })
 
     /** Put the input back and wait: for a turn, or for Node to resume the connection. */

@@ -7,7 +7,7 @@ import type http from 'node:http'
 import type { Socket } from 'node:net'
 import { serving } from '../http/pipelining.js'
 
-/** How long a newcomer that has sent nothing yet is not closed to make room. */
+/** How long a newcomer whose first request has not arrived is not closed to make room. */
 const NEW_MS = 250
 
 /**
@@ -18,16 +18,18 @@ const NEW_MS = 250
  * A newcomer is let in, and room made: the least recently active connection that serves no request
  * is closed (idle between requests, a head or a body still arriving however slowly, or an answer
  * given in full to a client that does not read it). Activity is being accepted, a request arriving,
- * or a response ending (a byte trickling in is not). A newcomer that has sent nothing yet is spared
- * for NEW_MS, so that a burst of newcomers does not push out, unread, one that came just before;
- * beyond twice `max` it is not (the oldest goes first). When every connection serves a request
- * (each answer is bounded, the costly ones shared: they end within seconds), the listener stays
- * above `max` until they end, and a newcomer beyond twice `max` is closed.
+ * or a response ending (a byte trickling in is not). A newcomer whose first request has not
+ * arrived is spared for NEW_MS, so that a burst of newcomers does not push out, unread, one that
+ * came just before; beyond twice `max` it is not (the oldest goes first). When every connection
+ * serves a request (each answer is bounded, the costly ones shared: they end within seconds), the
+ * listener stays above `max` until they end, and a newcomer beyond twice `max` is closed.
  */
 export function capConnections(server: http.Server, max: number): void {
   /** Open connections, least recently active first (a Set keeps insertion order). */
   const open = new Set<Socket>()
   const acceptedAt = new WeakMap<Socket, number>()
+  /** Connections a request has arrived on. */
+  const asked = new WeakSet<Socket>()
   const touch = (socket: Socket) => {
     if (open.delete(socket)) open.add(socket)
   }
@@ -38,6 +40,7 @@ export function capConnections(server: http.Server, max: number): void {
     trim()
   })
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    asked.add(req.socket)
     touch(req.socket)
     res.once('close', () => {
       touch(req.socket)
@@ -48,10 +51,10 @@ export function capConnections(server: http.Server, max: number): void {
   /** An answer the socket still holds waits on its client to read it: not served by us. */
   const busy = (socket: Socket) => serving(socket) && socket.writableLength === 0
   const spared = (socket: Socket, now: number) =>
-    socket.bytesRead === 0 && now - (acceptedAt.get(socket) ?? 0) < NEW_MS
+    !asked.has(socket) && now - (acceptedAt.get(socket) ?? 0) < NEW_MS
 
-  /** Close connections serving nobody, least recently active first, down to `max` (newcomers that
-   * sent nothing yet: down to twice `max`). */
+  /** Close connections serving nobody, least recently active first, down to `max` (newcomers not
+   * asked anything yet: down to twice `max`). */
   function trim(): void {
     if (open.size <= max) return
     const now = performance.now()
