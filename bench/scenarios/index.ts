@@ -1,6 +1,7 @@
 // Every scenario `npm run bench` knows, in run order. Add a scenario file and list its scenarios here.
 import type { Scenario } from '../lib/scenario.js'
 import { adaptiveScenarios } from './adaptive.js'
+import { adminFloodScenarios } from './admin-flood.js'
 import { gatewayScenarios } from './gateway.js'
 import { holdsScenarios } from './holds.js'
 import { middlewareScenarios } from './middleware.js'
@@ -22,6 +23,7 @@ export const scenarios: Scenario[] = [
   ...weightedScenarios,
   ...rwlockScenarios,
   ...gatewayScenarios,
+  ...adminFloodScenarios,
   ...middlewareScenarios,
   ...adaptiveScenarios,
 ]
