@@ -4,13 +4,17 @@
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
--- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
--- a hold that ran out, or of an acquisition nobody renews, are.
+-- A renewed acquisition that is a member of A keeps a score at or past the hold's new expiry, so a
+-- live hold's members are never due for sweep_acquisitions(): only those of a hold that ran out, or
+-- of an acquisition nobody renews, are. A score behind it moves one ttl past it (one ZADD XX a call
+-- for all of them), so renewals a third of the ttl apart re-score a member about every third time.
+-- The price: a dead owner's members are swept up to one ttl after its hold ran out. Its permits are
+-- not held any longer (the hold's own expiry governs), and a member names its hold's fence, so it
+-- never counts for a later hold of the same token.
 -- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases
 -- (a lease of weight w counts w): a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
--- ZADD a call), however many it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and, about every third renewal, one
+-- O(log n) re-score (in one ZADD a call), however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -25,6 +29,17 @@ local live, extended = {}, {}
 local fields = {}
 -- F, read once if a token is not in H: it may be the name's lone holder (lib/permits.lua).
 local lone = nil
+-- Whether A exists: a member of it was found, so no EXISTS is needed to extend it.
+local in_a = false
+-- holds_op() for a lease of a live hold whose fields are read, and a member's score in A: the
+-- renewal needs the score its look-up finds (a second ZSCORE would cost what skipping saves).
+local function holds_here(tok, op)
+  local f = fields[tok]
+  if op == '' or f[1] == op then return 1 end
+  local score = f[1] and f[2] and redis.call('ZSCORE', A, op .. ' ' .. f[2] .. ' ' .. tok)
+  if score then return 2, tonumber(score) end
+  return false
+end
 for i = 3, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   if live[tok] == nil then
@@ -36,7 +51,8 @@ for i = 3, #ARGV, 2 do
     end
   end
   if op ~= '' and live[tok] and live[tok] ~= 'lone' and not fields[tok] then fields[tok] = hold_fields(tok) end
-  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op, fields[tok]))
+  local holds_it, score = false, nil
+  if live[tok] ~= 'lone' and live[tok] then holds_it, score = holds_here(tok, op) end
   if live[tok] == 'lone' and op ~= '' then
     out[#out + 1] = 0 -- a lone holder is a plain token: no acquisition id holds through it
   elseif live[tok] == 'lone' then
@@ -55,8 +71,9 @@ for i = 3, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then
-      rescored[#rescored + 1] = extended[tok]
+    if holds_it == 2 then in_a = true end
+    if holds_it == 2 and score < extended[tok] then
+      rescored[#rescored + 1] = extended[tok] + ttl
       rescored[#rescored + 1] = op .. ' ' .. fields[tok][2] .. ' ' .. tok
     end
   else
@@ -71,6 +88,6 @@ if any then
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
   if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
-  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out

@@ -23,13 +23,14 @@
 --                    window; an override is never replaced by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
---   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> the hold's expiry when the
---                    acquisition was last taken or renewed (a renewal re-scores it): the
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> at least the hold's expiry when
+--                    the acquisition was last taken or renewed, at most one ttl past it (a renewal
+--                    re-scores it only when behind: permit-renew.lua): the
 --                    acquisitions of a reentrant owner's hold after its first, so that one more, one
 --                    fewer, or asking whether one holds costs O(log n) however many the owner holds
 --                    (a list in M cost O(k) per call and O(k^2) per renewal batch). A member is due
---                    once its own lease ran out: those of a hold that ran out are swept a bounded
---                    number at a time (sweep_acquisitions).
+--                    at most one ttl after its lease ran out: those of a hold that ran out are swept
+--                    a bounded number at a time (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter

@@ -16,12 +16,13 @@
 --                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
 --                    more hold, each a member of A (see holds_op: the hold is freed when its last
 --                    acquisition is released).
---   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> the hold's
---                    expiry when the acquisition was last taken or renewed (a renewal re-scores it):
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> at least the
+--                    hold's expiry when the acquisition was last taken or renewed, at most one ttl
+--                    past it (a renewal re-scores it only when behind: rwlock-renew.lua):
 --                    a hold's acquisitions after its first, so that one more, one fewer, or asking
 --                    whether one holds costs O(log n) however many the owner holds. A member is due
---                    once its own lease ran out: those of a hold that ran out are swept, at most 100
---                    a call (sweep_acquisitions).
+--                    at most one ttl after its lease ran out: those of a hold that ran out are swept,
+--                    at most 100 a call (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt> <acquisition> ...".
 --

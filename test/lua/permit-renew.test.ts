@@ -137,7 +137,9 @@ describe('permit-renew.lua', () => {
 
   // A member of A is due once its score passes; a renewal that left the scores behind made every
   // member of a live hold due one ttl later, and each later call re-scored 100 of them (issue 37).
-  it('moves the renewed acquisitions’ members of A to the hold’s new expiry; others keep theirs, a released one stays out', async () => {
+  // A renewal moves a member that is behind the hold's new expiry one ttl past it, and leaves one
+  // at or past it: a re-score every third renewal or so, not every one.
+  it('moves a renewed acquisition’s member of A that is behind the hold’s new expiry one ttl past it, leaves one ahead; others keep theirs, a released one stays out', async () => {
     const n = new PermitName()
     const [, first] = await n.acquire('o', { op: 'a1', ttl: 1_000 })
     const fence = (first as Granted)[1]
@@ -147,8 +149,33 @@ describe('permit-renew.lua', () => {
     const [now, ...exps] = await n.renew(8_000, ['o', 'a1'], ['o', 'a2'], ['o', 'a4'])
     const exp = now! + 8_000
     expect(exps).toEqual([exp, exp, 0])
-    expect(await n.zset('a')).toEqual({ [`a2 ${fence} o`]: exp, [`a3 ${fence} o`]: before[`a3 ${fence} o`] })
+    const a3 = { [`a3 ${fence} o`]: before[`a3 ${fence} o`] }
+    expect(await n.zset('a')).toEqual({ [`a2 ${fence} o`]: exp + 8_000, ...a3 })
     await n.expectExpiresNoEarlierThan('a', exp)
+    // Ahead of the next renewal's expiry: left where it is (a re-score would move it to now2 + 24 s).
+    const [now2, exp2] = await n.renew(12_000, ['o', 'a2'])
+    expect(exp2).toBe(now2! + 12_000)
+    expect(await n.zset('a')).toEqual({ [`a2 ${fence} o`]: exp + 8_000, ...a3 })
+    // Behind it: moved one ttl past it.
+    const [now3, exp3] = await n.renew(20_000, ['o', 'a2'])
+    expect(exp3).toBe(now3! + 20_000)
+    expect(await n.zset('a')).toEqual({ [`a2 ${fence} o`]: exp3! + 20_000, ...a3 })
+    await n.expectExpiresNoEarlierThan('a', exp3!)
+  })
+
+  it('G12: a resent renewal of a reentrant owner’s lease extends the hold once more and leaves its member of A as the first left it', async () => {
+    const n = new PermitName()
+    const [, first] = await n.acquire('o', { op: 'a1', ttl: 1_000 })
+    const fence = (first as Granted)[1]
+    await n.acquire('o', { op: 'a2', ttl: 1_000 })
+    const [now1, exp1] = await n.renew(5_000, ['o', 'a2'])
+    expect(exp1).toBe(now1! + 5_000)
+    const members = await n.zset('a')
+    expect(members).toEqual({ [`a2 ${fence} o`]: exp1! + 5_000 })
+    const [now2, exp2] = await n.renew(5_000, ['o', 'a2'])
+    expect(exp2).toBe(Math.max(exp1!, now2! + 5_000))
+    expect(await n.zset('h')).toEqual({ o: exp2 })
+    expect(await n.zset('a')).toEqual(members)
   })
 
   it('G2: the acquisitions of a renewed hold stay while it lives and are swept once it ran out (its owner died)', async () => {
@@ -163,11 +190,46 @@ describe('permit-renew.lua', () => {
     }
     await other()
     const members = await n.zset('a')
-    expect(Object.values(members)).toEqual([exp, exp])
+    expect(Object.values(members)).toEqual([exp! + 600, exp! + 600])
     expect((await serverClock()).ms).toBeLessThan(exp!) // the hold still lived during the call
     while ((await serverClock()).ms <= exp!) await sleep(20)
     await other()
     expect(await n.parts()).toEqual([])
+  })
+
+  // The price of re-scoring one ttl ahead: a dead owner's members outlive its hold by up to one ttl.
+  it('G2: a dead owner’s permit is free at its hold’s expiry; its members of A count for no later hold and are swept within one ttl after', async () => {
+    const n = new PermitName()
+    const TTL = 500
+    // Another owner's hold keeps A alive, so the dead owner's members must be swept, not expire with A.
+    for (const op of ['k1', 'k2']) await n.acquire('k', { op, ttl: 10_000, permits: 2 })
+    const keeper = await n.zset('a')
+    const [, first] = await n.acquire('o', { op: 'a1', ttl: 100, permits: 2 })
+    const fence = (first as Granted)[1]
+    for (const op of ['a2', 'a3']) await n.acquire('o', { op, ttl: 100, permits: 2 })
+    const [, exp] = await n.renew(TTL, ['o', 'a1'], ['o', 'a2'], ['o', 'a3'])
+    const dead = { [`a2 ${fence} o`]: exp! + TTL, [`a3 ${fence} o`]: exp! + TTL }
+    expect(await n.zset('a')).toEqual({ ...keeper, ...dead }) // at most one ttl past the hold's expiry
+    // The owner stops renewing. While its hold lives, the name is full; once it ran out, it is not.
+    const tryTake = async () => ((await n.acquire('x', { permits: 2, mode: 0 }))[1] as Granted)[0]
+    expect(await tryTake()).toBe(0)
+    expect((await serverClock()).ms).toBeLessThan(exp!) // refused while the hold lived
+    while ((await serverClock()).ms <= exp!) await sleep(20)
+    expect(await tryTake()).toBe(1)
+    expect(await n.release('x', 2)).toEqual(['', 1]) // the general path: it sweeps A, none of them due yet
+    expect(await n.zset('a')).toEqual({ ...keeper, ...dead })
+    // A later hold of the same token has a new fence: the old members hold nothing through it.
+    const [, again] = await n.acquire('o', { op: 'b1', ttl: 10_000, permits: 2 })
+    expect((again as Granted)[1]).toBeGreaterThan(fence)
+    expect((await n.renew(10_000, ['o', 'a2'], ['o', 'a3'])).slice(1)).toEqual([0, 0])
+    expect(await n.zset('a')).toEqual({ ...keeper, ...dead }) // nothing re-scored, nothing added
+    expect(await n.release('o', 2, 'a3')).toEqual(['', 0])
+    expect(await n.release('o', 2, 'b1')).toEqual(['', 1])
+    // Once the clock passed one ttl after the hold ran out, the next sweep takes them.
+    while ((await serverClock()).ms <= exp! + TTL) await sleep(20)
+    expect(await tryTake()).toBe(1)
+    expect(await n.release('x', 2)).toEqual(['', 1])
+    expect(await n.zset('a')).toEqual(keeper)
   })
 
   it('batch: one expiry per pair, in order, 0 for the lost ones', async () => {

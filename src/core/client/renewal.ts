@@ -8,11 +8,10 @@ const debug = debuglog('tollgate:renewal')
 const RENEW_FRACTION = 1 / 3
 /** Leases due within this window of each other go out in the same batch. */
 const BATCH_WINDOW_MS = 25
-/** Most leases one renewal call carries. Each costs ~2.5-4 µs of Redis time (measured once by SLOWLOG
- * on an idle server, 3,000 leases of one reentrant owner as in test/integration/reentrant-cost.test.ts:
- * calls of 200 ran 0.35-0.95 ms; of 500, up to 1.7 ms), so a call stays under a millisecond whatever
- * a process holds: 10,000 leases of one name are 50 calls, never one call that stalls Redis for every
- * other client. */
+/** Most leases one renewal call carries. Each costs ~1.3-2.3 µs of Redis time (docs/cost.md: 10,000
+ * leases of one reentrant owner renewed in calls of 200, commandstats of FCALL; a call of 500 ran up
+ * to 1.7 ms by SLOWLOG), so a call stays under a millisecond whatever a process holds: 10,000 leases
+ * of one name are 50 calls, never one call that stalls Redis for every other client. */
 export const MAX_RENEW_BATCH = 200
 const RETRY_MIN_MS = 50
 const RETRY_MAX_MS = 1000

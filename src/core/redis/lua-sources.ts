@@ -226,13 +226,14 @@ end
 --                    window; an override is never replaced by one.
 --   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
 --                    until the server clock has passed it (see next_fence); or a lone holder (below)
---   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> the hold's expiry when the
---                    acquisition was last taken or renewed (a renewal re-scores it): the
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> at least the hold's expiry when
+--                    the acquisition was last taken or renewed, at most one ttl past it (a renewal
+--                    re-scores it only when behind: permit-renew.lua): the
 --                    acquisitions of a reentrant owner's hold after its first, so that one more, one
 --                    fewer, or asking whether one holds costs O(log n) however many the owner holds
 --                    (a list in M cost O(k) per call and O(k^2) per renewal batch). A member is due
---                    once its own lease ran out: those of a hold that ran out are swept a bounded
---                    number at a time (sweep_acquisitions).
+--                    at most one ttl after its lease ran out: those of a hold that ran out are swept
+--                    a bounded number at a time (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
 -- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
@@ -695,12 +696,13 @@ end
 --                    hold (after a space once released while others hold: see hold_id); cr:<tok> / cw:<tok> = how many
 --                    more hold, each a member of A (see holds_op: the hold is freed when its last
 --                    acquisition is released).
---   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> the hold's
---                    expiry when the acquisition was last taken or renewed (a renewal re-scores it):
+--   KEYS[6] A  ZSET  "<acquisition> <first acquisition of the hold> <mode><tok>" -> at least the
+--                    hold's expiry when the acquisition was last taken or renewed, at most one ttl
+--                    past it (a renewal re-scores it only when behind: rwlock-renew.lua):
 --                    a hold's acquisitions after its first, so that one more, one fewer, or asking
 --                    whether one holds costs O(log n) however many the owner holds. A member is due
---                    once its own lease ran out: those of a hold that ran out are swept, at most 100
---                    a call (sweep_acquisitions).
+--                    at most one ttl after its lease ran out: those of a hold that ran out are swept,
+--                    at most 100 a call (sweep_acquisitions).
 -- ARGV[1] is always the wake-up channel; grants are published there as lines
 -- "<tok> <fence> <expiresAt> <acquisition> ...".
 --
@@ -1435,13 +1437,17 @@ return out
 -- acquisition of the same owner (G4). Idempotent: a resent renewal extends to the same deadline again.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel  ARGV[2] ttl ms  ARGV[3..] pairs: token, acquisition id ('' = the token is its own)
--- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
--- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
--- a hold that ran out, or of an acquisition nobody renews, are.
+-- A renewed acquisition that is a member of A keeps a score at or past the hold's new expiry, so a
+-- live hold's members are never due for sweep_acquisitions(): only those of a hold that ran out, or
+-- of an acquisition nobody renews, are. A score behind it moves one ttl past it (one ZADD XX a call
+-- for all of them), so renewals a third of the ttl apart re-score a member about every third time.
+-- The price: a dead owner's members are swept up to one ttl after its hold ran out. Its permits are
+-- not held any longer (the hold's own expiry governs), and a member names its hold's fence, so it
+-- never counts for a later hold of the same token.
 -- Cost: O(1) for a lone holder (lib/permits.lua: one GET and one SET). Else O(t log n) for t leases
 -- (a lease of weight w counts w): a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
--- ZADD a call), however many it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and, about every third renewal, one
+-- O(log n) re-score (in one ZADD a call), however many it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds a permit (lost: G4).
 local ttl = tonumber(ARGV[2])
 local out = { NOW }
@@ -1456,6 +1462,17 @@ local live, extended = {}, {}
 local fields = {}
 -- F, read once if a token is not in H: it may be the name's lone holder (lib/permits.lua).
 local lone = nil
+-- Whether A exists: a member of it was found, so no EXISTS is needed to extend it.
+local in_a = false
+-- holds_op() for a lease of a live hold whose fields are read, and a member's score in A: the
+-- renewal needs the score its look-up finds (a second ZSCORE would cost what skipping saves).
+local function holds_here(tok, op)
+  local f = fields[tok]
+  if op == '' or f[1] == op then return 1 end
+  local score = f[1] and f[2] and redis.call('ZSCORE', A, op .. ' ' .. f[2] .. ' ' .. tok)
+  if score then return 2, tonumber(score) end
+  return false
+end
 for i = 3, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   if live[tok] == nil then
@@ -1467,7 +1484,8 @@ for i = 3, #ARGV, 2 do
     end
   end
   if op ~= '' and live[tok] and live[tok] ~= 'lone' and not fields[tok] then fields[tok] = hold_fields(tok) end
-  local holds_it = live[tok] ~= 'lone' and live[tok] and (op == '' or holds_op(tok, op, fields[tok]))
+  local holds_it, score = false, nil
+  if live[tok] ~= 'lone' and live[tok] then holds_it, score = holds_here(tok, op) end
   if live[tok] == 'lone' and op ~= '' then
     out[#out + 1] = 0 -- a lone holder is a plain token: no acquisition id holds through it
   elseif live[tok] == 'lone' then
@@ -1486,8 +1504,9 @@ for i = 3, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then
-      rescored[#rescored + 1] = extended[tok]
+    if holds_it == 2 then in_a = true end
+    if holds_it == 2 and score < extended[tok] then
+      rescored[#rescored + 1] = extended[tok] + ttl
       rescored[#rescored + 1] = op .. ' ' .. fields[tok][2] .. ' ' .. tok
     end
   else
@@ -1502,7 +1521,7 @@ if any then
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
   if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
-  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,
@@ -1836,12 +1855,16 @@ return result
 -- acquisition is one of the hold's (G4, as in permit-renew.lua).
 -- KEYS  R X Q W M A (see lib/rwlock.lua)
 -- ARGV[1] channel  ARGV[2] mode 'r' | 'w'  ARGV[3] ttl ms  ARGV[4..] pairs: token, acquisition id
--- A renewed acquisition that is a member of A gets the hold's new expiry as its score (one ZADD XX
--- for all of them), so a live hold's members are never due for sweep_acquisitions(): only those of
--- a hold that ran out, or of an acquisition nobody renews, are.
+-- A renewed acquisition that is a member of A keeps a score at or past the hold's new expiry, so a
+-- live hold's members are never due for sweep_acquisitions(): only those of a hold that ran out, or
+-- of an acquisition nobody renews, are. A score behind it moves one ttl past it (one ZADD XX a call
+-- for all of them), so renewals a third of the ttl apart re-score a member about every third time.
+-- The price: a dead owner's members are swept up to one ttl after its hold ran out. It holds the
+-- lock no longer (the hold's own expiry governs), and a member names its hold, so it never counts
+-- for a later hold of the same token.
 -- Cost: O(t log n) for t leases: a reentrant owner's hold is read and extended once per call, and
--- each of its other leases is one O(log n) look-up (a ZSCORE) and one O(log n) re-score (in one
--- ZADD a call), however many acquisitions it holds.
+-- each of its other leases is one O(log n) look-up (a ZSCORE) and, about every third renewal, one
+-- O(log n) re-score (in one ZADD a call), however many acquisitions it holds.
 -- Returns {now, expiresAt per lease}; 0 for a lease that no longer holds that mode (lost: G4).
 local mode, ttl = ARGV[2], tonumber(ARGV[3])
 local key = HOLDS[mode]
@@ -1854,6 +1877,17 @@ local rescored = {}
 -- none kept), and -> the expiry it was extended to in this call: the leases of one reentrant owner
 -- share a hold, read and extended once.
 local live, firsts, extended = {}, {}, {}
+-- Whether A exists: a member of it was found, so no EXISTS is needed to extend it.
+local in_a = false
+-- holds_op() for a lease of a live hold whose first acquisition is read, and a member's score in A:
+-- the renewal needs the score its look-up finds (a second ZSCORE would cost what skipping saves).
+local function holds_here(tok, op, first)
+  -- (No bookkeeping: a hold without it is renewed as a whole.)
+  if not first or first == op then return 1 end
+  local score = redis.call('ZSCORE', A, op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok)
+  if score then return 2, tonumber(score) end
+  return false
+end
 for i = 4, #ARGV, 2 do
   local tok, op = ARGV[i], ARGV[i + 1]
   if live[tok] == nil then
@@ -1861,8 +1895,8 @@ for i = 4, #ARGV, 2 do
     firsts[tok] = live[tok] and redis.call('HGET', M, 'a' .. mode .. ':' .. tok) or false
   end
   local held, first = live[tok], firsts[tok]
-  -- (No bookkeeping: a hold without it is renewed as a whole.)
-  local holds_it = held and (not first or first == op or holds_op(mode, tok, op, first))
+  local holds_it, score = false, nil
+  if held then holds_it, score = holds_here(tok, op, first) end
   if holds_it then
     if not extended[tok] then
       extended[tok] = math.max(held, exp)
@@ -1870,8 +1904,9 @@ for i = 4, #ARGV, 2 do
     end
     out[#out + 1] = extended[tok]
     any = true
-    if holds_it == 2 then
-      rescored[#rescored + 1] = extended[tok]
+    if holds_it == 2 then in_a = true end
+    if holds_it == 2 and score < extended[tok] then
+      rescored[#rescored + 1] = extended[tok] + ttl
       rescored[#rescored + 1] = op .. ' ' .. hold_id(first) .. ' ' .. mode .. tok
     end
   else
@@ -1884,7 +1919,7 @@ if any then
   -- A lives as long as any hold it keeps members of: one renewed through its first acquisition only
   -- extends A too (else A could run out under a live hold, and its members with it).
   if #rescored > 0 then redis.call('ZADD', A, 'XX', unpack(rescored)) end
-  if #rescored > 0 or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
+  if in_a or redis.call('EXISTS', A) == 1 then expire_at_least(A, exp) end
 end
 return out
 `,
