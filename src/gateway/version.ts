@@ -100,7 +100,8 @@ routes: # matched in order; the first match serves the request. Without routes: 
         initial: 16 # before the first step, default min (--adaptive-initial)
         algorithm: gradient # gradient: follows latency | aimd: only drops (--adaptive-algorithm)
         windowMs: 1000 # one step per window (--adaptive-window-ms)
-        drops: [timeout, 429, 503] # what backs it off: statuses, 5xx, timeout (--adaptive-drops)
+        drops: [timeout, 503] # what backs it off: statuses, 5xx, timeout (--adaptive-drops)
+        dropShare: 0.05 # ...only above this share of a window's requests (--adaptive-drop-share)
         scope: fleet # fleet: one limit for every replica sharing Redis | local: this replica's own
         tolerance: 1 # latency up to this x the baseline counts as unloaded
         probeEvery: 60 # one window in 60 runs at a quarter of the limit to re-measure the baseline

@@ -183,6 +183,7 @@ describe('semaphore({ adaptive }) options', () => {
     [{ adaptive: { max: 8, drops: [200] } }, 'adaptive.drops'],
     [{ adaptive: { max: 8, scope: 'world' } }, 'adaptive.scope'],
     [{ adaptive: { max: 8, speed: 2 } }, 'adaptive.speed'],
+    [{ adaptive: { max: 8, dropShare: 1 } }, 'adaptive.dropShare'],
     [{ adaptive: { min: 2 } }, 'adaptive.max'],
   ])('refuses %j naming %s', (options, option) => {
     let thrown: unknown

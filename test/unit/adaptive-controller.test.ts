@@ -1,6 +1,6 @@
 // The adaptive limit's controller on synthetic windows (no Redis, no clock): it converges on an
-// upstream's capacity, holds there, follows a capacity change, backs off on drops, and stays within
-// min and max. One window in probeEvery runs at a quarter of the limit to measure the baseline: the
+// upstream's capacity, holds there, follows a capacity change, backs off on drops above a share of
+// the window's requests, and stays within min and max. One window in probeEvery runs at a quarter of the limit to measure the baseline: the
 // checks leave those out. The upstream model: C requests served at once in S ms each, the rest queue inside it,
 // so with L in flight (clients always offer more than the limit) a request takes S x max(1, L / C).
 import { describe, expect, it } from 'vitest'
@@ -96,12 +96,34 @@ describe('the gradient controller', () => {
     for (const limit of after.slice(-20)) expect(within(limit, 32, 0.25)).toBe(true)
   })
 
-  it('backs off on a window with drops, whatever the latency', () => {
+  it('backs off on a window with more than dropShare (5 %) drops, whatever the latency', () => {
     let state = run(initialState(options), options, 80, () => 32).state
     const before = state.estimate
-    state = step(state, { count: 100, drops: 3, latencySumMs: 970, maxInFlight: state.limit }, options)
+    state = step(state, { count: 100, drops: 6, latencySumMs: 940, maxInFlight: state.limit }, options)
     expect(state.estimate).toBeCloseTo(before * 0.9)
     expect(state.last?.reason).toBe('drops')
+  })
+
+  it('a window with drops up to dropShare steps on the latency of the rest: one client’s 503 per window among many requests does not back off', () => {
+    let state = run(initialState(options), options, 80, () => 32).state
+    const limit = state.limit
+    // 5 of 100 (the share, not above it), at the unloaded latency: the gradient decides, and holds.
+    for (let i = 0; i < 30; i++) {
+      state = step(state, { count: 100, drops: 5, latencySumMs: 95 * 10, maxInFlight: state.limit }, options)
+      expect(state.last?.reason, `window ${i}`).not.toBe('drops')
+    }
+    expect(state.limit).toBeGreaterThanOrEqual(limit)
+    // Above the share, however few the requests (a hung upstream's timeouts come one per window).
+    const full = state.estimate
+    state = step(state, { count: 1, drops: 1, latencySumMs: 0, maxInFlight: state.limit }, options)
+    expect(state.last?.reason).toBe('drops')
+    expect(state.estimate).toBeCloseTo(full * 0.9)
+    // dropShare 0: any drop backs off, as before the share existed.
+    const strict = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 4, dropShare: 0 })
+    const before = state.estimate
+    const next = step(state, { count: 1000, drops: 1, latencySumMs: 9990, maxInFlight: state.limit }, strict)
+    expect(next.last?.reason).toBe('drops')
+    expect(next.estimate).toBeCloseTo(before * 0.9)
   })
 
   it('does not grow while the fleet uses less than half the limit, and an empty window changes nothing', () => {
@@ -138,7 +160,7 @@ describe('the gradient controller', () => {
     // Step 11 steps the window before that one, which ran at the full limit: with drops, it backs off
     // (and the limit is the full estimate again).
     const estimate = state.estimate
-    state = step(state, { count: 100, drops: 5, latencySumMs: 1900, maxInFlight: 32 }, every, 1)
+    state = step(state, { count: 100, drops: 10, latencySumMs: 1800, maxInFlight: 32 }, every, 1)
     expect(state.last?.reason).toBe('drops')
     expect(state.limit).toBe(Math.round(estimate * 0.9))
     // Step 12 steps the quarter's window: its latency (12 ms, the upstream got slower) is the baseline.
@@ -168,7 +190,7 @@ describe('the AIMD controller', () => {
     let state = initialState(options)
     state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 10 }, options)
     expect(state.limit).toBe(12)
-    state = step(state, { count: 100, drops: 1, latencySumMs: 990, maxInFlight: 12 }, options)
+    state = step(state, { count: 100, drops: 10, latencySumMs: 900, maxInFlight: 12 }, options)
     expect(state.estimate).toBeCloseTo(10.8)
     expect(state.limit).toBe(11)
     state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 2 }, options)
@@ -187,6 +209,9 @@ describe('options', () => {
     [{ max: 10, tolerance: 0.9 }, 'tolerance'],
     [{ max: 10, smoothing: 0 }, 'smoothing'],
     [{ max: 10, backoff: 1 }, 'backoff'],
+    [{ max: 10, dropShare: -0.01 }, 'dropShare'],
+    [{ max: 10, dropShare: 1 }, 'dropShare'], // never a back-off: say drops: [] instead
+    [{ max: 10, dropShare: '5%' }, 'dropShare'],
     [{ max: 10, windowMs: 0 }, 'windowMs'],
     [{ max: 10, windowMs: 99 }, 'windowMs'],
     [{ max: 10, windowMs: 100.5 }, 'windowMs'],
@@ -204,13 +229,14 @@ describe('options', () => {
     )
   })
 
-  it('defaults: gradient, min 1, initial = min, 1 s windows', () => {
+  it('defaults: gradient, min 1, initial = min, 1 s windows, drops back off above 5 %', () => {
     expect(parseAdaptiveLimitOptions({ max: 8 })).toMatchObject({
       algorithm: 'gradient',
       min: 1,
       max: 8,
       initial: 1,
       windowMs: 1000,
+      dropShare: 0.05,
     })
   })
 })

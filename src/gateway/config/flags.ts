@@ -17,6 +17,7 @@ import {
   positiveInt,
   redisUrl,
   sampleRate,
+  dropShare,
   sentinelName,
   filePath,
   hostPort,
@@ -75,6 +76,7 @@ export interface GatewayFlags {
   adaptiveWindowMs?: number
   adaptiveScope?: 'fleet' | 'local'
   adaptiveDrops?: (number | '5xx' | 'timeout')[]
+  adaptiveDropShare?: number
   trustProxy?: TrustProxy
   logLevel?: LogLevel
   logFormat?: LogFormat
@@ -135,6 +137,7 @@ const FLAG_OPTIONS = {
   'adaptive-window-ms': { type: 'string' },
   'adaptive-scope': { type: 'string' },
   'adaptive-drops': { type: 'string' },
+  'adaptive-drop-share': { type: 'string' },
   'trust-proxy': { type: 'boolean' },
   'trusted-proxies': { type: 'string' },
   'log-level': { type: 'string' },
@@ -222,7 +225,9 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --adaptive-window-ms <n>    one step per window of n ms (default 1000)
   --adaptive-scope <fleet|local>  fleet: one limit shared through the store; local: this replica's own
                               (default fleet)
-  --adaptive-drops <list>     what backs the limit off: statuses, 5xx, timeout (default timeout,429,503)
+  --adaptive-drops <list>     what backs the limit off: statuses, 5xx, timeout (default timeout,503)
+  --adaptive-drop-share <0..0.99>  back off only when more than this share of a window's requests
+                              are drops (default 0.05)
   --trust-proxy               trust the proxy clients connect to: the client address is the last
                               X-Forwarded-For entry (one hop; see --trusted-proxies)
   --trusted-proxies <n|list>  trust n proxy hops, or the proxies at these addresses and CIDR ranges
@@ -399,10 +404,18 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
           return rules.map((rule) => (rule === '5xx' || rule === 'timeout' ? rule : Number(rule)))
         ctx.addIssue({
           code: 'custom',
-          message: 'expected a list of statuses (400-599), 5xx and timeout, e.g. timeout,429,503',
+          message: 'expected a list of statuses (400-599), 5xx and timeout, e.g. timeout,503',
         })
         return z.NEVER
       }),
+    ),
+    adaptiveDropShare: stringFlag(
+      'adaptive-drop-share',
+      z
+        .string()
+        .regex(/^0(\.\d{1,6})?$/, { error: 'expected a decimal from 0 to 0.99, e.g. 0.05' })
+        .transform(Number)
+        .pipe(dropShare),
     ),
     trustProxy: trustFlags(),
     logLevel: stringFlag('log-level', logLevel),

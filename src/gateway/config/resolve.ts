@@ -231,6 +231,7 @@ function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
     windowMs: flags.adaptiveWindowMs,
     scope: flags.adaptiveScope,
     drops: flags.adaptiveDrops,
+    dropShare: flags.adaptiveDropShare,
   })
   if (Object.keys(adaptiveFlags).length > 0) {
     // The flags turn an adaptive limit on for every route that inherits the defaults: it replaces the

@@ -61,6 +61,11 @@ export const sampleRate = z
   .string()
   .regex(/^(0(\.\d{1,6})?|1(\.0{1,6})?)$/, { error: 'expected a decimal from 0 to 1, e.g. 0.1' })
   .transform(Number)
+/** A share of a window's requests (adaptive.dropShare): a number from 0 to 0.99. */
+export const dropShare = z
+  .number({ error: 'expected a number from 0 to 0.99 (a share: 0.05 is 5 %)' })
+  .min(0, { error: 'expected a number from 0 to 0.99 (a share: 0.05 is 5 %)' })
+  .max(0.99, { error: 'expected a number from 0 to 0.99 (a share: 0.05 is 5 %)' })
 export const sentinelName = z
   .string({ error: 'expected a master name' })
   .regex(/^[\w.:-]{1,128}$/, { error: 'expected a master name of letters, digits and . _ : -' })
@@ -140,6 +145,7 @@ export const adaptiveSchema = z.strictObject({
   probeEvery: intIn(3, 1_000_000, 'expected an integer of windows from 3 to 1000000').optional(),
   smoothing: above0(1).optional(),
   backoff: above0(0.99).optional(),
+  dropShare: dropShare.optional(),
   increase: positiveInt(1_000_000).optional(),
   drops: z.array(dropRule, { error: "expected a list of statuses, '5xx' and 'timeout'" }).optional(),
   scope: z.enum(['fleet', 'local'], { error: 'expected fleet or local' }).optional(),

@@ -25,10 +25,15 @@
 //   That also learns an upstream that got slower for good, at the next probe.
 // - 'aimd': for upstreams that say they are overloaded by errors rather than by latency: + `increase`
 //   per window without drops, x `backoff` with drops.
-// Both: a window with drops (timeouts, the configured statuses) backs off (x `backoff`) whatever the
-// latency says; a window in which the fleet never used half its limit does not grow it (no evidence
-// the upstream takes more: Netflix's "app limited" check); an empty window changes nothing. The limit
-// stays within [min, max], always an integer.
+// Both: a window in which more than `dropShare` of the requests were drops (timeouts, the configured
+// statuses) backs off (x `backoff`) whatever the latency says. A share, not any drop: one client can
+// always make the upstream answer one 503 per window, and the window's other requests then say more
+// about capacity than that one does (the share is the fleet's: every replica's count and drops are
+// summed). Below the share, drops are left out of the latency and the window steps on the rest. No
+// minimum count of drops beside the share: timeouts that come one per window (a hung upstream, a
+// small limit, a long timeout) must still back off. A window in which the fleet never used half its
+// limit does not grow it (no evidence the upstream takes more: Netflix's "app limited" check); an
+// empty window changes nothing. The limit stays within [min, max], always an integer.
 
 import { ConfigError } from '../../core/errors.js'
 import { positiveInt, rejectUnknown } from '../../core/options.js'
@@ -73,6 +78,9 @@ export interface AdaptiveLimitOptions {
   smoothing?: number
   /** Factor on a window with drops, in (0, 1) (default 0.9). */
   backoff?: number
+  /** A window backs off for drops only when more than this share of its requests were drops, 0 to
+   * 0.99 (default 0.05; 0: any drop). */
+  dropShare?: number
   /** aimd: added per window without drops (default 1). */
   increase?: number
 }
@@ -89,6 +97,7 @@ const KEYS = [
   'probeEvery',
   'smoothing',
   'backoff',
+  'dropShare',
   'increase',
 ] as const satisfies readonly (keyof AdaptiveLimitOptions)[]
 
@@ -171,6 +180,7 @@ export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAd
     probeEvery: integerIn(`${at}probeEvery`, o.probeEvery, 60, 3, 1_000_000, 'windows'),
     smoothing: ratio(`${at}smoothing`, o.smoothing, 0.5, 0, 1, true),
     backoff: ratio(`${at}backoff`, o.backoff, 0.9, 0, 0.99, true),
+    dropShare: ratio(`${at}dropShare`, o.dropShare, 0.05, 0, 0.99, false),
     increase: o.increase === undefined ? 1 : positiveInt(`${at}increase`, o.increase, MAX_ADAPTIVE_LIMIT),
   }
 }
@@ -257,7 +267,7 @@ export function step(
   }
   if (probeWindow) return done(state.estimate, { gradient: undefined, reason: 'probe' })
   if (summary.count === 0) return done(state.estimate, { gradient: undefined, reason: 'empty' })
-  if (summary.drops > 0) {
+  if (summary.drops > 0 && summary.drops > options.dropShare * summary.count) {
     slowStart = false
     return done(state.estimate * options.backoff, { gradient: undefined, reason: 'drops' })
   }

@@ -61,7 +61,9 @@ export type { AdaptiveLimitOptions } from './controller.js'
 export type DropRule = number | '5xx' | 'timeout'
 
 export interface AdaptiveOptions extends AdaptiveLimitOptions {
-  /** Which outcomes are drops (back off, whatever the latency). @default ['timeout', 429, 503] */
+  /** Which outcomes are drops (back off, whatever the latency, once more than `dropShare` of a
+   * window's requests are). Not 429 by default: it usually answers one user, not the upstream's
+   * load; add it for an upstream that says "overloaded" with a 429. @default ['timeout', 503] */
   drops?: readonly DropRule[]
   /** 'fleet': one limit for every process sharing the store; 'local': this process's own.
    * @default 'fleet' */
@@ -110,7 +112,7 @@ export interface AdaptiveStatus {
   storeReachable: boolean
 }
 
-const DEFAULT_DROPS: readonly DropRule[] = Object.freeze(['timeout', 429, 503])
+const DEFAULT_DROPS: readonly DropRule[] = Object.freeze(['timeout', 503])
 /** A leader leads this many windows without reporting again. */
 const LEADER_WINDOWS = 3
 /** The fleet's limit in the store outlives the last step by this many windows. */
