@@ -284,16 +284,29 @@ export class Admission<Req> {
     countDown(this.waiting, key)
   }
 
-  /** Call once per admitted request when its response is done (finish or abort), with how it ended
-   * (`outcome`: its status, or a timeout; undefined when it did not end with a response, e.g. the
-   * client left): an adaptive limit learns from it. Never throws; the promise (never rejected)
-   * settles when the store has the permit back. */
+  /** Under an adaptive limit: the request's response ended where the limit measures it (the
+   * upstream's last byte, or its failure; the handler's end()), so ended (`outcome`), `heldMs` of it
+   * held back by the client. Its sample is taken now, once, however long the client then takes to
+   * read it; its permit is held until release(). */
+  measured(info: TollgateInfo, outcome: Outcome | undefined, heldMs = 0): void {
+    if (info.admittedAt === undefined || info.sampled) return
+    info.sampled = true
+    this.adaptive?.sample(info.admittedAt, outcome, heldMs)
+  }
+
+  /** Call once per admitted request when its response is done (finish or abort): its permit goes
+   * back. `outcome` (its status, or a timeout; undefined when it did not end with a response, e.g.
+   * the client left) is an adaptive limit's sample unless measured() took one. Never throws; the
+   * promise (never rejected) settles when the store has the permit back. */
   release(info: TollgateInfo, outcome?: Outcome): Promise<void> | undefined {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
     if (this.tracking) countDown(this.holding, info.key)
-    if (info.admittedAt !== undefined) this.adaptive?.finished(info.admittedAt, outcome)
+    if (info.admittedAt !== undefined) {
+      this.measured(info, outcome)
+      this.adaptive?.released()
+    }
     if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
     return this.giveBack(lease)
   }

@@ -36,6 +36,8 @@ export interface TollgateInfo {
   /** Under an adaptive limit: when the request was admitted (performance.now()), what its latency
    * is measured from. */
   admittedAt?: number | undefined
+  /** Under an adaptive limit: its sample was taken (Admission.measured()). */
+  sampled?: boolean | undefined
 }
 
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait

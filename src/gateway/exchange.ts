@@ -297,29 +297,41 @@ function admitted(ctx: GatewayContext, exchange: Exchange, taken: Taken): ChainR
 }
 
 /** Give every held lease back (once) and remember the pending releases so shutdown can await them.
- * `res`: the response, once it closed (how the request ended, for an adaptive limit). */
-export function release(ctx: GatewayContext, exchange: Exchange, res?: ClientResponse): void {
+ * A request whose upstream never ended (the client left first, it was never forwarded) is no sample
+ * of an adaptive limit: upstreamEnded() took the others'. */
+export function release(ctx: GatewayContext, exchange: Exchange): void {
   if (exchange.inFlight) {
     exchange.inFlight = false
     ctx.metrics.route(exchange.route!.config.name).inFlight--
   }
   if (exchange.held.length === 0) return
-  const outcome = res && outcomeOf(exchange, res)
   for (const { admission, info } of exchange.held.splice(0)) {
     // Counts, and logs a failed release (the lease then expires by itself).
-    const pending = admission.release(info, outcome)
+    const pending = admission.release(info)
     if (pending) ctx.releases.track(pending)
   }
 }
 
-/** How a forwarded request ended, as an adaptive limit counts it: the upstream timed out; it failed
- * otherwise (counted as the 502 the client got); or its status, once the whole response was sent.
- * Undefined (not counted): never forwarded, or the client left before the end. */
-function outcomeOf(exchange: Exchange, res: ClientResponse): Outcome | undefined {
+/** The upstream's response ended: its last byte came, or it failed or timed out. An adaptive limit
+ * takes the request's sample now, not once the client has read the response (a slow reader must
+ * not look like a slow upstream); `heldMs`, the time the client held the upstream back, is left out
+ * of it. The leases stay held until release(). */
+export function upstreamEnded(exchange: Exchange, heldMs: number): void {
+  const held = exchange.held
+  if (held.length === 0) return
+  const outcome = outcomeOf(exchange)
+  for (let i = 0; i < held.length; i++) {
+    const { admission, info } = held[i] as Exchange['held'][number]
+    admission.measured(info, outcome, heldMs)
+  }
+}
+
+/** How a forwarded request ended upstream, as an adaptive limit counts it: the upstream timed out;
+ * it failed otherwise (counted as the 502 the client got); or its status. */
+function outcomeOf(exchange: Exchange): Outcome | undefined {
   const error = exchange.upstreamError
   if (error) return error.kind === 'timeout' ? { timedOut: true } : { status: 502 }
-  if (exchange.upstreamStatus === undefined || !res.writableFinished) return undefined
-  return { status: exchange.upstreamStatus }
+  return exchange.upstreamStatus === undefined ? undefined : { status: exchange.upstreamStatus }
 }
 
 /** The request to send upstream: canonical path (minus a stripped prefix) under the upstream's base path. */

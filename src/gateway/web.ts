@@ -17,6 +17,7 @@ import {
   sendMsOf,
   type Understood,
   understand,
+  upstreamEnded,
 } from './exchange.js'
 import type { Outgoing, UpstreamError, WebOptions } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
@@ -47,7 +48,7 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
     forgetClose?.()
     exchange.forward?.clientClosed()
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
-    release(ctx, exchange, res)
+    release(ctx, exchange)
     finished(ctx, req, res, exchange)
     ctx.active--
     ctx.onSettled()
@@ -297,6 +298,10 @@ class Forwarding implements WebOptions {
     exchange.upstreamStatus = status
     exchange.upstreamMs = round(ms)
     this.ctx.metrics.route((exchange.route as LiveRoute).config.name).upstreamSeconds.observe(ms / 1000)
+  }
+
+  onUpstreamEnd(heldMs: number): void {
+    upstreamEnded(this.exchange, heldMs)
   }
 
   onError(error: UpstreamError): void {

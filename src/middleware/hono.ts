@@ -140,6 +140,8 @@ class FetchResponseWatch implements WatchedResponse {
   /** The status of the response tracked (an adaptive limit counts some as drops). */
   statusCode: number | undefined = undefined
   private listeners: (() => void)[] = []
+  /** 'prefinish' listeners: called when the handler's Response is handed over (track()). */
+  private handedOver: (() => void)[] = []
   private controller: ReadableStreamDefaultController<Uint8Array> | undefined
 
   constructor(signal: AbortSignal | undefined) {
@@ -147,8 +149,9 @@ class FetchResponseWatch implements WatchedResponse {
     else signal?.addEventListener('abort', () => this.close(), { once: true })
   }
 
-  once(_event: 'close', listener: () => void): this {
-    if (this.closed) queueMicrotask(listener)
+  once(event: 'close' | 'prefinish', listener: () => void): this {
+    if (event === 'prefinish') this.handedOver.push(listener)
+    else if (this.closed) queueMicrotask(listener)
     else this.listeners.push(listener)
     return this
   }
@@ -173,9 +176,11 @@ class FetchResponseWatch implements WatchedResponse {
     this.close()
   }
 
-  /** A copy of `response` whose body closes this watch when it has been read, failed or cancelled. */
+  /** A copy of `response` whose body closes this watch when it has been read, failed or cancelled.
+   * The handler is done here ('prefinish'): a body the client reads slowly is the client's time. */
   track(response: Response): Response {
     this.statusCode = response.status
+    if (!this.closed) for (const listener of this.handedOver.splice(0)) listener()
     const source = response.body
     if (!source || this.closed) {
       this.finish()

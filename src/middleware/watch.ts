@@ -34,8 +34,10 @@ const RESPONSE_CLOSED = new Error('response closed')
  * passes a stand-in that closes when the body has been sent (see hono.ts).
  */
 export interface WatchedResponse {
-  /** Emitted exactly once, when the response is done: finished, aborted, destroyed or failed. */
-  once(event: 'close', listener: () => void): unknown
+  /** 'close': emitted exactly once, when the response is done: finished, aborted, destroyed or
+   * failed. 'prefinish': the handler has handed over its whole response (Node: its end() call), however
+   * long the client then takes to read it; an adaptive limit measures to here. */
+  once(event: 'close' | 'prefinish', listener: () => void): unknown
   /** True once 'close' was emitted (Node's `ServerResponse.closed`). */
   readonly closed?: boolean
   /** True once the whole response was handed to the transport. */
@@ -85,9 +87,9 @@ export async function admitWatched<Req>(
   let held: TollgateInfo | undefined
   res.once('close', () => {
     gone.abort(RESPONSE_CLOSED)
-    // How it ended, for an adaptive limit: its status once the response was sent, else nothing (the
-    // client left, or the handler failed before answering).
-    if (held) void admission.release(held, res.writableFinished ? { status: res.statusCode } : undefined)
+    // An adaptive limit's sample was taken when the handler ended the response (below); a response
+    // the handler never ended (the client left first, it failed before answering) is none.
+    if (held) void admission.release(held)
     held = undefined
   })
   const bucket = admission.bucketOf(req)
@@ -114,6 +116,12 @@ export async function admitWatched<Req>(
     return { outcome: 'gone' }
   }
   held = info
+  // Measured to the handler's end of the response, not to the client's end of reading it: a slow
+  // reader holds its permit, but must not look like a slow handler to the limit every client shares.
+  if (info.admittedAt !== undefined)
+    res.once('prefinish', () => {
+      if (held) admission.measured(held, { status: res.statusCode })
+    })
   if (info.lease) {
     whenLost(info.lease, (error) => {
       if (admission.lost(info, error) && !res.writableFinished) res.destroy()

@@ -2,10 +2,13 @@
 // README "Adaptive limits"): two replicas of the real bin on one Redis, an upstream that answers in
 // 20 ms far below its capacity (a process of its own), 8 well-behaved clients. With no attack the
 // limit sits at or near its max (16).
-// The attack: one request per window to a path the upstream answers 503 (or 429). The limit's
-// lowest value during the attack stays within 25 % of its value without it.
+// Attack 1: one request per window to a path the upstream answers 503 (or 429). Attack 2: three
+// clients reading a 16 MB response slowly, so that the gateway holds the upstream back (one replica
+// on the lean upstream path, the other on undici's). Either way the limit's lowest value during the
+// attack stays within 25 % of its value without it.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import http from 'node:http'
+import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -16,6 +19,13 @@ import { topology, uniquePrefix } from '../helpers/redis.js'
 
 const MAX = 16
 const GOOD_CLIENTS = 8
+/** A slow reader takes this many bytes per tick of READ_TICK_MS: 4 MB/s, 4 s per 16 MB response (the
+ * upstream's 20 ms x 200). The socket buffers between the upstream and the reader hold a few MB of
+ * it: the gateway holds the upstream back for most of those 4 s. */
+const READ_CHUNK = 128 * 1024
+const BIG_BYTES = 16 * 1024 * 1024
+const READ_TICK_MS = 32
+
 /** Closed loops of GET /work over the gateways, each on its own keep-alive socket; counts the 200s. */
 function goodClients(gateways: readonly GatewayProcess[]) {
   let running = true
@@ -42,6 +52,45 @@ function goodClients(gateways: readonly GatewayProcess[]) {
       running = false
       await Promise.all(loops)
       agent.destroy()
+    },
+  }
+}
+
+/** A client that asks for /big over and over (from `afterMs` on) and reads it slowly; counts the
+ * responses it read to their end. */
+function slowReader(gateway: GatewayProcess, afterMs: number) {
+  let running = true
+  let completed = 0
+  let socket: net.Socket | undefined
+  const { hostname, port } = new URL(gateway.url)
+  const once = () =>
+    new Promise<void>((resolve) => {
+      const s = (socket = net.connect(Number(port), hostname))
+      s.write('GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n')
+      let timer: NodeJS.Timeout | undefined
+      let read = 0
+      s.on('data', (chunk: Buffer) => {
+        read += chunk.length
+        s.pause()
+        timer = setTimeout(() => s.resume(), (READ_TICK_MS * chunk.length) / READ_CHUNK)
+      })
+      s.on('error', () => undefined)
+      s.once('close', () => {
+        clearTimeout(timer)
+        if (read > BIG_BYTES) completed++ // (its head is a few hundred bytes more)
+        resolve()
+      })
+    })
+  const loop = (async () => {
+    await sleep(afterMs)
+    while (running) await once()
+  })()
+  return {
+    completed: () => completed,
+    async stop() {
+      running = false
+      socket?.destroy()
+      await loop
     },
   }
 }
@@ -156,6 +205,33 @@ describe('an adaptive limit and what one client makes the upstream answer [2 rep
       const attacked = await phase(gateways, good, 3_000)
       attacking = false
       await attack
+      const seen = `limit ${quiet.median} -> lowest ${attacked.min}; ok/s ${quiet.okPerS.toFixed(0)} -> ${attacked.okPerS.toFixed(0)}`
+      expect(attacked.min, seen).toBeGreaterThanOrEqual(0.75 * quiet.median)
+    } finally {
+      await good.stop()
+    }
+  }, 30_000)
+
+  it('three clients reading a 16 MB response slowly do not move the limit (lean and undici paths)', async () => {
+    // The gradient: latency moves it. Windows of 250 ms hold ~75 requests of the good clients; latency
+    // up to 1.5 x the baseline counts as unloaded, so that the delays of a machine shared with other
+    // work do not move the limit by themselves (a slow reader's 4 s counted as latency still does).
+    const { gateways, good } = await fleet({ windowMs: 250, tolerance: 1.5 })
+    try {
+      await sleep(1_000)
+      const quiet = await phase(gateways, good, 1_500)
+      // Without an attack the limit sits near its max: the upstream is far from its capacity.
+      expect(quiet.median).toBeGreaterThanOrEqual(0.75 * MAX)
+      // Started 500 ms apart: their responses end in different windows.
+      const readers = [
+        slowReader(gateways[0]!, 0),
+        slowReader(gateways[1]!, 500),
+        slowReader(gateways[1]!, 1000),
+      ]
+      const attacked = await phase(gateways, good, 6_000)
+      await Promise.all(readers.map((r) => r.stop()))
+      // The attack took place: slow reads ended within it (each one a sample).
+      expect(readers.reduce((sum, r) => sum + r.completed(), 0)).toBeGreaterThan(0)
       const seen = `limit ${quiet.median} -> lowest ${attacked.min}; ok/s ${quiet.okPerS.toFixed(0)} -> ${attacked.okPerS.toFixed(0)}`
       expect(attacked.min, seen).toBeGreaterThanOrEqual(0.75 * quiet.median)
     } finally {

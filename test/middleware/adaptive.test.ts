@@ -1,7 +1,9 @@
 // The middleware's `adaptive` option: the limit learns from the responses the handlers send (their
 // status decides the drops, README "Adaptive limits"), in Express and Koa alike; a client that leaves
-// before its response is not counted; and the option refuses what would not be one limit.
+// before its response is not counted; a client that reads slowly is not a slow handler (the sample
+// ends when the handler ends its response); and the option refuses what would not be one limit.
 import http from 'node:http'
+import net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import express from 'express'
 import Koa from 'koa'
@@ -31,12 +33,17 @@ afterEach(() => {
   }
 })
 
+/** 16 MB: more than the socket buffers between a server and a client on this machine hold. */
+const BIG = Buffer.alloc(16 * 1024 * 1024, 0x61)
+
 /** An app with the adaptive middleware (a store of its own: one name in one store is one limit, for
  * every middleware using it): GET /ok answers 200 after 5 ms, GET /fail 503, GET /late 200 once the
- * client has left (to nobody). */
+ * client has left (to nobody), GET /big 16 MB at once. */
 async function app(framework: 'express' | 'koa') {
   const store = createMemoryStore()
-  let middleware: { adaptive: { status(): { limit: number }; close(): void } | undefined }
+  let middleware: {
+    adaptive: { status(): { limit: number; rttMs?: number | undefined }; close(): void } | undefined
+  }
   let server: http.Server
   if (framework === 'express') {
     const mw = expressSemaphore({ store, adaptive: ADAPTIVE, maxWaitMs: 10_000 })
@@ -53,6 +60,9 @@ async function app(framework: 'express' | 'koa') {
     a.get('/late', (_req, res) => {
       res.once('close', () => res.send('late'))
     })
+    a.get('/big', (_req, res) => {
+      res.send(BIG)
+    })
     server = http.createServer(a)
   } else {
     const mw = koaSemaphore({ store, adaptive: ADAPTIVE, maxWaitMs: 10_000 })
@@ -63,6 +73,10 @@ async function app(framework: 'express' | 'koa') {
       if (ctx.path === '/fail') {
         ctx.status = 503
         ctx.body = 'overloaded'
+        return
+      }
+      if (ctx.path === '/big') {
+        ctx.body = BIG
         return
       }
       if (ctx.path === '/late') {
@@ -81,6 +95,41 @@ async function app(framework: 'express' | 'koa') {
   const control = middleware.adaptive!
   servers.push({ closeAllConnections() {}, close: () => control.close() } as unknown as http.Server)
   return { url, adaptive: control }
+}
+
+/** GET `path` on a socket of its own, read at about `bytesPerS`; resolves with the bytes read. */
+function readSlowly(url: string, path: string, bytesPerS: number): Promise<number> {
+  const { hostname, port } = new URL(url)
+  return new Promise((resolve) => {
+    const socket = net.connect(Number(port), hostname)
+    socket.write(`GET ${path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n`)
+    let read = 0
+    let timer: NodeJS.Timeout | undefined
+    socket.on('data', (chunk: Buffer) => {
+      read += chunk.length
+      socket.pause()
+      timer = setTimeout(() => socket.resume(), (1000 * chunk.length) / bytesPerS)
+    })
+    socket.on('error', () => undefined)
+    socket.once('close', () => {
+      clearTimeout(timer)
+      resolve(read)
+    })
+  })
+}
+
+/** Every latency (rttMs) the limit's steps reported while `during` ran and 300 ms after (the window
+ * of the last sample is stepped too), polled every 10 ms. */
+async function latencies(adaptive: { status(): { rttMs?: number | undefined } }, during: Promise<unknown>) {
+  const seen: number[] = []
+  let until = Number.POSITIVE_INFINITY
+  void during.finally(() => (until = Date.now() + 300))
+  while (Date.now() < until) {
+    const rtt = adaptive.status().rttMs
+    if (rtt !== undefined && seen.at(-1) !== rtt) seen.push(rtt)
+    await sleep(10)
+  }
+  return seen
 }
 
 /** `clients` closed loops of GET `path` for `ms`. */
@@ -129,6 +178,18 @@ describe.each(['express', 'koa'] as const)('semaphore({ adaptive }) [%s]', (fram
     await sleep(300)
     expect(adaptive.status()).toMatchObject({ limit: 8, reason: 'empty' })
   })
+
+  it('a client reading 16 MB slowly is no slow handler: the sample ends when the handler ends the response', async () => {
+    const { url, adaptive } = await app(framework)
+    // ~2 s to read it all; the handler handed it over at once (res.end()).
+    const reading = readSlowly(url, '/big', 8 * 1024 * 1024)
+    const seen = await latencies(adaptive, reading)
+    expect(await reading).toBeGreaterThan(BIG.length)
+    // Its window's latency is the handler's, not the ~2 s the client took (before: ~1-2 s, the sample
+    // ran until the response's close).
+    expect(seen.length).toBeGreaterThan(0)
+    expect(Math.max(...seen), String(seen)).toBeLessThan(500)
+  })
 })
 
 // Hono on a fetch runtime (Bun, Deno, workers: app.fetch, no Node response object): the status comes
@@ -171,6 +232,32 @@ describe('semaphore({ adaptive }) [hono, fetch]', () => {
     const before = control.status().limit
     await run(app, '/throw', 4, 300)
     await eventually(() => control.status().limit < before, 2_000)
+  })
+
+  it('a body read slowly is the client’s time: the sample ends when the handler hands over its Response', async () => {
+    const mw = honoSemaphore({ store: createMemoryStore(), adaptive: ADAPTIVE, maxWaitMs: 10_000 })
+    const control = mw.adaptive!
+    servers.push({ closeAllConnections() {}, close: () => control.close() } as unknown as http.Server)
+    const app = new Hono()
+    app.use(mw)
+    // A streamed body of 20 chunks, made as the client asks for them.
+    app.get('/stream', (c) => {
+      let sent = 0
+      const body = new ReadableStream<Uint8Array>({
+        pull(controller) {
+          if (sent++ === 20) controller.close()
+          else controller.enqueue(new Uint8Array(1024))
+        },
+      })
+      return c.body(body)
+    })
+    const reading = (async () => {
+      const reader = (await app.fetch(new Request('http://x/stream'))).body!.getReader()
+      while (!(await reader.read()).done) await sleep(50) // ~1 s
+    })()
+    const seen = await latencies(control, reading)
+    expect(seen.length).toBeGreaterThan(0)
+    expect(Math.max(...seen), String(seen)).toBeLessThan(300)
   })
 })
 

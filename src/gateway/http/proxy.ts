@@ -125,6 +125,11 @@ class WebForward implements Dispatcher.DispatchHandler {
   private head: { statusCode: number; out: (string | string[])[] } | undefined
   private sendTimer: NodeJS.Timeout | undefined
   private draining = false
+  /** performance.now() when the upstream was last held back for the client (0: it is not now). */
+  private heldSince = 0
+  /** How long the upstream was held back for the client: from each pause to its next byte, ms. */
+  private heldMs = 0
+  private upstreamDone = false
 
   constructor(
     private readonly res: ClientResponse,
@@ -169,6 +174,21 @@ class WebForward implements Dispatcher.DispatchHandler {
     this.head = undefined
   }
 
+  /** The upstream's response ended (its last byte, or it failed): reported once. */
+  private upstreamEnded(): void {
+    if (this.upstreamDone) return
+    this.upstreamDone = true
+    this.unheld()
+    this.opts.onUpstreamEnd?.(this.heldMs)
+  }
+
+  /** The upstream moved again (a byte, its end): a hold for the client ends here. */
+  private unheld(): void {
+    if (this.heldSince === 0) return
+    this.heldMs += performance.now() - this.heldSince
+    this.heldSince = 0
+  }
+
   fail(error: Error): void {
     if (this.reported || error instanceof ClientGone) return
     this.reported = true
@@ -198,6 +218,7 @@ class WebForward implements Dispatcher.DispatchHandler {
       res.destroy()
     }
     opts.onError({ ...failure, answered })
+    this.upstreamEnded()
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -220,9 +241,13 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.unheld()
     this.flushHead()
     if (!this.res.write(chunk)) {
       controller.pause()
+      // Held back until the upstream's next byte: the wait for the client's drain and the upstream's
+      // answer to the resume are the client's time, not the upstream's.
+      this.heldSince = performance.now()
       if (!this.draining) {
         this.draining = true
         this.res.once('drain', this.onDrain)
@@ -232,6 +257,7 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    this.upstreamEnded()
     this.flushHead()
     const res = this.res
     res.end()

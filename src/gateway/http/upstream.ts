@@ -46,6 +46,11 @@ export interface WebOptions {
   clientError?(error: Error): number | undefined
   /** Upstream status, when its response starts. */
   onResponse?(status: number): void
+  /** Called at most once, when the upstream's response ended: its last byte came, or it failed or
+   * timed out (after onError); never when the client left first. `heldMs`: how long the client held
+   * the upstream back meanwhile (from each pause for a client that took no more bytes to the
+   * upstream's next byte). */
+  onUpstreamEnd?(heldMs: number): void
 }
 
 /** A request being forwarded. */

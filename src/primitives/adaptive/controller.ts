@@ -44,7 +44,8 @@ export interface WindowSummary {
   count: number
   /** Of them, drops: timeouts and the configured statuses (not counted in the latency). */
   drops: number
-  /** Sum of the latencies of the others, ms (admission to the end of the response). */
+  /** Sum of the latencies of the others, ms (admission to the end of the response as the upstream or
+   * the handler gave it, not as the client read it: limit.ts). */
   latencySumMs: number
   /** The most requests in flight at once during the window. */
   maxInFlight: number

@@ -2,8 +2,9 @@
 // it admits do, applied to the bucket's permits.
 //
 // scope 'fleet' (the default), one limit for every replica sharing the store:
-// - every replica measures each request it admitted (admission to the end of its response, and
-//   whether it was a drop) and adds it to its summary of the current window;
+// - every replica measures each request it admitted (admission to the end of its response as the
+//   upstream or the handler gave it, less the time the client held it back; and whether it was a
+//   drop: see "What is measured" below) and adds it to its summary of the current window;
 // - windows are named by their start on the store's clock (floor(time / windowMs) x windowMs, so
 //   they stay ordered when windowMs changes: a reload, a rolling deploy); shortly after each window
 //   ends, every replica reports its summary of it in one store call (lua/adaptive-report.lua), which
@@ -32,6 +33,17 @@
 // limit made again for the same bucket (a gateway's reload) shares the permit set with the holders
 // and waiters of the one it replaces (the limit binds them all, as on Redis) and goes on from its
 // state.
+//
+// What is measured: what the upstream does, not what a client does, since one client's behaviour must
+// not set a limit every client shares (README "Adaptive limits", "What a client cannot do"):
+// - latency runs from admission to the upstream's last byte (the gateway), or to the handler's end()
+//   (the middleware), not to the end of the client's reading: a slow reader holds its permit (bounded
+//   by the send timeout) but its sample is the upstream's. While the client takes no more bytes the
+//   gateway stops reading the upstream (backpressure); that time, from each pause to the upstream's
+//   next byte, is left out of the sample too (`heldMs`);
+// - drops back a window off only above a share of its requests (controller.ts, `dropShare`), and the
+//   default drops are timeouts and 503 (the status that says "overloaded"), not 429 (usually one
+//   user's answer).
 import { randomBytes } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js'
 import type { KeySpace } from '../../core/keys.js'
@@ -238,13 +250,25 @@ export class AdaptiveLimit {
   }
 
   /** A request admitted at `admittedAt` with `weight` ended so (undefined: not counted, e.g. the
-   * client left). One sample whatever its weight; its permits count in flight until now. */
+   * client left): its sample (sample()) and its permits back (released()), now. */
   finished(admittedAt: number, outcome: Outcome | undefined, weight = 1): void {
-    this.inFlight = Math.max(0, this.inFlight - weight)
+    this.released(weight)
+    this.sample(admittedAt, outcome)
+  }
+
+  /** The sample of a request admitted at `admittedAt` whose response ended now where the limit
+   * measures it (undefined: not counted, e.g. the client left first). One sample whatever its weight.
+   * `heldMs`: how long of it the response was held back by its client, left out of its latency. */
+  sample(admittedAt: number, outcome: Outcome | undefined, heldMs = 0): void {
     if (!outcome) return
     this.window.count++
     if (isDrop(outcome, this.options.drops)) this.window.drops++
-    else this.window.latencySumMs += performance.now() - admittedAt
+    else this.window.latencySumMs += Math.max(0, performance.now() - admittedAt - heldMs)
+  }
+
+  /** A request's `weight` permits went back: they counted in flight until now. */
+  released(weight = 1): void {
+    this.inFlight = Math.max(0, this.inFlight - weight)
   }
 
   status(): AdaptiveStatus {
