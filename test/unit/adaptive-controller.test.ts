@@ -1,6 +1,6 @@
 // The adaptive limit's controller on synthetic windows (no Redis, no clock): it converges on an
 // upstream's capacity, holds there, follows a capacity change, backs off on drops above a share of
-// the window's requests, and stays within min and max. One window in probeEvery runs at a quarter of the limit to measure the baseline: the
+// the window's requests, and stays within min and max; and which of its changes get a log line. One window in probeEvery runs at a quarter of the limit to measure the baseline: the
 // checks leave those out. The upstream model: C requests served at once in S ms each, the rest queue inside it,
 // so with L in flight (clients always offer more than the limit) a request takes S x max(1, L / C).
 import { describe, expect, it } from 'vitest'
@@ -12,6 +12,7 @@ import {
   step,
   type WindowSummary,
 } from '../../src/primitives/adaptive/controller.js'
+import { LimitChangeLog } from '../../src/primitives/adaptive/change-log.js'
 import { ConfigError } from '../../src/index.js'
 
 /** One window of a saturated upstream of capacity `c` and service time `s` ms, at limit `limit`. */
@@ -238,5 +239,33 @@ describe('options', () => {
       windowMs: 1000,
       dropShare: 0.05,
     })
+  })
+})
+
+describe('the change log (one line per significant change, at most one per 10 s)', () => {
+  it('a line held back by the bound is summed up in the next: it carries the lowest and highest limit since the line before', () => {
+    const log = new LimitChangeLog({ min: 1, max: 64 }, 2)
+    // 2 -> 4: a line at once. Then up to 32 and back to 20 within 10 s: held back.
+    expect(log.stepped(4, 0)).toEqual({ from: 2, to: 4, lowest: 2, highest: 4, changesNotLogged: 0 })
+    const held = [8, 16, 32, 24, 20].map((limit, i) => log.stepped(limit, 1000 * (i + 1)))
+    expect(held).toEqual([undefined, undefined, undefined, undefined, undefined])
+    // The next step after 10 s says where it went meanwhile: up to 32 (before: "from 4 to 20" only).
+    expect(log.stepped(20, 10_000)).toEqual({ from: 4, to: 20, lowest: 4, highest: 32, changesNotLogged: 5 })
+  })
+
+  it('a limit that went far and came back before a line was due still gets one; small moves get none', () => {
+    const log = new LimitChangeLog({ min: 1, max: 64 }, 16)
+    expect(log.stepped(16, 0)).toBeUndefined()
+    expect(log.stepped(17, 100)).toBeUndefined() // 6 %: not significant
+    expect(log.stepped(8, 200)).toEqual({ from: 16, to: 8, lowest: 8, highest: 17, changesNotLogged: 0 })
+    expect(log.stepped(2, 300)).toBeUndefined() // within 10 s of the line before
+    expect(log.stepped(8, 400)).toBeUndefined()
+    // Back where the last line said, but it went down to 2 meanwhile: said at the next step after 10 s.
+    expect(log.stepped(8, 10_200)).toEqual({ from: 8, to: 8, lowest: 2, highest: 8, changesNotLogged: 1 })
+    expect(log.stepped(8, 30_000)).toBeUndefined()
+    // Reaching min or max is always worth a line, however small the step.
+    expect(log.stepped(7, 40_000)).toBeUndefined()
+    const capped = new LimitChangeLog({ min: 1, max: 9 }, 8)
+    expect(capped.stepped(9, 0)).toMatchObject({ from: 8, to: 9 })
   })
 })

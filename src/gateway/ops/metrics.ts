@@ -314,7 +314,9 @@ export function createMetrics(
       this.set(options.storeUp ? ((await options.storeUp()) ? 1 : 0) : 1)
     },
   })
-  // An adaptive limit's state, read at scrape time (routes without one have no series).
+  // An adaptive limit's state, read at scrape time (routes without one have no series). The latency
+  // and gradient are those of the latest window that had requests: an idle route keeps its series
+  // (a series that comes and goes is a gap in every graph of it).
   const adaptiveGauge = (name: string, help: string, value: (status: AdaptiveStatus) => number | undefined) =>
     new Gauge({
       name,
@@ -335,16 +337,16 @@ export function createMetrics(
   adaptiveGauge(
     'tollgate_adaptive_min_rtt_seconds',
     'The adaptive limit’s baseline: the unloaded latency of the route’s requests',
-    (s) => (s.minRttMs === undefined ? undefined : s.minRttMs / 1000),
+    (s) => seconds(s.minRttMs),
   )
   adaptiveGauge(
     'tollgate_adaptive_rtt_seconds',
-    'Mean latency (admission to the end of the response) of the last window stepped',
-    (s) => (s.rttMs === undefined ? undefined : s.rttMs / 1000),
+    'Mean latency (admission to the upstream’s end of the response) of the last window stepped that had requests',
+    (s) => seconds(s.rttMs),
   )
   adaptiveGauge(
     'tollgate_adaptive_gradient',
-    'tolerance x baseline / latency of the last window, clamped to [0.5, 1]',
+    'tolerance x baseline / latency of the last window that had requests, clamped to [0.5, 1]',
     (s) => s.gradient,
   )
   adaptiveGauge(
@@ -384,6 +386,12 @@ export function createMetrics(
       for (const kind of kinds) metrics.upstreamErrors.inc({ route, kind }, 0)
     }
   }
+}
+
+/** Milliseconds (to 2 decimals, as AdaptiveStatus gives them) as seconds, without float noise
+ * (20.03 ms is 0.02003, not 20.03 / 1000 = 0.020030000000000003). */
+function seconds(ms: number | undefined): number | undefined {
+  return ms === undefined ? undefined : Math.round(ms * 100) / 100_000
 }
 
 /** The index of a status's class in RouteMetrics.responses: 1 for 1xx ... 9 for 9xx, 0 otherwise. */

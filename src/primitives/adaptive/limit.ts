@@ -61,6 +61,7 @@ import {
   type StepReport,
   type WindowSummary,
 } from './controller.js'
+import { LimitChangeLog } from './change-log.js'
 /** Where an adaptive limit logs (the middleware's and gateway's logger). */
 export interface AdaptiveLogger {
   warn(message: string, meta?: Record<string, unknown>): void
@@ -105,12 +106,14 @@ export interface AdaptiveStatus {
   max: number
   /** The limit the controller set last (as this process knows it). */
   limit: number
-  /** The controller's unrounded estimate. */
+  /** The controller's estimate (to 2 decimals; the limit is it rounded). */
   estimate: number
-  /** The baseline (unloaded latency) and the latest window's mean latency, ms. */
+  /** The baseline (unloaded latency), and the mean latency of the latest window that had requests
+   * (an idle window keeps the one before), ms to 2 decimals. */
   minRttMs: number | undefined
   rttMs: number | undefined
-  /** tolerance x baseline / latency, clamped to [0.5, 1] (gradient algorithm). */
+  /** tolerance x baseline / latency, clamped to [0.5, 1], of the latest window it was computed for
+   * (gradient algorithm; to 3 decimals). */
   gradient: number | undefined
   /** What moved the limit last. */
   reason: StepReport['reason'] | undefined
@@ -131,10 +134,6 @@ const LEADER_WINDOWS = 3
 const LIMIT_WINDOWS = 10
 /** The fleet's state outlives its last report by this long (then a fleet starts from `initial`). */
 const STATE_TTL_MS = 24 * 3_600_000
-/** A limit change of this share or more is worth a log line... */
-const SIGNIFICANT = 0.2
-/** ... at most one per this long per limit (the rest are counted in the next one). */
-const LOG_EVERY_MS = 10_000
 /** Store trouble is logged at most this often. */
 const WARN_EVERY_MS = 30_000
 
@@ -215,9 +214,11 @@ export class AdaptiveLimit {
   private replicas = 1
   private storeReachable = true
   private lastWarnAt = Number.NEGATIVE_INFINITY
-  private lastLogAt = Number.NEGATIVE_INFINITY
-  private loggedLimit: number
-  private unlogged = 0
+  /** Which steps get a log line (change-log.ts). */
+  private readonly changes: LimitChangeLog
+  /** The latest window's latency and gradient that there were (an idle window has none): what the
+   * status shows, so that a graph of them has no gaps. */
+  private latest: { rttMs?: number | undefined; gradient?: number | undefined } = {}
 
   constructor(
     readonly options: ResolvedAdaptiveOptions,
@@ -236,7 +237,8 @@ export class AdaptiveLimit {
     const saved =
       options.scope === 'local' ? localStates.get(target.store)?.get(target.space.base) : undefined
     this.state = saved ? withinBounds(saved, options) : initialState(options)
-    this.loggedLimit = this.state.limit
+    this.changes = new LimitChangeLog(options, this.state.limit)
+    this.remember(this.state)
     target.setOwn(this.state.limit)
     this.arm()
   }
@@ -278,10 +280,11 @@ export class AdaptiveLimit {
       min: this.options.min,
       max: this.options.max,
       limit: this.state.limit,
-      estimate: this.state.estimate,
-      minRttMs: this.state.baselineMs,
-      rttMs: last?.rttMs,
-      gradient: last?.gradient,
+      // Rounded for people (the admin API, logs, metrics): the state keeps the exact values.
+      estimate: roundTo(this.state.estimate, 2) as number,
+      minRttMs: roundTo(this.state.baselineMs, 2),
+      rttMs: roundTo(this.latest.rttMs, 2),
+      gradient: roundTo(this.latest.gradient, 3),
       reason: last?.reason,
       steps: this.state.steps,
       leader: this.options.scope === 'local' || this.leader,
@@ -413,6 +416,7 @@ export class AdaptiveLimit {
   private apply(next: ControllerState, stepped: boolean): void {
     const before = this.state.limit
     this.state = next
+    this.remember(next)
     if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local') {
       const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
@@ -431,31 +435,26 @@ export class AdaptiveLimit {
     if (stepped) this.logChange(next)
   }
 
-  /** One log line per significant change, at most one per LOG_EVERY_MS. */
+  /** Keep what a step measured, if it measured anything. */
+  private remember(state: ControllerState): void {
+    const { rttMs, gradient } = state.last ?? {}
+    if (rttMs !== undefined) this.latest = { ...this.latest, rttMs }
+    if (gradient !== undefined) this.latest = { ...this.latest, gradient }
+  }
+
+  /** A line for a significant change (change-log.ts says which, and when). */
   private logChange(next: ControllerState): void {
-    if (next.limit === this.loggedLimit) return
-    const share = Math.abs(next.limit - this.loggedLimit) / Math.max(1, this.loggedLimit)
-    const edge = next.limit === this.options.min || next.limit === this.options.max
-    if (share < SIGNIFICANT && !edge) return
-    const now = performance.now()
-    if (now - this.lastLogAt < LOG_EVERY_MS) {
-      this.unlogged++
-      return
-    }
+    const change = this.changes.stepped(next.limit, performance.now())
+    if (!change) return
     const log = this.logger.info ?? this.logger.warn
     log.call(this.logger, 'tollgate: adaptive limit changed', {
       name: this.name,
-      from: this.loggedLimit,
-      to: next.limit,
+      ...change,
       reason: next.last?.reason,
-      rttMs: round(next.last?.rttMs),
-      minRttMs: round(next.baselineMs),
-      gradient: round(next.last?.gradient),
-      changesNotLogged: this.unlogged,
+      rttMs: roundTo(next.last?.rttMs, 2),
+      minRttMs: roundTo(next.baselineMs, 2),
+      gradient: roundTo(next.last?.gradient, 3),
     })
-    this.loggedLimit = next.limit
-    this.lastLogAt = now
-    this.unlogged = 0
   }
 
   private reached(): void {
@@ -499,6 +498,9 @@ function withinBounds(state: ControllerState, options: ResolvedAdaptiveOptions):
   }
 }
 
-function round(value: number | undefined): number | undefined {
-  return value === undefined ? undefined : Math.round(value * 100) / 100
+/** `value` to `digits` decimals (undefined stays undefined). */
+function roundTo(value: number | undefined, digits: number): number | undefined {
+  if (value === undefined) return undefined
+  const scale = 10 ** digits
+  return Math.round(value * scale) / scale
 }
