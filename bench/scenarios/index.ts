@@ -1,6 +1,7 @@
 // Every scenario `npm run bench` knows, in run order. Add a scenario file and list its scenarios here.
 import type { Scenario } from '../lib/scenario.js'
 import { adaptiveScenarios } from './adaptive.js'
+import { adaptiveAttacksScenarios } from './adaptive-attacks.js'
 import { adminFloodScenarios } from './admin-flood.js'
 import { gatewayScenarios } from './gateway.js'
 import { holdsScenarios } from './holds.js'
@@ -26,4 +27,5 @@ export const scenarios: Scenario[] = [
   ...adminFloodScenarios,
   ...middlewareScenarios,
   ...adaptiveScenarios,
+  ...adaptiveAttacksScenarios,
 ]
