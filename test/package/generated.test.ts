@@ -23,16 +23,21 @@ describe('generated sources', () => {
     const lua = (file: string) => readFileSync(new URL(`lua/${file}`, `file://${ROOT}`), 'utf8')
     const body = (name: string, file: string) =>
       `local function ${name}(KEYS, ARGV)\nbegin(KEYS, ARGV)\n${lua(file)}\nend`
-    expect(scriptSource('tgPermitAcquire')).toBe(
-      [lua('lib/common.lua'), lua('lib/permits.lua'), body('permit_acquire', 'permit-acquire.lua')].join(
-        '\n',
-      ) + '\nreturn permit_acquire(KEYS, ARGV)\n',
-    )
-    expect(scriptSource('tgRwRelease')).toBe(
-      [lua('lib/common.lua'), lua('lib/rwlock.lua'), body('rwlock_release', 'rwlock-release.lua')].join(
-        '\n',
-      ) + '\nreturn rwlock_release(KEYS, ARGV)\n',
-    )
+    // The EVAL form: a script per family, the call's last argument choosing the script.
+    const branch = (name: string, file: string) =>
+      `if tollgate_script == '${name}' then\n${body(name, file)}\nreturn ${name}(KEYS, ARGV)\nend`
+    const permitsScript = scriptSource('tgPermitAcquire')
+    expect(
+      permitsScript.startsWith(
+        `${lua('lib/common.lua')}\n${lua('lib/permits.lua')}\nlocal tollgate_script = table.remove(ARGV)\n`,
+      ),
+    ).toBe(true)
+    expect(permitsScript).toContain(branch('permit_acquire', 'permit-acquire.lua'))
+    expect(scriptSource('tgPermitRelease')).toBe(permitsScript)
+    expect(scriptSource('tgRwRelease')).toContain(branch('rwlock_release', 'rwlock-release.lua'))
+    expect(
+      scriptSource('tgRwRelease').startsWith(`${lua('lib/common.lua')}\n${lua('lib/rwlock.lua')}\n`),
+    ).toBe(true)
     const [permits, rwlock] = functionLibraries()
     expect(permits?.code).toContain(body('permit_acquire', 'permit-acquire.lua'))
     expect(

@@ -19,10 +19,10 @@
 //   would change nothing) or was refused, and a second run could then take what its caller was told
 //   it did not get; a renewal, a re-check or an inspect that ran early does no harm; a limit set
 //   again could undo another process's later one;
-// - once the Lua is loaded (FUNCTION LOAD, or SCRIPT LOAD of every script, on every master), and every
-//   reply sent before the load was read (the load's reply comes after them on each connection; one
-//   more macrotask lets their handlers run), the waiting calls go out in sequence order, in one
-//   synchronous loop.
+// - once the Lua is loaded (FUNCTION LOAD, or SCRIPT LOAD of every family's script, on every master),
+//   and every reply sent before the load was read (the load's reply comes after them on each
+//   connection; one more macrotask lets their handlers run), the waiting calls go out in sequence
+//   order, in one synchronous loop.
 // Calls of one name go to one connection (one Cluster node), whose replies come in order: a call's
 // failure is known before the reply of any later call on its connection, so "ran after a failed
 // one" compares with the lowest failed call so far.

@@ -1,15 +1,18 @@
 // The Lua of the Redis store, assembled from the embedded lua/ sources in two forms that run the same
-// code:
+// code, one unit per family (permits, rwlock, adaptive) in both:
 //   - a function library per family (FUNCTION LOAD once per server, then FCALL): the preludes run once
 //     at load, so a call pays only for its own script (the default; ~2.4 µs less Redis time a call
 //     than an EVAL whose preludes make their helpers again every time, docs/cost.md);
-//   - one self-contained script per call (SCRIPT LOAD once per server, then EVALSHA), for a server or
-//     user that may not load functions (an ACL without FUNCTION/FCALL, a managed Redis that forbids
-//     them).
-// Both wrap the script file in a function of (KEYS, ARGV) that starts with its family's begin(), and
-// both run through one runner contract (LuaRunner), so the store keeps one reload barrier for both.
+//   - one script per family (SCRIPT LOAD once per server, then EVALSHA), for a server or user that may
+//     not load functions (an ACL without FUNCTION/FCALL, a managed Redis that forbids them); a call
+//     names its script in its last argument, as an FCALL names its function.
+// A server then has all of a family's code or none of it (a load or a flush is all of a family), so
+// calls of one name, which all use one family on one node, fail together or run together: a call
+// never runs ahead of an earlier one that found its code missing. Both forms wrap the script file in a
+// function of (KEYS, ARGV) that starts with its family's begin(), and both run through one runner
+// contract (LuaRunner), so the store keeps one reload barrier for both.
 import { createHash } from 'node:crypto'
-import { type Cluster, type Redis, ReplyError } from 'ioredis'
+import { Cluster, type Redis, ReplyError } from 'ioredis'
 import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 
 /** Preludes of each family of scripts, prepended in this order (they declare the helpers and begin()). */
@@ -21,7 +24,9 @@ const PRELUDES = {
 
 type Family = keyof typeof PRELUDES
 
-/** Every script: command name -> file and prelude family. */
+const FAMILIES = Object.keys(PRELUDES) as Family[]
+
+/** Every script: command name -> file and family (the KEYS count is the family's). */
 export const SCRIPTS = {
   tgPermitAcquire: { file: 'permit-acquire.lua', numberOfKeys: 7, lib: 'permits' },
   tgPermitRelease: { file: 'permit-release.lua', numberOfKeys: 7, lib: 'permits' },
@@ -57,22 +62,68 @@ function preludes(lib: Family): string {
   return PRELUDES[lib].map((file) => LUA_SOURCES[file]).join('\n')
 }
 
-let sources: Map<ScriptName, { lua: string; sha: string }> | undefined
-
-function script(name: ScriptName): { lua: string; sha: string } {
-  if (!sources) {
-    sources = new Map()
-    for (const [script, { file, lib }] of ENTRIES) {
-      const lua = `${preludes(lib)}\n${wrapped(script)}\nreturn ${luaName(file)}(KEYS, ARGV)\n`
-      sources.set(script, { lua, sha: createHash('sha1').update(lua).digest('hex') })
-    }
-  }
-  return sources.get(name) as { lua: string; sha: string }
+/** A family's script (the EVAL form) and how a call of one of its scripts goes. */
+interface FamilyScript {
+  readonly family: Family
+  readonly lua: string
+  readonly sha: string
+}
+interface ScriptCallForm {
+  readonly family: FamilyScript
+  /** The last argument of the call: which of the family's scripts runs. */
+  readonly fn: string
 }
 
-/** A script with its preludes, as one EVAL body (the fallback form), assembled once per process. */
+let families: Map<ScriptName, ScriptCallForm> | undefined
+
+/**
+ * A family as one script: its preludes, then one branch per script that makes the script's function
+ * and runs it, chosen by the call's last argument, which is taken off ARGV first (table.remove: O(1),
+ * no copy), so each script sees the ARGV of its contract. A branch not taken makes no closure: a call
+ * pays for the preludes and its own script, as a script of its own did, plus one comparison per
+ * branch before its own (the most frequent calls come first).
+ */
+function familySource(lib: Family): string {
+  const branches = ENTRIES.filter(([, spec]) => spec.lib === lib).map(([script, { file }]) => {
+    const fn = luaName(file)
+    return `if tollgate_script == '${fn}' then\n${wrapped(script)}\nreturn ${fn}(KEYS, ARGV)\nend`
+  })
+  return (
+    `${preludes(lib)}\nlocal tollgate_script = table.remove(ARGV)\n${branches.join('\n')}\n` +
+    `return redis.error_reply('ERR tollgate: no script ' .. tostring(tollgate_script))\n`
+  )
+}
+
+function callForm(name: ScriptName): ScriptCallForm {
+  if (!families) {
+    families = new Map()
+    for (const family of FAMILIES) {
+      const lua = familySource(family)
+      const script: FamilyScript = { family, lua, sha: createHash('sha1').update(lua).digest('hex') }
+      for (const [name, { file, lib }] of ENTRIES)
+        if (lib === family) families.set(name, { family: script, fn: luaName(file) })
+    }
+  }
+  return families.get(name) as ScriptCallForm
+}
+
+/** The EVAL form of a script: its family's script (an EVAL or EVALSHA of it names the script in its
+ * last argument, scriptArg()), assembled once per process. */
 export function scriptSource(name: ScriptName): string {
-  return script(name).lua
+  return callForm(name).family.lua
+}
+
+/** The last argument of an EVAL or EVALSHA of scriptSource(name) that runs the script `name`. */
+export function scriptArg(name: ScriptName): string {
+  return callForm(name).fn
+}
+
+/** Every family's script (what SCRIPT LOAD puts on a server: all of the Lua). */
+export function scriptSources(): string[] {
+  return FAMILIES.map((family) => {
+    const [name] = ENTRIES.find(([, spec]) => spec.lib === family) as [ScriptName, unknown]
+    return scriptSource(name)
+  })
 }
 
 /** A function library: the FUNCTION LOAD text and the server-side name of each of its scripts. */
@@ -116,12 +167,18 @@ export function functionName(script: ScriptName): string {
 }
 
 /** Register the EVAL form of our scripts on a client once (a shared client keeps the first
- * registration). ioredis then sends EVALSHA and falls back to EVAL on NOSCRIPT, per connection and
+ * registration): a command per family script, and one per script that calls it with the script's
+ * name appended. ioredis then sends EVALSHA and falls back to EVAL on NOSCRIPT, per connection and
  * per Cluster node. For tests that call one script directly: the store does not use it (LuaRunner). */
 export function registerScripts(client: Redis | Cluster): void {
-  for (const [name, { numberOfKeys }] of ENTRIES) {
+  const commands = client as unknown as Record<string, (...args: Arg[]) => Promise<unknown>>
+  for (const [name, { numberOfKeys, lib }] of ENTRIES) {
     if (name in client) continue
-    client.defineCommand(name, { lua: scriptSource(name), numberOfKeys })
+    const family = `tg_${lib}`
+    if (!(family in client)) client.defineCommand(family, { lua: scriptSource(name), numberOfKeys })
+    const fn = scriptArg(name)
+    commands[name] = (...args: Arg[]) =>
+      (commands[family] as (...args: Arg[]) => Promise<unknown>)(...args, fn)
   }
 }
 
@@ -143,11 +200,12 @@ export async function loadLibraries(client: Redis): Promise<void> {
   )
 }
 
-/** Load every script through `client` (a connection, or one Cluster node): SCRIPT LOAD. Resolves
- * false when the server or user refuses SCRIPT LOAD (then the scripts go as EVAL: ScriptRunner). */
+/** Load every family's script through `client` (a connection, or one Cluster node): SCRIPT LOAD.
+ * Resolves false when the server or user refuses SCRIPT LOAD (then the scripts go as EVAL:
+ * ScriptRunner). */
 export async function loadScripts(client: Redis): Promise<boolean> {
   try {
-    await Promise.all(ENTRIES.map(([name]) => client.script('LOAD', scriptSource(name))))
+    await Promise.all(scriptSources().map((lua) => client.script('LOAD', lua)))
     return true
   } catch (error) {
     if (error instanceof ReplyError && REFUSED.test((error as Error).message)) return false
@@ -194,17 +252,22 @@ export const FCALL: LuaRunner = {
 }
 
 /**
- * EVALSHA of the scripts, sent as is: ioredis's registered commands resend a call answered NOSCRIPT
- * as EVAL by themselves when the error comes back, after calls made later have run. A script goes as
- * EVAL (which puts it on the server) while it is not known to be there: where SCRIPT LOAD is refused,
- * until a call of it ran; and for a call that went through a reload (a node SCRIPT LOAD missed).
- * Where SCRIPT LOAD is refused, call order across a loss of the scripts holds once each script in use
- * ran since the last loss (a script still sent as EVAL runs where an earlier EVALSHA fails).
+ * EVALSHA of the family scripts, sent as is: ioredis's registered commands resend a call answered
+ * NOSCRIPT as EVAL by themselves when the error comes back, after calls made later have run. A call
+ * goes as EVALSHA once its family is known to be on the master it goes to, or on the way there:
+ * everywhere after a SCRIPT LOAD on every master; where SCRIPT LOAD is refused, on a master once a
+ * call of the family was sent there as EVAL (which puts it there) since the last loss: later calls go
+ * on the same connection, behind it. So the calls of one name, one family on one master, all find it
+ * or all miss it (and wait for the reload together). A call that went through a reload goes as EVAL
+ * (it runs even on a node SCRIPT LOAD missed).
  */
 class ScriptRunner implements LuaRunner {
   readonly missing = /^NOSCRIPT/
-  /** Scripts on the server: all after a SCRIPT LOAD on every node; else those a call ran since. */
-  private readonly known = new Set<ScriptName>()
+  /** Every family is on every master: SCRIPT LOAD on each since the last loss. */
+  private everywhere = false
+  /** Else the families sent as EVAL since the last loss, per master (host:port; '' for a lone
+   * server). */
+  private readonly sent = new Map<string, Set<Family>>()
 
   call(
     client: Redis | Cluster,
@@ -214,24 +277,68 @@ class ScriptRunner implements LuaRunner {
     args: readonly Arg[],
     again: boolean,
   ): Promise<unknown> {
-    const { lua, sha } = script(name)
-    if (!again && this.known.has(name)) return client.evalsha(sha, keys.length, ...keys, channel, ...args)
-    return client.eval(lua, keys.length, ...keys, channel, ...args).then((reply) => {
-      this.known.add(name)
-      return reply
-    })
+    const { family, fn } = callForm(name)
+    if (this.everywhere && !again)
+      return client.evalsha(family.sha, keys.length, ...keys, channel, ...args, fn)
+    const node = client instanceof Cluster ? masterOf(client, keys) : ''
+    if (node !== undefined) {
+      let families = this.sent.get(node)
+      if (!again && families?.has(family.family))
+        return client.evalsha(family.sha, keys.length, ...keys, channel, ...args, fn)
+      if (!families) this.sent.set(node, (families = new Set()))
+      families.add(family.family)
+    }
+    return client.eval(family.lua, keys.length, ...keys, channel, ...args, fn)
   }
 
-  /** A server that lost one script (SCRIPT FLUSH, a restart) lost them all: forget every one, so that
-   * none goes as EVALSHA (and fails) while a later call of another one, sent as EVAL, runs. */
+  /** A server that lost one family (SCRIPT FLUSH, a restart) lost them all: forget every one, so that
+   * none goes as EVALSHA until it is loaded or sent again. */
   async load(nodes: readonly Redis[]): Promise<void> {
-    this.known.clear()
+    this.everywhere = false
+    this.sent.clear()
     const loaded = await Promise.all(nodes.map((node) => loadScripts(node)))
-    if (nodes.length > 0 && loaded.every(Boolean)) for (const [name] of ENTRIES) this.known.add(name)
+    if (nodes.length > 0 && loaded.every(Boolean)) this.everywhere = true
   }
 }
 
-/** A store's EVALSHA runner (it keeps which scripts the server has). */
+/** A store's EVALSHA runner (it keeps which families the servers have). */
 export function scriptRunner(): LuaRunner {
   return new ScriptRunner()
+}
+
+/** The master that a Cluster call of `keys` goes to, by its first key's slot in ioredis's table of
+ * slots (undefined while that is not known): the calls of one name all go to one. */
+function masterOf(client: Cluster, keys: readonly string[]): string | undefined {
+  let slot = slots.get(keys)
+  if (slot === undefined) {
+    slot = keySlot(keys[0] ?? '')
+    slots.set(keys, slot)
+  }
+  return client.slots[slot]?.[0]
+}
+
+/** Slots of KEYS arrays (a family's are made once per name: store.ts scriptKeys). */
+const slots = new WeakMap<readonly string[], number>()
+
+/** Redis Cluster's slot of a key: CRC16 (XMODEM) of its hash tag (the text between its first `{` and
+ * the next `}`, when not empty), else of the whole key, modulo 16384. */
+function keySlot(key: string): number {
+  const bytes = Buffer.from(key)
+  let start = 0
+  let end = bytes.length
+  const open = bytes.indexOf(0x7b)
+  if (open >= 0) {
+    const close = bytes.indexOf(0x7d, open + 1)
+    if (close > open + 1) {
+      start = open + 1
+      end = close
+    }
+  }
+  let crc = 0
+  for (let i = start; i < end; i++) {
+    crc ^= (bytes[i] as number) << 8
+    for (let bit = 0; bit < 8; bit++)
+      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc % 16384
 }

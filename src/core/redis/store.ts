@@ -299,7 +299,7 @@ class RedisStore implements Store {
   }
 
   /**
-   * Run a script: FCALL of its function; EVALSHA when the server refuses functions. Either way, a
+   * Run a script: FCALL of its function; EVALSHA of its family when functions are refused. Either way, a
    * server that lost the Lua (answers "Function not found" or NOSCRIPT: the call did not run) gets it
    * again, and the calls it failed run then, in the order they were made (reload.ts); of the calls
    * that did run ahead of a failed one, only a release runs once more (RUN_AGAIN). A refused FCALL did
