@@ -257,6 +257,27 @@ describe('G11 with some of the Lua on a server [EVALSHA]', () => {
   })
 })
 
+// Where SCRIPT LOAD is refused, a call that finds the Lua gone goes again as EVAL, which carries the
+// whole of its family (53 KB for the permits): the first call of a family to each master does, and
+// the calls behind it on its connection go as EVALSHA.
+for (const kind of ['standalone', 'cluster'] as const) {
+  it(`[${kind}, EVALSHA without SCRIPT LOAD] calls of many names after SCRIPT FLUSH: one EVAL per master`, async () => {
+    const admin = await connect(kind, 'FCALL')
+    const store = createRedisStore(await connect(kind, 'EVALSHA without SCRIPT LOAD'), {
+      prefix: `one-eval-${kind}`,
+    })
+    const mutexes = Array.from({ length: 8 }, (_, i) => createMutex(store, `n${i}`))
+    await Promise.all(mutexes.map(async (mutex) => (await mutex.tryAcquire())!.release()))
+    await flush(admin, 'EVALSHA')
+    const before = await calls(admin, 'eval')
+    const leases = await Promise.all(mutexes.map((mutex) => mutex.tryAcquire()))
+    expect(leases.filter((lease) => lease !== undefined)).toHaveLength(mutexes.length)
+    expect((await calls(admin, 'eval')) - before).toBeLessThanOrEqual(masters(admin).length)
+    await Promise.all(leases.map((lease) => lease?.release()))
+    await store.close()
+  })
+}
+
 // The exactly-once rules of the reload (reload.ts) on EVALSHA: of the calls that ran ahead of a
 // failed one, only a release runs again. Another client loads the scripts between the two.
 describe('exactly-once across a reload of the scripts [standalone, EVALSHA]', () => {
@@ -348,10 +369,13 @@ for (const kind of ['standalone', 'cluster'] as const) {
           const mutex = createMutex(store, 'once')
           await (await mutex.acquire()).release() // functions refused: EVALSHA from here on
           if (flushed) await flush(await connect(kind, 'FCALL'), 'EVALSHA')
-          // The acquire's own call: its EVALSHA; after the flush, the EVAL it goes again as (the
-          // EVALSHA before it was refused, NOSCRIPT).
-          const match = flushed ? '$4\r\neval\r\n' : keySpace(prefix, 'mutex', 'once').key('h')
-          const dropped = Promise.race(proxies.map((proxy) => proxy.dropReply(match)))
+          // The acquire's own call: its EVALSHA; after the flush, the one it goes again as once the
+          // scripts are loaded (the EVALSHA before it was refused, NOSCRIPT).
+          const match = keySpace(prefix, 'mutex', 'once').key('h')
+          const armed = flushed
+            ? Promise.race(proxies.map((proxy) => proxy.waitForRequest('$4\r\nLOAD\r\n')))
+            : Promise.resolve()
+          const dropped = armed.then(() => Promise.race(proxies.map((proxy) => proxy.dropReply(match))))
           const lease = await mutex.acquire({ timeoutMs: 5000 })
           await dropped
           for (const proxy of proxies) proxy.disarm()

@@ -7,6 +7,7 @@ import { keySpace } from '../../src/core/keys.js'
 import type { AcquireRequest } from '../../src/core/protocol/store.js'
 import { functionLibraries } from '../../src/core/redis/scripts.js'
 import { createMutex, createRedisStore, createSemaphore, type Store } from '../../src/index.js'
+import { startGateProxy } from '../helpers/gate-proxy.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 
 let server: RedisServerHandle
@@ -205,7 +206,7 @@ describe('the store on a function library', () => {
     await first.release()
     await (await mutex.acquire()).release()
     // The first call's FCALL was refused: it waited while the script of each family was loaded once,
-    // and went again as an EVAL; the four after it are one EVALSHA each.
+    // and went again as EVALSHA; the four after it are one EVALSHA each. No call carries the Lua.
     expect({
       'function|load': await calls(admin, 'function|load'),
       'script|load': await calls(admin, 'script|load'),
@@ -215,10 +216,80 @@ describe('the store on a function library', () => {
     }).toEqual({
       'function|load': 0,
       'script|load': functionLibraries().length,
-      eval: 1,
-      evalsha: 4,
+      eval: 0,
+      evalsha: 5,
       fcall: 0,
     })
+    await store.close()
+  })
+
+  it('after SCRIPT FLUSH: one SCRIPT LOAD per family, and each call one EVALSHA, the one that found its script gone too', async () => {
+    const admin = connect()
+    const store = createRedisStore(connect(NOFN), { prefix: 'fn-fast' })
+    const mutex = createMutex(store, 'f')
+    await (await mutex.acquire()).release() // functions refused: EVALSHA from here on
+    await admin.script('FLUSH')
+    await admin.config('RESETSTAT')
+    for (let i = 0; i < 5; i++) await (await mutex.acquire()).release()
+    // The first acquire: NOSCRIPT, the load, then EVALSHA again; each call after it: one EVALSHA.
+    expect({
+      'script|load': await calls(admin, 'script|load'),
+      eval: await calls(admin, 'eval'),
+      evalsha: await calls(admin, 'evalsha'),
+    }).toEqual({ 'script|load': functionLibraries().length, eval: 0, evalsha: 11 })
+    await store.close()
+  })
+
+  // The server loses the Lua again while the store's loads are on the way (a restart right after
+  // another, a second flush): the calls that waited wait for the next load, in their order.
+  for (const mode of ['FCALL', 'EVALSHA'] as const) {
+    it(`[${mode}] G11, G3: lost again during the reload: a release that waited is not failed, and the try made after it finds the mutex free`, async () => {
+      const admin = connect()
+      const gate = await startGateProxy(server.port)
+      const client = new Redis({ port: gate.port, host: '127.0.0.1', ...(mode === 'FCALL' ? {} : NOFN) })
+      try {
+        const store = createRedisStore(client, { prefix: `fn-twice-${mode}` })
+        const mutex = createMutex(store, 'm')
+        const held = await mutex.tryAcquire()
+        expect(held).toBeDefined()
+        const flush = () => (mode === 'FCALL' ? admin.call('FUNCTION', 'FLUSH') : admin.script('FLUSH'))
+        await flush()
+        // The store's reload: the load of the permit scripts reaches Redis, then its link stalls.
+        const stalled = gate.holdAfter('local function permit_acquire(KEYS')
+        const released = held!.release() // finds the Lua gone: waits for the reload
+        await stalled
+        await flush() // lost again, before the store's next command
+        gate.open()
+        const outcome = await released.then(
+          () => 'released',
+          (error: Error) => error.message,
+        )
+        const next = await mutex.tryAcquire()
+        expect({ outcome, next: next !== undefined }).toEqual({ outcome: 'released', next: true })
+        await next?.release()
+        await store.close()
+      } finally {
+        client.disconnect()
+        await gate.stop()
+      }
+    })
+  }
+
+  it('a call that finds its function missing after every load fails after 3 reloads, not never', async () => {
+    const admin = connect()
+    await admin.call('FUNCTION', 'FLUSH')
+    // A library of the permit scripts' name without their functions (FUNCTION LOAD: "already exists").
+    const permits = functionLibraries().find((library) => library.name.startsWith('tollgate_permits_'))
+    await admin.call(
+      'FUNCTION',
+      'LOAD',
+      `#!lua name=${permits!.name}\nredis.register_function('tg_impostor', function() return 1 end)`,
+    )
+    await admin.config('RESETSTAT')
+    const store = createRedisStore(connect(), { prefix: 'fn-bound' })
+    await expect(createMutex(store, 'b').tryAcquire()).rejects.toThrow(/Function not found/)
+    expect(await calls(admin, 'function|load')).toBe(3 * functionLibraries().length)
+    await admin.call('FUNCTION', 'FLUSH')
     await store.close()
   })
 })

@@ -22,7 +22,9 @@
 // - once the Lua is loaded (FUNCTION LOAD, or SCRIPT LOAD of every family's script, on every master),
 //   and every reply sent before the load was read (the load's reply comes after them on each
 //   connection; one more macrotask lets their handlers run), the waiting calls go out in sequence
-//   order, in one synchronous loop.
+//   order, in one synchronous loop;
+// - a call that finds the Lua missing again (lost again while the load was on the way, or a node the
+//   load missed) waits for the next reload by the same rules, a bounded number of times (store.ts).
 // Calls of one name go to one connection (one Cluster node), whose replies come in order: a call's
 // failure is known before the reply of any later call on its connection, so "ran after a failed
 // one" compares with the lowest failed call so far.

@@ -223,7 +223,7 @@ export type ScriptClient = Record<ScriptName, (...args: Arg[]) => Promise<unknow
 /**
  * One way of running the Lua on a server. The store keeps one reload barrier for every way
  * (reload.ts): a call whose error reply matches `missing` did not run; it waits for load() on every
- * master, then goes again in its turn, with `again` set.
+ * master, then goes again in its turn.
  */
 export interface LuaRunner {
   /** Send one call of a script: KEYS, then the channel and the arguments (ARGV). */
@@ -233,7 +233,6 @@ export interface LuaRunner {
     keys: readonly string[],
     channel: string,
     args: readonly Arg[],
-    again: boolean,
   ): Promise<unknown>
   /** The error reply of a call that did not run because the server lacks the Lua. */
   readonly missing: RegExp
@@ -258,8 +257,8 @@ export const FCALL: LuaRunner = {
  * everywhere after a SCRIPT LOAD on every master; where SCRIPT LOAD is refused, on a master once a
  * call of the family was sent there as EVAL (which puts it there) since the last loss: later calls go
  * on the same connection, behind it. So the calls of one name, one family on one master, all find it
- * or all miss it (and wait for the reload together). A call that went through a reload goes as EVAL
- * (it runs even on a node SCRIPT LOAD missed).
+ * or all miss it (and wait for the reload together), and the whole family goes as EVAL (53 KB for the
+ * permits) once per master and loss.
  */
 class ScriptRunner implements LuaRunner {
   readonly missing = /^NOSCRIPT/
@@ -275,15 +274,13 @@ class ScriptRunner implements LuaRunner {
     keys: readonly string[],
     channel: string,
     args: readonly Arg[],
-    again: boolean,
   ): Promise<unknown> {
     const { family, fn } = callForm(name)
-    if (this.everywhere && !again)
-      return client.evalsha(family.sha, keys.length, ...keys, channel, ...args, fn)
+    if (this.everywhere) return client.evalsha(family.sha, keys.length, ...keys, channel, ...args, fn)
     const node = client instanceof Cluster ? masterOf(client, keys) : ''
     if (node !== undefined) {
       let families = this.sent.get(node)
-      if (!again && families?.has(family.family))
+      if (families?.has(family.family))
         return client.evalsha(family.sha, keys.length, ...keys, channel, ...args, fn)
       if (!families) this.sent.set(node, (families = new Set()))
       families.add(family.family)

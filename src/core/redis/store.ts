@@ -63,6 +63,10 @@ function atLeast(version: string, min: readonly number[]): boolean {
 /** Calls sent straight that holdWrite() keeps in the corked socket at most before it writes them. */
 const WRITES_PER_FLUSH = 16
 
+/** Reloads a call waits for at most while it finds the Lua missing; then it fails with the server's
+ * error (a server that loses the Lua as fast as it gets it). */
+const MAX_RELOADS = 3
+
 /** Give-backs of unanswered acquires under way at most, and their retry backoff. */
 const MAX_GIVE_BACKS = 10_000
 const GIVE_BACK_RETRY_MS = 100
@@ -313,16 +317,18 @@ class RedisStore implements Store {
   ): Promise<unknown> {
     const seq = this.sent++
     if (this.reload) await this.reload.turn(seq)
-    for (let reloaded = false; ; reloaded = true) {
+    for (let reloads = 0; ; reloads++) {
       const runner = this.runner
       let reply: unknown
       try {
-        reply = await runner.call(this.redis, script, keys, channel, args, reloaded)
+        reply = await runner.call(this.redis, script, keys, channel, args)
       } catch (error) {
         const refused = replyMessage(error)
         if (refused === undefined) throw error
         if (runner === FCALL && REFUSED.test(refused)) this.refuseFunctions(refused)
-        else if (!runner.missing.test(refused) || reloaded) throw error
+        else if (!runner.missing.test(refused) || reloads >= MAX_RELOADS) throw error
+        // Missing again after a reload: lost again meanwhile (a second restart or flush while the
+        // load was on the way), or on a node the load missed: it waits for the next reload.
         await this.reloading(seq).failed(seq)
         continue
       }
