@@ -1,6 +1,6 @@
 // The admin listener under hostile clients (docs/gateway.md, "Admin listener"): pipelined floods that
-// never read, a client holding every connection it can get, many askers of one answer at once, heads
-// that trickle in. A real gateway (the bin in a child process where its memory is measured), a
+// never read, a client holding every connection it can get or keeping them all waiting on a slow
+// store, many askers of one answer at once, heads that trickle in. A real gateway (the bin in a child process where its memory is measured), a
 // private redis-server whose INFO commandstats count what the listener costs the store, raw sockets
 // on the client side.
 import { readFileSync } from 'node:fs'
@@ -11,7 +11,8 @@ import path from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { Gateway } from '../../src/gateway/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
-import { baseFlags, spawnGateway } from '../helpers/gateway.js'
+import { type FaultProxy, startFaultProxy } from '../helpers/fault-proxy.js'
+import { baseFlags, redisUrl, spawnGateway } from '../helpers/gateway.js'
 import { startInProcess } from '../helpers/in-process-gateway.js'
 import { rawConnect, statuses } from '../helpers/raw-http.js'
 import { startRecorder } from '../helpers/recorder.js'
@@ -33,10 +34,12 @@ afterAll(async () => {
 
 const gateways: Gateway[] = []
 const sockets = new Set<net.Socket>()
+const proxies: FaultProxy[] = []
 afterEach(async () => {
   for (const socket of sockets) socket.destroy()
   sockets.clear()
   await Promise.all(gateways.splice(0).map((gateway) => gateway.close()))
+  await Promise.all(proxies.splice(0).map((proxy) => proxy.stop()))
 })
 
 /** Routes of the flood's gateway: each /metrics and each data.json snapshot reads every one's limit
@@ -102,6 +105,32 @@ async function probe(port: number, ms = 1000): Promise<number | undefined> {
   sockets.delete(socket)
   const status = /^HTTP\/1\.1 (\d{3})/.exec(data)?.[1]
   return /\r\n\r\n/.test(data) && status ? Number(status) : undefined
+}
+
+/** `count` connections pipelining 31 requests each (under the 32 a connection serves), `next()` the
+ * path of each, reading the answers, each reopened once closed, until stop(). */
+function pipeliners(port: number, count: number, next: () => string) {
+  let running = true
+  const one = async () => {
+    while (running) {
+      const socket = net.connect(port, '127.0.0.1')
+      sockets.add(socket)
+      socket.on('error', () => undefined)
+      socket.on('data', () => undefined)
+      socket.write(
+        Array.from({ length: 31 }, () => `GET ${next()} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`).join(''),
+      )
+      await new Promise((resolve) => socket.once('close', resolve))
+      sockets.delete(socket)
+      await sleep(5)
+    }
+  }
+  const all = Array.from({ length: count }, one)
+  return async () => {
+    running = false
+    for (const socket of sockets) socket.destroy()
+    await Promise.all(all)
+  }
 }
 
 const PATHS = ['/metrics', '/readyz', '/dashboard/data.json'] as const
@@ -199,6 +228,30 @@ describe('the admin listener', () => {
     expect(answered.filter((status) => status === 200).length, `answers: ${answered.join(',')}`).toBe(50)
     expect(Math.max(...took)).toBeLessThan(1000)
     expect(cut).toBeGreaterThan(0) // the listener was full: the holder's connections were cut to make room
+  }, 30_000)
+
+  it('a store slow to answer (1.5 s), and 160 connections pipelining /readyz, /metrics and /limits, all waiting on it: 50 of 50 probes answered within 1 s each', async () => {
+    const proxy = await startFaultProxy(redis)
+    proxies.push(proxy)
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      ...['--redis', redisUrl(proxy), '--config', await configFile(upstream.url)],
+    ])
+    const port = Number(new URL(gateway.adminUrl!).port)
+    proxy.delay(1500) // within the command timeout (2 s): answers come, late
+    let n = 0
+    const stop = pipeliners(port, 160, () => ['/readyz', '/metrics', '/limits'][n++ % 3] as string)
+    await sleep(1500) // every connection is waiting on the store by now
+    const answered: (number | undefined)[] = []
+    for (let i = 0; i < 50; i++) {
+      answered.push(await probe(port))
+      await sleep(20)
+    }
+    await stop()
+    // Before: 0 of 50 (each probe closed at once: every connection was serving, and the listener
+    // closed newcomers beyond 128).
+    expect(answered.filter((status) => status === 200).length, `answers: ${answered.join(',')}`).toBe(50)
   }, 30_000)
 
   it('many askers at once share one computation: /metrics, /readyz and data.json cost the store what one asker does; /healthz nothing', async () => {

@@ -2,7 +2,9 @@
 // nobody: past the cap, the least recently active connection that is not serving a request is
 // closed to make room, as nginx closes reusable connections when it runs out
 // (ngx_drain_connections). One client holding every connection it can get then holds them only
-// until others come.
+// until others come. A client can also keep every connection serving (pipelined requests whose
+// answers wait on a slow store): past twice the cap, those go too, so that an answer that needs
+// nothing (a probe) is never refused whatever one client does.
 import type http from 'node:http'
 import type { Socket } from 'node:net'
 import { serving } from '../http/pipelining.js'
@@ -15,14 +17,17 @@ const NEW_MS = 250
  * newcomer). Its requests must go through oneAtATime() (pipelining.ts), which says which
  * connections serve one.
  *
- * A newcomer is let in, and room made: the least recently active connection that serves no request
- * is closed (idle between requests, a head or a body still arriving however slowly, or an answer
- * given in full to a client that does not read it). Activity is being accepted, a request arriving,
- * or a response ending (a byte trickling in is not). A newcomer whose first request has not
- * arrived is spared for NEW_MS, so that a burst of newcomers does not push out, unread, one that
- * came just before; beyond twice `max` it is not (the oldest goes first). When every connection
- * serves a request (each answer is bounded, the costly ones shared: they end within seconds), the
- * listener stays above `max` until they end, and a newcomer beyond twice `max` is closed.
+ * A newcomer is let in, and room made, least recently active first:
+ * 1. down to `max`, connections that serve no request (idle between requests, a head or a body still
+ *    arriving however slowly, or an answer given in full to a client that does not read it);
+ * 2. down to twice `max`, connections serving a request too: its answer waits on the store (a shared
+ *    answer, /limits) for as long as the store takes, and one client can keep as many waiting as it
+ *    has connections. Closing one costs its client that answer, and the store nothing more;
+ * 3. down to twice `max`, newcomers whose first request has not arrived, oldest first: otherwise
+ *    spared for NEW_MS, so that a burst of newcomers does not push out, unread, one that came just
+ *    before.
+ * Activity is being accepted, a request arriving, or a response ending (a byte trickling in is not).
+ * So a newcomer that asks at once (a probe) is answered, and the listener holds at most twice `max`.
  */
 export function capConnections(server: http.Server, max: number): void {
   /** Open connections, least recently active first (a Set keeps insertion order). */
@@ -55,18 +60,18 @@ export function capConnections(server: http.Server, max: number): void {
   const spared = (socket: Socket, now: number) =>
     !asked.has(socket) && now - (acceptedAt.get(socket) ?? 0) < NEW_MS
 
-  /** Close connections serving nobody, least recently active first, down to `max` (newcomers not
-   * asked anything yet: down to twice `max`). */
+  /** Make room, by the rules above. */
   function trim(): void {
     if (open.size <= max) return
     const now = performance.now()
-    for (const [limit, spare] of [
-      [max, true],
-      [2 * max, false],
+    for (const [limit, closable] of [
+      [max, (socket: Socket) => !busy(socket) && !spared(socket, now)],
+      [2 * max, (socket: Socket) => !spared(socket, now)],
+      [2 * max, () => true],
     ] as const) {
       for (const socket of open) {
         if (open.size <= limit) break
-        if (busy(socket) || (spare && spared(socket, now))) continue
+        if (!closable(socket)) continue
         open.delete(socket)
         socket.destroy()
       }
