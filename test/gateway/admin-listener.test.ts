@@ -49,12 +49,12 @@ const ROUTES = 20
  * and a read (a script call) per route, a PING, a read per route. */
 const COMMANDS_PER_INTERVAL = 1 + ROUTES + 1 + ROUTES
 
-async function configFile(upstream: string): Promise<string> {
+async function configFile(upstream: string, ...more: object[]): Promise<string> {
   const file = path.join(dir, `${uniquePrefix().slice(2, -1)}.json`)
-  const routes = Array.from({ length: ROUTES }, (_, i) => ({
-    name: `r${i}`,
-    match: { pathPrefix: `/r${i}` },
-  }))
+  const routes = [
+    ...Array.from({ length: ROUTES }, (_, i) => ({ name: `r${i}`, match: { pathPrefix: `/r${i}` } })),
+    ...more,
+  ]
   await writeFile(
     file,
     JSON.stringify({
@@ -252,6 +252,42 @@ describe('the admin listener', () => {
     // Before: 0 of 50 (each probe closed at once: every connection was serving, and the listener
     // closed newcomers beyond 128).
     expect(answered.filter((status) => status === 200).length, `answers: ${answered.join(',')}`).toBe(50)
+  }, 30_000)
+
+  it('GET /limits pipelined by 64 connections (the list, a route, a bucket by a new name each time): the store gets calls a second, not a call per request; a PUT from elsewhere is answered', async () => {
+    const upstream = await startUpstream()
+    const tenants = { name: 't', match: { pathPrefix: '/t' }, concurrency: { per: 'tenant', permits: 5 } }
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      ...['--redis', redis.url, '--config', await configFile(upstream.url, tenants)],
+    ])
+    const port = Number(new URL(gateway.adminUrl!).port)
+    const store = connectTo(redis)
+    const before = await sentCommands(store)
+    const started = performance.now()
+    let n = 0
+    const stop = pipeliners(
+      port,
+      64,
+      () => ['/limits', '/limits/r1', `/limits/t/buckets/b${n}`][n++ % 3] as string,
+    )
+    await sleep(1000)
+    const operator = await rawConnect(port)
+    const body = '{"permits": 7}'
+    operator.write(
+      `PUT /limits/r2 HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    )
+    const put = await operator.waitFor(/\r\n\r\n\{[\s\S]*\}\n/)
+    await sleep(1000)
+    await stop()
+    const seconds = (performance.now() - started) / 1000
+    const commands = (await sentCommands(store)) - before
+    // Each second: the list (a read per route), then 50 answers at most (a read each: a route of
+    // one bucket, or a bucket). Before: 64 x 31 requests a second, ~20 reads each (~40,000 in 3 s).
+    const bound = (Math.ceil(seconds) + 1) * (ROUTES + 50)
+    expect(commands, `${commands} store commands in ${seconds.toFixed(1)} s`).toBeLessThanOrEqual(bound)
+    expect(put).toMatch(/^HTTP\/1\.1 200/)
+    expect(put).toContain('"override": 7')
   }, 30_000)
 
   it('many askers at once share one computation: /metrics, /readyz and data.json cost the store what one asker does; /healthz nothing', async () => {

@@ -14,7 +14,7 @@ import { parseInTurns } from '../http/parse-turns.js'
 import { inTurn } from '../http/pipelining.js'
 import { capConnections } from './connection-cap.js'
 import { HttpError } from './http-error.js'
-import { ANSWER_INTERVAL_MS, sharedAnswer } from './shared-answer.js'
+import { ANSWER_INTERVAL_MS, paced, sharedAnswer, sharedAnswers } from './shared-answer.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { LiveRoute } from '../routes.js'
 import {
@@ -40,6 +40,9 @@ const MAX_PERMITS = 1_000_000
 /** Buckets listed per route by GET /limits (read by name beyond that), and store reads at once. */
 const MAX_LISTED_BUCKETS = 100
 const READS_AT_ONCE = 16
+/** Answers of /limits that read or write the store made a second at most, whatever is asked (a GET
+ * not shared, a PUT, a DELETE): each costs the store a call per bucket it shows. */
+const LIMITS_ANSWERS_PER_SECOND = 50
 
 /** A bucket as /limits shows it: permits from the config, the run-time override every replica obeys
  * (null: none), what applies, and the store's live holders and queue (fleet-wide). */
@@ -73,6 +76,11 @@ export function createAdminServer(view: AdminView): http.Server {
   // One text a second, whoever scrapes: its collectors read the store (tollgate_store_up's PING,
   // tollgate_limit_permits). Sent as one Buffer that every response shares.
   const scrape = sharedAnswer(ANSWER_INTERVAL_MS, () => metricsText(view.metrics.registry))
+  // /limits reads the store for each thing asked: a GET's answer is shared per thing asked for a
+  // second (until a limit is set or dropped through this replica), and answers that need the store
+  // are made in turns, so many a second, in the order asked.
+  const listed = sharedAnswers<Buffer>(ANSWER_INTERVAL_MS)
+  const storeTurn = paced(LIMITS_ANSWERS_PER_SECOND)
 
   // A slow client holds an admin socket for seconds, not Node's default 5 minutes: a head has 5 s, a
   // request 10 s, checked every second (Node checks every 30 s by default, so a head trickled in a
@@ -184,8 +192,13 @@ export function createAdminServer(view: AdminView): http.Server {
     if (parts.length === 0) {
       if (method !== 'GET' && method !== 'HEAD')
         throw new HttpError(405, 'method not allowed', { allow: 'GET, HEAD' })
-      const routes = await Promise.all(view.routes().map((live) => describeRoute(live)))
-      return json(res, 200, { routes })
+      return send(
+        res,
+        200,
+        await read(req, '', async () => ({
+          routes: await Promise.all(view.routes().map((live) => describeRoute(live))),
+        })),
+      )
     }
     const live = view.routes().find((r) => r.config.name === parts[0])
     if (!live) throw new HttpError(404, `no route named ${JSON.stringify(parts[0])}`)
@@ -202,7 +215,7 @@ export function createAdminServer(view: AdminView): http.Server {
           `route ${JSON.stringify(live.config.name)} has one bucket per ${concurrency.per}: set one with /limits/${encodeURIComponent(live.config.name)}/buckets/<${concurrency.per}>, or its default in the config (then reload)`,
         )
       }
-      if (perBucket) return json(res, 200, await describeRoute(live))
+      if (perBucket) return send(res, 200, await read(req, routeKey(live), () => describeRoute(live)))
       key = GLOBAL_KEY
     } else if (parts.length === 3 && parts[1] === 'buckets') {
       if (!perBucket) {
@@ -218,14 +231,18 @@ export function createAdminServer(view: AdminView): http.Server {
     const semaphore = admission.semaphoreOf(key)
     const bucketLabel = key === GLOBAL_KEY ? null : key
     if (method === 'GET' || method === 'HEAD')
-      return json(
+      return send(
         res,
         200,
-        parts.length === 1 ? await describeRoute(live) : await bucketState(live, bucketLabel),
+        parts.length === 1
+          ? await read(req, routeKey(live), () => describeRoute(live))
+          : await read(req, JSON.stringify([live.config.name, key]), () => bucketState(live, bucketLabel)),
       )
     if (method === 'PUT') {
       const permits = await readPermits(req)
+      if (!(await storeTurn(() => req.socket.destroyed))) return
       await semaphore.setPermits(permits)
+      listed.clear()
       if (bucketLabel === null) dashboard.noteChange(live.config.name, permits, 'override (this replica)')
       // This replica's kept permits (permit keep-alive) obey the new limit at once; other replicas'
       // within their keepAliveMs.
@@ -238,7 +255,9 @@ export function createAdminServer(view: AdminView): http.Server {
       return json(res, 200, await bucketState(live, bucketLabel))
     }
     if (method === 'DELETE') {
+      if (!(await storeTurn(() => req.socket.destroyed))) return
       await semaphore.resetPermits()
+      listed.clear()
       if (bucketLabel === null)
         dashboard.noteChange(
           live.config.name,
@@ -254,6 +273,14 @@ export function createAdminServer(view: AdminView): http.Server {
       return json(res, 200, await bucketState(live, bucketLabel))
     }
     throw new HttpError(405, 'method not allowed', { allow: 'GET, HEAD, PUT, DELETE' })
+  }
+
+  /** A GET's answer for `key`: shared (sharedAnswers()), else made in its turn. */
+  function read(req: http.IncomingMessage, key: string, describe: () => Promise<unknown>): Promise<Buffer> {
+    return listed(key, req.socket, async (gone) => {
+      if (!(await storeTurn(gone))) throw new HttpError(503, 'nobody waits for this answer any more')
+      return jsonBody(await describe())
+    })
   }
 
   function rememberSet(routeName: string, bucket: string): void {
@@ -431,21 +458,37 @@ async function readPermits(req: http.IncomingMessage): Promise<number> {
   return permits
 }
 
+/** The key of a route's listing among the shared answers of /limits. */
+const routeKey = (live: LiveRoute) => JSON.stringify([live.config.name])
+
+function jsonBody(body: unknown): Buffer {
+  return Buffer.from(`${JSON.stringify(body, null, 2)}\n`)
+}
+
 function json(
   res: http.ServerResponse,
   status: number,
   body: unknown,
   headers: Record<string, string> = {},
 ): void {
+  send(res, status, jsonBody(body), headers)
+}
+
+/** A JSON body made already (one Buffer that every response sharing it sends). */
+function send(
+  res: http.ServerResponse,
+  status: number,
+  body: Buffer,
+  headers: Record<string, string> = {},
+): void {
   if (res.headersSent) return void res.destroy()
-  const text = `${JSON.stringify(body, null, 2)}\n`
   res.writeHead(status, {
     'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(text),
+    'content-length': body.length,
     'cache-control': 'no-store',
     ...headers,
   })
-  res.end(text)
+  res.end(body)
 }
 
 function text(res: http.ServerResponse, status: number, body: string): void {
