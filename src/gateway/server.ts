@@ -190,7 +190,8 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     if (ctx.draining) return false
     if (!pinged || allFailOpen()) return true
     if (health.down) return false
-    return pinged()
+    // A drain that began while the PING was awaited shows at once too.
+    return (await pinged()) && !ctx.draining
   }
 
   // tollgate_limit_permits: the effective limit of each route's bucket (the fleet-wide override if

@@ -290,6 +290,32 @@ describe('the admin listener', () => {
     expect(put).toContain('"override": 7')
   }, 30_000)
 
+  it('a /readyz waiting on a slow PING when the drain begins answers 503', async () => {
+    const proxy = await startFaultProxy(redis)
+    proxies.push(proxy)
+    const upstream = await startRecorder()
+    const { gateway, port: dataPort } = await startInProcess(
+      gateways,
+      { admin: { host: '127.0.0.1', port: 0 }, defaults: { upstream: upstream.url } },
+      ['--redis', redisUrl(proxy)],
+    )
+    // A request held upstream: the drain lasts until it is released (the admin listener stays up).
+    const held = fetch(`http://127.0.0.1:${dataPort}/hold`).catch(() => undefined)
+    await sleep(1100) // no PING shared from the start any more
+    proxy.delay(600) // the PING answers within its 1 s, late
+    const client = await rawConnect((gateway.admin!.address() as net.AddressInfo).port)
+    client.write('GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
+    await sleep(100)
+    const closing = gateway.close()
+    const answer = await client.waitFor(/\r\n\r\n.*ready\n/)
+    proxy.delay(0)
+    upstream.release()
+    await held
+    await closing
+    // Before: 200 (the PING's answer, read after the drain began).
+    expect(answer).toMatch(/^HTTP\/1\.1 503/)
+  }, 15_000)
+
   it('many askers at once share one computation: /metrics, /readyz and data.json cost the store what one asker does; /healthz nothing', async () => {
     const upstream = await startUpstream()
     const { gateway } = await startInProcess(
