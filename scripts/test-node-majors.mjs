@@ -26,6 +26,7 @@ const SUITES = [
   'test/gateway/keep-alive.test.ts',
   'test/gateway/admin-listener.test.ts',
   'test/gateway/parse-turns.test.ts',
+  'test/gateway/client-gone.test.ts',
 ]
 
 const wanted = process.argv.slice(2)

@@ -24,6 +24,7 @@ import { channel } from 'node:diagnostics_channel'
 import { EventEmitter } from 'node:events'
 import http, { STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http'
 import type { Socket } from 'node:net'
+import { probeWhilePaused } from './reset-probe.js'
 
 /** What the gateway reads of a request (http.IncomingMessage has all of it). */
 export interface ClientRequest {
@@ -647,6 +648,7 @@ class LeanConnection {
       this.drop()
       this.socket.pause()
       this.socket.unshift(bytes)
+      probeWhilePaused(this.socket)
     }
   }
 

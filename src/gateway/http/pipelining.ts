@@ -1,11 +1,13 @@
-// One request at a time per connection on http.Server, as nginx and Envoy serve HTTP/1.1: once every
-// request it has started has arrived whole, a connection is not read until their responses are done.
-// Node's http.Server parses every pipelined request it reads while the first is in flight, and keeps
-// each one's request, response and gateway state: 8 MB of pipelined requests grew a gateway by
-// 666 MB. Here, the connection is read only while its oldest request's body is arriving, so at most
-// one read (up to 64 KB) of the requests behind it is parsed ahead, and a connection with
+// One request at a time per connection on http.Server, as nginx and Envoy serve HTTP/1.1: once a
+// request is parsed behind one whose response is pending, a connection is not read until their
+// responses are done. Node's http.Server parses every pipelined request it reads while the first is
+// in flight, and keeps each one's request, response and gateway state: 8 MB of pipelined requests
+// grew a gateway by 666 MB. Here, the connection is read while its oldest request's body is
+// arriving, or while nothing is parsed behind it (so a client that leaves is seen at once), so at
+// most one read (up to 64 KB) of the requests behind it is parsed ahead, and a connection with
 // more than MAX_WAITING requests waiting for their responses is cut (a flood, not a client: no
-// pipelining client waits for 256 answers at once).
+// pipelining client waits for 256 answers at once). Once it is not read, a client's reset is seen
+// within a second, its FIN not (reset-probe.ts).
 // One case differs from nginx: a request whose head arrived in part behind a response still in
 // flight has its head timeout (server.headersTimeout, 60 s) running while it waits, so a response
 // that takes longer than that, with such a head behind it, gets that connection cut (Node's 408).
@@ -13,6 +15,7 @@
 // a listener fed by parse-turns.ts parses a slice ahead, not a read.)
 import type http from 'node:http'
 import type { Socket } from 'node:net'
+import { probeWhilePaused } from './reset-probe.js'
 
 /** Requests waiting on one connection (in flight, or parsed behind one) beyond which it is cut. */
 export const MAX_WAITING = 256
@@ -29,14 +32,25 @@ interface Held {
 
 const held = new WeakMap<Socket, Held>()
 
-/** Whether the connection may read: nothing waits, or the oldest request (the one whose response
- * goes out first) still has body bytes to come. A request parsed behind it is not read on for: its
- * body waits in the socket until it is the oldest (one request at a time; a client that ended each
- * body in the write that began the next head kept the connection read for ever, and 20 MB of
- * one-byte chunks held 1.3 GB). */
+/** Whether the connection may read: nothing waits, the oldest request (the one whose response goes
+ * out first) still has body bytes to come, or nothing is parsed behind it. A request parsed behind it
+ * is not read on for: its body waits in the socket until it is the oldest (one request at a time; a
+ * client that ended each body in the write that began the next head kept the connection read for
+ * ever, and 20 MB of one-byte chunks held 1.3 GB). */
 function mayRead(h: Held): boolean {
-  for (const oldest of h.waiting) return !oldest.complete
+  let behind = false
+  for (const request of h.waiting) {
+    if (behind) return false
+    if (!request.complete) return true
+    behind = true
+  }
   return true
+}
+
+/** Stop reading the connection: what comes is left in the kernel until its responses are done. */
+function stopReading(socket: Socket): void {
+  socket.pause()
+  probeWhilePaused(socket)
 }
 
 /**
@@ -73,12 +87,12 @@ export function oneAtATime(
   }
   // After the parser's current read: Node resumes the socket when a message completes.
   process.nextTick(() => {
-    if (!mayRead(state) && !socket.destroyed) socket.pause()
+    if (!mayRead(state) && !socket.destroyed) stopReading(socket)
   })
   // A body still arriving: once it has, nothing more is read until the responses are done.
   if (!req.complete)
     req.once('end', () => {
-      if (!mayRead(state) && !socket.destroyed) socket.pause()
+      if (!mayRead(state) && !socket.destroyed) stopReading(socket)
     })
   res.once('close', () => {
     state.waiting.delete(req)
