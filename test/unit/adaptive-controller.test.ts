@@ -269,3 +269,15 @@ describe('the change log (one line per significant change, at most one per 10 s)
     expect(capped.stepped(9, 0)).toMatchObject({ from: 8, to: 9 })
   })
 })
+
+describe('the change log counts changes held back, not steps', () => {
+  it('steps that stay where a held-back change went are not changes: one change, not nine', () => {
+    const log = new LimitChangeLog({ min: 1, max: 64 }, 10)
+    expect(log.stepped(20, 0)).toMatchObject({ from: 10, to: 20 })
+    // One change (20 -> 10) within 10 s of that line, then eight steps that leave the limit at 10.
+    const held = Array.from({ length: 9 }, (_, i) => log.stepped(10, 1000 * (i + 1)))
+    expect(held.every((line) => line === undefined)).toBe(true)
+    // (Before: changesNotLogged 9.)
+    expect(log.stepped(10, 10_000)).toMatchObject({ from: 20, to: 10, changesNotLogged: 1 })
+  })
+})

@@ -21,7 +21,8 @@ export interface LimitChange {
   /** The lowest and highest limit stepped to since the line before (from and to included). */
   lowest: number
   highest: number
-  /** Significant changes held back since the line before (at most one line per everyMs). */
+  /** Steps held back since the line before (at most one line per everyMs) that changed the limit to
+   * somewhere significant from it. */
   changesNotLogged: number
 }
 
@@ -31,6 +32,8 @@ export class LimitChangeLog {
   private highest: number
   private notLogged = 0
   private lastAt = Number.NEGATIVE_INFINITY
+  /** The limit the step before was at. */
+  private previous: number
 
   constructor(
     /** The limit's bounds: reaching one is always worth a line. */
@@ -39,18 +42,22 @@ export class LimitChangeLog {
     start: number,
     private readonly everyMs = LOG_EVERY_MS,
   ) {
-    this.logged = this.lowest = this.highest = start
+    this.logged = this.lowest = this.highest = this.previous = start
   }
 
   /** The limit was stepped to `limit` at `now` (ms, any monotonic clock): the line to log now, or
    * undefined. */
   stepped(limit: number, now: number): LimitChange | undefined {
     const from = this.logged
+    const changed = limit !== this.previous
+    this.previous = limit
     this.lowest = Math.min(this.lowest, limit)
     this.highest = Math.max(this.highest, limit)
     if (!this.moved(limit) && !this.moved(this.lowest) && !this.moved(this.highest)) return undefined
     if (now - this.lastAt < this.everyMs) {
-      if (this.moved(limit)) this.notLogged++
+      // A change held back: the limit moved this step, to somewhere significant from the last line
+      // (not a step that stays where the one before went).
+      if (changed && this.moved(limit)) this.notLogged++
       return undefined
     }
     const change = {
