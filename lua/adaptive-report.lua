@@ -8,16 +8,22 @@
 -- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
 -- ARGV[11] '1': the replica leaves (close()): it is no longer counted, and gives up leadership if it
 --          leads, so that another leads from its next report instead of after the lease
+-- ARGV[12] clients (units of enough requests: src/primitives/adaptive/clients.ts)
+-- ARGV[13] of them, those over the drop share
+-- ARGV[14..] the latency histogram's non-empty buckets (src/primitives/adaptive/latency.ts), three
+--          numbers each: bucket (0 to 99), count, sum of latencies µs; at most 100 buckets
 -- The window reported is the caller's estimate of the server's clock: a report of a window that is
 -- not the one just ended (or the one running, or the one before: a late report) is a clock the
 -- caller has not corrected yet (its first report, a jump): its sums go nowhere and it does not lead
 -- (nor step a window on its wrong count); the reply's `now` corrects it.
 -- A report sent again (its reply lost, the call resent after a reconnect) adds nothing twice: C keeps
 -- the replicas that reported into it.
--- Cost: O(log r) for r replicas, plus O(k) for k replicas silent for 3 windows, at most 100 a call.
+-- Cost: O(log r + b) for r replicas and b buckets reported (at most 100), plus O(k) for k replicas
+-- silent for 3 windows, at most 100 a call; the leader's reply adds O(r + B) for the B buckets of the
+-- window it steps (at most 100).
 -- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
 --          then, when the caller leads and the window before the reported one was not stepped yet:
---          that window's n, d, l, m}
+--          that window's n, d, l, m, u, o, then its buckets: bucket, count, sum µs, ...}
 local replica, window = ARGV[2], tonumber(ARGV[3])
 local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -36,6 +42,16 @@ if timely and (requests > 0 or most > 0) and redis.call('HSETNX', C, 'r:' .. rep
     redis.call('HINCRBY', C, 'n', requests)
     if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
     redis.call('HINCRBY', C, 'l', latency)
+    local clients, over = tonumber(ARGV[12]) or 0, tonumber(ARGV[13]) or 0
+    if clients > 0 then redis.call('HINCRBY', C, 'u', clients) end
+    if over > 0 then redis.call('HINCRBY', C, 'o', over) end
+    for i = 14, math.min(#ARGV, 13 + 3 * 100) - 2, 3 do
+      local bucket, count, sum = tonumber(ARGV[i]), tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+      if bucket and count and sum and bucket >= 0 and bucket < 100 and count > 0 then
+        redis.call('HINCRBY', C, 'c' .. bucket, count)
+        redis.call('HINCRBY', C, 's' .. bucket, sum)
+      end
+    end
   end
   if most > 0 then redis.call('HINCRBY', C, 'm', most) end
   redis.call('PEXPIREAT', C, NOW + window_ms * 4)
@@ -54,7 +70,22 @@ redis.call('PEXPIREAT', S, NOW + state_ttl)
 local stepped = tonumber(f[1] or '-1')
 local out = { NOW, leads and 1 or 0, replicas, stepped, f[4] or '' }
 if leads and stepped < window - window_ms then
-  local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm')
-  for i = 1, 4 do out[5 + i] = tonumber(before[i] or '0') end
+  local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm', 'u', 'o')
+  for i = 1, 6 do out[5 + i] = tonumber(before[i] or '0') end
+  -- The buckets, in order: c<bucket> = count, s<bucket> = sum µs.
+  local counts, sums = {}, {}
+  local fields = redis.call('HGETALL', V)
+  for i = 1, #fields, 2 do
+    local kind, bucket = string.sub(fields[i], 1, 1), tonumber(string.sub(fields[i], 2))
+    if bucket and kind == 'c' then counts[bucket] = tonumber(fields[i + 1]) end
+    if bucket and kind == 's' then sums[bucket] = tonumber(fields[i + 1]) end
+  end
+  for bucket = 0, 99 do
+    if counts[bucket] then
+      out[#out + 1] = bucket
+      out[#out + 1] = counts[bucket]
+      out[#out + 1] = sums[bucket] or 0
+    end
+  end
 end
 return out

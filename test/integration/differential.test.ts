@@ -16,6 +16,7 @@ import {
   LockUpgradeError,
   type Store,
 } from '../../src/index.js'
+import type { AdaptiveReport } from '../../src/core/protocol/store.js'
 import { sleep, storeFor } from '../helpers/contract.js'
 import { uniquePrefix } from '../helpers/redis.js'
 
@@ -359,3 +360,87 @@ for (const kind of ['standalone', 'cluster'] as const) {
     }
   })
 }
+
+describe('the adaptive family: memory and Redis agree call by call [standalone]', () => {
+  it('G11: seeded reports (counts, clients, latency buckets), leaves and commits of 3 replicas give the same replies', async () => {
+    const WINDOW = 200
+    const prefix = uniquePrefix().slice(0, -1)
+    const stores = [createMemoryStore({ prefix }), storeFor('standalone', prefix).store]
+    const space = keySpace(prefix, 'sem', 'route:diff')
+    const random = prng(37)
+    const log: string[] = []
+    let stepped = -1
+    /** One call on both stores; their replies (without the clock) must be the same. */
+    const both = async (label: string, call: (store: Store) => Promise<unknown>) => {
+      const replies = await Promise.all(stores.map(call))
+      const [memory, redis] = replies.map((reply) => JSON.stringify(reply))
+      log.push(`${label}: memory ${memory}\n    redis  ${redis}`)
+      if (memory !== redis) throw new Error(`memory and Redis differ at ${label}\n${log.join('\n')}`)
+      return replies[0]
+    }
+    /** A report with random counts, clients and buckets (made once: both stores get the same). */
+    const reportOf = (replica: string, window: number, leave = false): AdaptiveReport => {
+      const buckets = Array.from({ length: Math.floor(random() * 4) }, (_, b) => {
+        const count = 1 + Math.floor(random() * 5)
+        return [
+          10 * b + Math.floor(random() * 10),
+          count,
+          count * Math.floor(1000 + random() * 50_000),
+        ] as const
+      })
+      const requests = buckets.reduce((sum, [, count]) => sum + count, 0)
+      return {
+        replica,
+        window,
+        requests,
+        drops: Math.floor(random() * 3),
+        latencyUs: buckets.reduce((sum, [, , us]) => sum + us, 0),
+        maxInFlight: Math.floor(random() * 8),
+        clients: requests > 0 ? 1 + Math.floor(random() * 4) : 0,
+        clientsOver: Math.floor(random() * 3),
+        latency: buckets,
+        windowMs: WINDOW,
+        leaderTtlMs: 3 * WINDOW,
+        stateTtlMs: 60_000,
+        leave,
+      }
+    }
+    const report = async (label: string, r: AdaptiveReport) => {
+      const reply = (await both(label, async (store) => {
+        const { now: _, ...rest } = await store.adaptive!.report(space, r)
+        return rest
+      })) as { stepped: number }
+      stepped = reply.stepped
+    }
+    let last = 0
+    try {
+      for (let round = 0; round < 8; round++) {
+        // Each round in the middle of the next window: both clocks name the same one.
+        while (Math.floor(Date.now() / WINDOW) * WINDOW <= last || Date.now() % WINDOW < 60) await sleep(5)
+        const current = Math.floor(Date.now() / WINDOW) * WINDOW
+        last = current
+        // Every replica reports the window just ended (the same seed on both stores: the same data),
+        // one of them twice (a report sent again); the leader is told the window before.
+        for (const replica of ['a', 'b', 'c', 'b'])
+          await report(`${round} report ${replica}`, reportOf(replica, current - WINDOW))
+        await both(`${round} commit`, (store) =>
+          store.adaptive!.commit(space, {
+            window: current - 2 * WINDOW,
+            based: stepped,
+            state: JSON.stringify({ limit: round }),
+            stateTtlMs: 60_000,
+            windowMs: WINDOW,
+          }),
+        )
+        if (random() < 0.2) await report(`${round} leave c`, reportOf('c', current, true))
+      }
+      if (process.env.TOLLGATE_DIFF_PRINT) console.log(log.join('\n'))
+      // The sequence did what it is for: a leader was told a window to step, buckets and all, and
+      // steps were saved.
+      expect(log.some((line) => / commit: memory true/.test(line))).toBe(true)
+      expect(log.some((line) => line.includes('"previous":{') && line.includes('"latency":[['))).toBe(true)
+    } finally {
+      await Promise.all(stores.map((store) => store.close()))
+    }
+  }, 30_000)
+})

@@ -37,7 +37,17 @@ function fleet() {
     await loadLibraries(redis)
     return redis.fcall(functionName(script), 4, ...keys(window), space.channel, ...argv)
   }
-  const report = (replica: string, window: number, n = 0, d = 0, latencyUs = 0, most = 0, leave = '0') =>
+  const report = (
+    replica: string,
+    window: number,
+    n = 0,
+    d = 0,
+    latencyUs = 0,
+    most = 0,
+    leave = '0',
+    /** Clients (units), those over the share, and latency buckets [bucket, count, sum µs]. */
+    clients: [units: number, over: number, buckets: number[][]] = [0, 0, []],
+  ) =>
     run(
       'tgAdaptiveReport',
       window,
@@ -51,6 +61,9 @@ function fleet() {
       LEADER_TTL,
       60_000,
       leave,
+      clients[0],
+      clients[1],
+      ...clients[2].flat(),
     ) as Promise<(number | string)[]>
   return {
     redis,
@@ -75,15 +88,29 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
   it('the first replica to report leads, renews its lease with each report, and is told the window before to step', async () => {
     const f = fleet()
     const w = (await current()) - 1 // the window that just ended
-    const [, leadsA, replicas, stepped, state] = await f.report('a', w, 5, 0, 50_000, 3)
+    const [, leadsA, replicas, stepped, state] = await f.report('a', w, 5, 0, 50_000, 3, '0', [
+      2,
+      0,
+      [
+        [40, 3, 30_000],
+        [41, 2, 20_000],
+      ],
+    ])
     expect([leadsA, replicas, stepped, state]).toEqual([1, 1, -1, ''])
-    const b = await f.report('b', w, 7, 1, 70_000, 4)
+    const b = await f.report('b', w, 7, 1, 70_000, 4, '0', [
+      3,
+      1,
+      [
+        [12, 1, 20],
+        [41, 5, 60_000],
+      ],
+    ])
     expect(b.slice(1, 3)).toEqual([0, 2]) // b does not lead while a's lease runs
     // a reports window w + 1 (the one running now, or just ended): it is told window w's reports,
-    // added up across replicas.
+    // added up across replicas: the counts, the clients, and the latency histogram bucket by bucket.
     const a = await f.report('a', w + 1)
     expect(a[1]).toBe(1)
-    expect(a.slice(5)).toEqual([12, 1, 120_000, 7])
+    expect(a.slice(5)).toEqual([12, 1, 120_000, 7, 5, 1, 12, 1, 20, 40, 3, 30_000, 41, 7, 80_000])
   })
 
   it('a leader that stops reporting loses its lease, and another replica leads from then on', async () => {
@@ -144,7 +171,7 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
     await f.report('a', w, 5, 1, 50_000, 3) // the same report again
     await f.report('b', w, 7, 0, 70_000, 4)
     const a = await f.report('a', w + 1)
-    expect(a.slice(5)).toEqual([12, 1, 120_000, 7]) // not 17, 2, 170_000, 10
+    expect(a.slice(5)).toEqual([12, 1, 120_000, 7, 0, 0]) // not 17, 2, 170_000, 10
     expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)
     // Its reply lost, the leader's commit is sent again: saved (1), so the leader applies its step.
     expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)

@@ -13,13 +13,24 @@ import {
   type WindowSummary,
 } from '../../src/primitives/adaptive/controller.js'
 import { LimitChangeLog } from '../../src/primitives/adaptive/change-log.js'
+import { bucketOf, LATENCY_BUCKETS, LatencyHistogram } from '../../src/primitives/adaptive/latency.js'
+import { ClientDrops, clientKey, MAX_CLIENTS, unitOf } from '../../src/primitives/adaptive/clients.js'
 import { ConfigError } from '../../src/index.js'
 
 /** One window of a saturated upstream of capacity `c` and service time `s` ms, at limit `limit`. */
 function window(limit: number, c: number, s: number, windowMs: number, jitter = 0): WindowSummary {
   const latency = s * Math.max(1, limit / c) * (1 + jitter)
   const count = Math.round((limit * windowMs) / latency)
-  return { count, drops: 0, latencySumMs: count * latency, maxInFlight: limit }
+  return win(count, 0, count * latency, limit)
+}
+
+/** A window of `count` requests from one client, `drops` of them drops, the others' latencies adding
+ * up to `latencySumMs` (each the same); the client is over the share above 5 %, or as `over` says. */
+function win(count: number, drops: number, latencySumMs: number, maxInFlight: number, over?: boolean) {
+  const latency = new LatencyHistogram()
+  for (let i = 0; i < count - drops; i++) latency.add(latencySumMs / (count - drops))
+  const clientsOver = (over ?? drops / count > 0.05) ? 1 : 0
+  return { count, drops, latency, clients: count > 0 ? 1 : 0, clientsOver, maxInFlight }
 }
 
 /** Run `windows` steps against capacity c(i) and return every limit. */
@@ -76,7 +87,7 @@ describe('the gradient controller', () => {
     const overhead = (limit: number, c: number): WindowSummary => {
       const latency = Math.max(d + s, (s * limit) / c)
       const count = Math.round((limit * options.windowMs) / latency)
-      return { count, drops: 0, latencySumMs: count * latency, maxInFlight: limit }
+      return win(count, 0, count * latency, limit)
     }
     let state = initialState(options)
     const limits: number[] = []
@@ -100,7 +111,7 @@ describe('the gradient controller', () => {
   it('backs off on a window with more than dropShare (5 %) drops, whatever the latency', () => {
     let state = run(initialState(options), options, 80, () => 32).state
     const before = state.estimate
-    state = step(state, { count: 100, drops: 6, latencySumMs: 940, maxInFlight: state.limit }, options)
+    state = step(state, win(100, 6, 940, state.limit), options)
     expect(state.estimate).toBeCloseTo(before * 0.9)
     expect(state.last?.reason).toBe('drops')
   })
@@ -110,19 +121,19 @@ describe('the gradient controller', () => {
     const limit = state.limit
     // 5 of 100 (the share, not above it), at the unloaded latency: the gradient decides, and holds.
     for (let i = 0; i < 30; i++) {
-      state = step(state, { count: 100, drops: 5, latencySumMs: 95 * 10, maxInFlight: state.limit }, options)
+      state = step(state, win(100, 5, 95 * 10, state.limit), options)
       expect(state.last?.reason, `window ${i}`).not.toBe('drops')
     }
     expect(state.limit).toBeGreaterThanOrEqual(limit)
     // Above the share, however few the requests (a hung upstream's timeouts come one per window).
     const full = state.estimate
-    state = step(state, { count: 1, drops: 1, latencySumMs: 0, maxInFlight: state.limit }, options)
+    state = step(state, win(1, 1, 0, state.limit), options)
     expect(state.last?.reason).toBe('drops')
     expect(state.estimate).toBeCloseTo(full * 0.9)
     // dropShare 0: any drop backs off, as before the share existed.
     const strict = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 4, dropShare: 0 })
     const before = state.estimate
-    const next = step(state, { count: 1000, drops: 1, latencySumMs: 9990, maxInFlight: state.limit }, strict)
+    const next = step(state, win(1000, 1, 9990, state.limit, true), strict)
     expect(next.last?.reason).toBe('drops')
     expect(next.estimate).toBeCloseTo(before * 0.9)
   })
@@ -130,20 +141,20 @@ describe('the gradient controller', () => {
   it('does not grow while the fleet uses less than half the limit, and an empty window changes nothing', () => {
     let state = run(initialState(options), options, 80, () => 32).state
     const limit = state.limit
-    state = step(state, { count: 50, drops: 0, latencySumMs: 500, maxInFlight: 3 }, options)
+    state = step(state, win(50, 0, 500, 3), options)
     expect(state.limit).toBe(limit)
     expect(state.last?.reason).toBe('app-limited')
-    state = step(state, { count: 0, drops: 0, latencySumMs: 0, maxInFlight: 0 }, options)
+    state = step(state, win(0, 0, 0, 0), options)
     expect(state.limit).toBe(limit)
     expect(state.last?.reason).toBe('empty')
   })
 
   it('a window whose mean latency is 0 (latencies rounded away) or not a number holds the limit, and the next windows step as before', () => {
     let state = run(initialState(options), options, 80, () => 32).state
-    state = step(state, { count: 10, drops: 1, latencySumMs: 90, maxInFlight: state.limit }, options)
+    state = step(state, win(10, 1, 90, state.limit), options)
     const limit = state.limit
     for (const latencySumMs of [0, Number.NaN, -1]) {
-      state = step(state, { count: 10, drops: 0, latencySumMs, maxInFlight: state.limit }, options)
+      state = step(state, win(10, 0, latencySumMs, state.limit), options)
       expect(state.limit, String(latencySumMs)).toBe(limit)
       expect(Number.isFinite(state.estimate)).toBe(true)
     }
@@ -161,11 +172,11 @@ describe('the gradient controller', () => {
     // Step 11 steps the window before that one, which ran at the full limit: with drops, it backs off
     // (and the limit is the full estimate again).
     const estimate = state.estimate
-    state = step(state, { count: 100, drops: 10, latencySumMs: 1800, maxInFlight: 32 }, every, 1)
+    state = step(state, win(100, 10, 1800, 32), every, 1)
     expect(state.last?.reason).toBe('drops')
     expect(state.limit).toBe(Math.round(estimate * 0.9))
     // Step 12 steps the quarter's window: its latency (12 ms, the upstream got slower) is the baseline.
-    state = step(state, { count: 100, drops: 0, latencySumMs: 1200, maxInFlight: 8 }, every, 1)
+    state = step(state, win(100, 0, 1200, 8), every, 1)
     expect(state.last?.reason).toBe('probe')
     expect(state.baselineMs).toBe(12)
   })
@@ -177,7 +188,7 @@ describe('the gradient controller', () => {
     // An upstream that errs on everything: down to min and no lower.
     let state = initialState(capped)
     for (let i = 0; i < 50; i++) {
-      state = step(state, { count: 10, drops: 10, latencySumMs: 0, maxInFlight: state.limit }, capped)
+      state = step(state, win(10, 10, 0, state.limit), capped)
       expect(state.limit).toBeGreaterThanOrEqual(3)
     }
     expect(state.limit).toBe(3)
@@ -189,12 +200,12 @@ describe('the AIMD controller', () => {
 
   it('adds on a clean window, multiplies on drops, holds when app-limited', () => {
     let state = initialState(options)
-    state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 10 }, options)
+    state = step(state, win(100, 0, 1000, 10), options)
     expect(state.limit).toBe(12)
-    state = step(state, { count: 100, drops: 10, latencySumMs: 900, maxInFlight: 12 }, options)
+    state = step(state, win(100, 10, 900, 12), options)
     expect(state.estimate).toBeCloseTo(10.8)
     expect(state.limit).toBe(11)
-    state = step(state, { count: 100, drops: 0, latencySumMs: 1000, maxInFlight: 2 }, options)
+    state = step(state, win(100, 0, 1000, 2), options)
     expect(state.limit).toBe(11)
   })
 })
@@ -267,6 +278,177 @@ describe('the change log (one line per significant change, at most one per 10 s)
     expect(log.stepped(7, 40_000)).toBeUndefined()
     const capped = new LimitChangeLog({ min: 1, max: 9 }, 8)
     expect(capped.stepped(9, 0)).toMatchObject({ from: 8, to: 9 })
+  })
+})
+
+describe("the window's latency: the median of a log-bucket histogram", () => {
+  const medianOf = (latencies: readonly number[]) => {
+    const histogram = new LatencyHistogram()
+    for (const ms of latencies) histogram.add(ms)
+    return histogram.median()
+  }
+
+  it('is the latency itself when all are alike, and the middle one within a few % otherwise', () => {
+    expect(medianOf([])).toBeUndefined()
+    expect(medianOf([20.3])).toBeCloseTo(20.3)
+    expect(medianOf(Array(300).fill(20.3))).toBeCloseTo(20.3)
+    // 1 to 1000 ms, evenly: the middle one is 500.5.
+    const spread = Array.from({ length: 1000 }, (_, i) => i + 1)
+    expect(Math.abs((medianOf(spread) as number) / 500.5 - 1)).toBeLessThan(0.05)
+    // 18 to 26 ms, evenly (a bucket boundary, 22.6 ms, in the middle): within 3 %.
+    const jitter = Array.from({ length: 300 }, (_, i) => 18 + (8 * i) / 299)
+    expect(Math.abs((medianOf(jitter) as number) / 22 - 1)).toBeLessThan(0.03)
+  })
+
+  it('one user’s slow requests (4 of 2 s among 300 of 20 ms) do not move it; a mean would be 46 ms', () => {
+    const latencies = [...Array(300).fill(20), 2000, 2000, 2000, 2000]
+    expect(medianOf(latencies)).toBeCloseTo(20)
+    // Even 40 % of them far away leave it among the others.
+    expect(medianOf([...Array(60).fill(20), ...Array(40).fill(2000)])).toBeCloseTo(20)
+  })
+
+  it('moves smoothly as the latencies do: a shift of 1 % moves it by at most 3 %, never in steps of a bucket', () => {
+    let before = medianOf(Array.from({ length: 200 }, (_, i) => 15 + (10 * i) / 199)) as number
+    for (let shift = 1.01; shift < 2; shift *= 1.01) {
+      const now = medianOf(Array.from({ length: 200 }, (_, i) => (15 + (10 * i) / 199) * shift)) as number
+      expect(Math.abs(now / before - 1), `x${shift.toFixed(2)}`).toBeLessThan(0.03)
+      before = now
+    }
+  })
+
+  it('replicas’ histograms add up bucket by bucket: the merged median is the union’s', () => {
+    const a = Array.from({ length: 150 }, (_, i) => 10 + i / 10)
+    const b = Array.from({ length: 100 }, (_, i) => 30 + i / 5)
+    const merged = LatencyHistogram.from([...medianHistogram(a).entries(), ...medianHistogram(b).entries()])
+    expect(merged.count).toBe(250)
+    expect(merged.median()).toBeCloseTo(medianOf([...a, ...b]) as number, 1)
+  })
+
+  it('every latency has a bucket: 0, NaN, below 0.1 ms and above an hour included', () => {
+    expect([0, Number.NaN, -5, 0.05].map(bucketOf)).toEqual([0, 0, 0, 0])
+    expect(bucketOf(3_600_000 * 10)).toBe(LATENCY_BUCKETS - 1)
+    expect(medianOf([7_200_000])).toBeCloseTo(7_200_000)
+  })
+})
+
+function medianHistogram(latencies: readonly number[]): LatencyHistogram {
+  const histogram = new LatencyHistogram()
+  for (const ms of latencies) histogram.add(ms)
+  return histogram
+}
+
+describe("the window's drops: the median client decides", () => {
+  /** A seeded [0, 1) (the pool's order), so that a failure replays. */
+  const seeded = (seed: number) => () => {
+    seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31
+    return seed / 2 ** 31
+  }
+  /** `clients` clients of `requests` each, each request a drop with probability `p`. */
+  const traffic = (
+    drops: ClientDrops,
+    clients: number,
+    requests: number,
+    p: number,
+    random: () => number,
+  ) => {
+    for (let c = 0; c < clients; c++)
+      for (let r = 0; r < requests; r++) drops.add(`10.0.${c >> 8}.${c & 255}`, random() < p)
+  }
+  const backsOff = ({ units, over }: { units: number; over: number }) => 2 * over > units
+
+  it('one client whose every request is a drop, among 8 that see none, is one unit at most: no back-off', () => {
+    for (const [requests, attacker] of [
+      [40, 30], // 8.6 % of the window's requests: light, a unit of its own (no other light client)
+      [10, 30], // 27 %: heavy, a unit of its own
+      [30, 200], // 45 %
+    ] as const) {
+      const drops = new ClientDrops()
+      traffic(drops, 8, requests, 0, seeded(1))
+      for (let i = 0; i < attacker; i++) drops.add('203.0.113.9', true)
+      const units = drops.units(0.05, seeded(2))
+      expect(units.over, JSON.stringify(units)).toBeLessThanOrEqual(1)
+      expect(backsOff(units), JSON.stringify(units)).toBe(false)
+    }
+  })
+
+  it('an upstream dropping 10 % of every client’s requests backs off, also beside a client that sends many cheap requests', () => {
+    const drops = new ClientDrops()
+    traffic(drops, 8, 60, 0.1, seeded(3))
+    expect(backsOff(drops.units(0.05, seeded(4)))).toBe(true)
+    for (let i = 0; i < 3000; i++) drops.add('203.0.113.9', false) // 86 % of the requests, none dropped
+    expect(backsOff(drops.units(0.05, seeded(4)))).toBe(true)
+  })
+
+  it('clients of one request each are pooled into units: 10 % dropped is seen, 2 % is not', () => {
+    let seen = 0
+    let quiet = 0
+    for (let w = 0; w < 20; w++) {
+      const shedding = new ClientDrops()
+      traffic(shedding, 1000, 1, 0.1, seeded(10 + w))
+      if (backsOff(shedding.units(0.05, seeded(100 + w)))) seen++
+      const fine = new ClientDrops()
+      traffic(fine, 1000, 1, 0.02, seeded(50 + w))
+      if (backsOff(fine.units(0.05, seeded(200 + w)))) quiet++
+    }
+    expect(seen).toBeGreaterThanOrEqual(18)
+    expect(quiet).toBe(0)
+  })
+
+  it('light clients short of a unit are one beside a heavy client: it cannot make their drops disappear', () => {
+    const drops = new ClientDrops()
+    for (let i = 0; i < 500; i++) drops.add('203.0.113.9', false)
+    traffic(drops, 3, 10, 0.5, seeded(5)) // 30 requests in all, short of a unit of 40
+    expect(drops.units(0.05, seeded(6))).toEqual({ units: 2, over: 1 })
+  })
+
+  it('a window of fewer requests than a unit is one unit: a hung upstream’s single timeout still backs off', () => {
+    const drops = new ClientDrops()
+    drops.add('10.0.0.1', true)
+    expect(drops.units(0.05)).toEqual({ units: 1, over: 1 })
+    expect(new ClientDrops().units(0.05)).toEqual({ units: 0, over: 0 })
+  })
+
+  it('over the share means drops / requests > share, without float noise (29 of 100 at 0.29 is not over)', () => {
+    for (const [share, dropped] of [
+      [0.05, 5],
+      [0.07, 7],
+      [0.29, 29],
+      [0.57, 57],
+    ] as const) {
+      const drops = new ClientDrops()
+      for (let i = 0; i < 100; i++) drops.add('10.0.0.1', i < dropped)
+      expect(drops.units(share), `${dropped} of 100 at ${share}`).toEqual({ units: 1, over: 0 })
+    }
+  })
+
+  it(`counts at most ${MAX_CLIENTS} clients a window; units hold at least 2 / dropShare requests (20 to 1000)`, () => {
+    const drops = new ClientDrops()
+    for (let c = 0; c < MAX_CLIENTS + 500; c++) drops.add(`client ${c}`, c >= MAX_CLIENTS)
+    expect(drops.units(0.05).over).toBe(0) // the 500 after the first 1024 are not counted
+    expect([0, 0.001, 0.05, 0.1, 0.5].map(unitOf)).toEqual([1000, 1000, 40, 20, 20])
+  })
+
+  it('a client is its address; an IPv6 client is its /64, an IPv4-mapped one its IPv4 address', () => {
+    expect(clientKey('2001:db8:1:2:aaaa::1')).toBe('2001:db8:1:2::/64')
+    expect(clientKey('2001:0db8:0001:0002:ffff:ffff:ffff:ffff')).toBe('2001:db8:1:2::/64')
+    expect(clientKey('2001:db8::7')).toBe('2001:db8:0:0::/64')
+    expect(clientKey('::1')).toBe('0:0:0:0::/64')
+    expect(clientKey('::ffff:192.0.2.7')).toBe('192.0.2.7')
+    expect(clientKey('192.0.2.7')).toBe('192.0.2.7')
+    expect(clientKey(undefined)).toBe('')
+  })
+
+  it('the controller backs off when more than half of the clients are over the share, not at half', () => {
+    const options = parseAdaptiveLimitOptions({ algorithm: 'aimd', min: 1, max: 50, initial: 20 })
+    const at = (clients: number, clientsOver: number) =>
+      step(initialState(options), { ...win(100, 0, 1000, 20), clients, clientsOver }, options).last?.reason
+    expect([at(9, 4), at(10, 5), at(9, 5), at(1, 1), at(0, 0)]).toEqual([
+      'increase',
+      'increase',
+      'drops',
+      'drops',
+      'increase',
+    ])
   })
 })
 

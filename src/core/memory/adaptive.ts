@@ -11,6 +11,21 @@ import type {
 } from '../protocol/store.js'
 import { nowMs } from './clock.js'
 
+/** A window's reports, merged (C in Redis): the histogram's buckets by index. */
+interface Sums {
+  requests: number
+  drops: number
+  latencyUs: number
+  maxInFlight: number
+  clients: number
+  clientsOver: number
+  buckets: Map<number, [count: number, sumUs: number]>
+  from: Set<string>
+}
+
+/** Buckets of a latency histogram (lua/adaptive-report.lua takes 0 to 99, at most 100 a report). */
+const BUCKETS = 100
+
 interface Fleet {
   stepped: number
   state: string | undefined
@@ -19,9 +34,23 @@ interface Fleet {
   /** Replica -> when it last reported. */
   replicas: Map<string, number>
   /** Window (its start) -> the reports of it, merged, and the replicas whose report is in. */
-  windows: Map<number, AdaptiveWindow & { from: Set<string> }>
+  windows: Map<number, Sums>
   /** When the state runs out (as S's expiry in Redis). */
   until: number
+}
+
+/** A window's sums as the report's reply gives them (its buckets in order). */
+function windowOf(sums: Sums | undefined): AdaptiveWindow {
+  const buckets = [...(sums?.buckets ?? [])].sort(([a], [b]) => a - b)
+  return {
+    requests: sums?.requests ?? 0,
+    drops: sums?.drops ?? 0,
+    latencyUs: sums?.latencyUs ?? 0,
+    maxInFlight: sums?.maxInFlight ?? 0,
+    clients: sums?.clients ?? 0,
+    clientsOver: sums?.clientsOver ?? 0,
+    latency: buckets.map(([bucket, [count, sumUs]]) => [bucket, count, sumUs] as const),
+  }
 }
 
 export class MemoryAdaptive implements AdaptiveFamily {
@@ -49,19 +78,31 @@ export class MemoryAdaptive implements AdaptiveFamily {
     // yet; its sums go nowhere and it does not lead (lua/adaptive-report.lua).
     const current = Math.floor(now / r.windowMs) * r.windowMs
     const timely = r.window >= current - 2 * r.windowMs && r.window <= current
-    const sums = fleet.windows.get(r.window) ?? {
+    const sums: Sums = fleet.windows.get(r.window) ?? {
       requests: 0,
       drops: 0,
       latencyUs: 0,
       maxInFlight: 0,
+      clients: 0,
+      clientsOver: 0,
+      buckets: new Map(),
       from: new Set<string>(),
     }
     // One report of a replica counts once (one sent again adds nothing).
     if (timely && (r.requests > 0 || r.maxInFlight > 0) && !sums.from.has(r.replica)) {
       sums.from.add(r.replica)
-      sums.requests += r.requests
-      sums.drops += r.drops
-      sums.latencyUs += Math.round(r.latencyUs)
+      if (r.requests > 0) {
+        sums.requests += r.requests
+        sums.drops += r.drops
+        sums.latencyUs += Math.round(r.latencyUs)
+        sums.clients += r.clients
+        sums.clientsOver += r.clientsOver
+        for (const [bucket, count, sumUs] of r.latency.slice(0, BUCKETS)) {
+          if (!(Number.isInteger(bucket) && bucket >= 0 && bucket < BUCKETS && count > 0)) continue
+          const sum = sums.buckets.get(bucket) ?? [0, 0]
+          sums.buckets.set(bucket, [sum[0] + count, sum[1] + Math.round(sumUs)])
+        }
+      }
       sums.maxInFlight += r.maxInFlight
       fleet.windows.set(r.window, sums)
     }
@@ -85,14 +126,7 @@ export class MemoryAdaptive implements AdaptiveFamily {
       replicas: fleet.replicas.size,
       stepped: fleet.stepped,
       state: fleet.state,
-      previous: pending
-        ? {
-            requests: before?.requests ?? 0,
-            drops: before?.drops ?? 0,
-            latencyUs: before?.latencyUs ?? 0,
-            maxInFlight: before?.maxInFlight ?? 0,
-          }
-        : undefined,
+      previous: pending ? windowOf(before) : undefined,
     }
   }
 

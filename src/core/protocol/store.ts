@@ -17,7 +17,8 @@ export interface Store {
   readonly permits: PermitFamily
   /** The writer-preferring read/write lock. */
   readonly rwlock: RwLockFamily
-  /** The fleet's adaptive limits (src/admission/adaptive.ts); a store without it cannot share one. */
+  /** The fleet's adaptive limits (src/primitives/adaptive/limit.ts); a store without it cannot share
+   * one. */
   readonly adaptive?: AdaptiveFamily
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
   subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
@@ -64,8 +65,8 @@ export interface PermitFamily {
   ): Promise<boolean | void>
 }
 
-/** lua/adaptive-*.lua: the fleet's adaptive limit of a bucket (src/admission/adaptive.ts). Every
- * replica reports each window; the one that leads steps the controller once per window. */
+/** lua/adaptive-*.lua: the fleet's adaptive limit of a bucket (src/primitives/adaptive/limit.ts).
+ * Every replica reports each window; the one that leads steps the controller once per window. */
 export interface AdaptiveFamily {
   /** One window's report of one replica; its heartbeat and leadership; the fleet's state back. */
   report(space: KeySpace, report: AdaptiveReport): Promise<AdaptiveReportReply>
@@ -81,10 +82,17 @@ export interface AdaptiveWindow {
   requests: number
   /** Of them, drops (timeouts, the configured statuses). */
   drops: number
-  /** Sum of the latencies of the requests that were not drops, µs. */
+  /** Sum of the latencies of the requests that were not drops, µs (what a replica of a version before
+   * `latency` steps on, during a rolling deploy). */
   latencyUs: number
   /** The most this replica had in flight at once (summed over replicas: an upper bound). */
   maxInFlight: number
+  /** Its clients as units of enough requests, and those over the drop share (adaptive/clients.ts). */
+  clients: number
+  clientsOver: number
+  /** The latencies of the requests that were not drops: the non-empty buckets of a histogram of
+   * LATENCY_BUCKETS (adaptive/latency.ts), [bucket, count, sum µs], summed bucket by bucket. */
+  latency: readonly (readonly [bucket: number, count: number, sumUs: number])[]
 }
 
 export interface AdaptiveStep {

@@ -5,6 +5,7 @@ import { debuglog } from 'node:util'
 import type {
   AcquireRequest,
   AdaptiveFamily,
+  AdaptiveWindow,
   PermitFamily,
   RwAcquireRequest,
   RwLockFamily,
@@ -176,6 +177,15 @@ function adaptiveKeys(space: KeySpace, window: number, windowMs: number): string
   return [space.key('as'), space.key('ar'), space.key(`aw${window}`), space.key(`aw${window - windowMs}`)]
 }
 
+/** A window's sums as adaptive-report.lua returns them: n d l m u o, then [bucket, count, sum]... */
+function windowOf(reply: readonly number[]): AdaptiveWindow {
+  const [requests = 0, drops = 0, latencyUs = 0, maxInFlight = 0, clients = 0, clientsOver = 0] = reply
+  const latency: [number, number, number][] = []
+  for (let i = 6; i + 2 < reply.length; i += 3)
+    latency.push([reply[i] as number, reply[i + 1] as number, reply[i + 2] as number])
+  return { requests, drops, latencyUs, maxInFlight, clients, clientsOver, latency }
+}
+
 export function adaptiveFamily(call: Caller): AdaptiveFamily {
   return {
     report: (space, r) =>
@@ -194,19 +204,19 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
           r.leaderTtlMs,
           r.stateTtlMs,
           r.leave ? '1' : '0',
+          r.clients,
+          r.clientsOver,
+          ...r.latency.flat(),
         ],
         withToken: false,
         pick: (reply) => {
-          const [now, leads, replicas, stepped, state, n, d, l, m] = reply as [
+          const [now, leads, replicas, stepped, state, ...window] = reply as [
             number,
             number,
             number,
             number,
             string,
-            number?,
-            number?,
-            number?,
-            number?,
+            ...number[],
           ]
           return {
             now,
@@ -214,10 +224,7 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
             replicas,
             stepped,
             state: state === '' ? undefined : state,
-            previous:
-              n === undefined
-                ? undefined
-                : { requests: n, drops: d ?? 0, latencyUs: l ?? 0, maxInFlight: m ?? 0 },
+            previous: window.length === 0 ? undefined : windowOf(window),
           }
         },
       }),

@@ -5,58 +5,60 @@
 //
 // Two algorithms:
 // - 'gradient' (the default; the idea of Envoy's adaptive concurrency filter and Netflix's Gradient2):
-//   the limit follows how far the window's mean latency is above the upstream's unloaded latency
-//   (the baseline). gradient = clamp(tolerance x baseline / latency, 0.5, 1); the next estimate is
-//   estimate x gradient + headroom (to probe upward), smoothed. Once the upstream queues, its latency
-//   grows as limit / capacity, so the estimate settles where limit = tolerance x capacity + headroom:
-//   the headroom is the queue it keeps. It is sqrt(estimate) / 4 (1.5 requests at a capacity of 32),
-//   and twice that while the latency is within 3 % of the baseline (gradient >= 0.97: no queue to
-//   speak of, so more capacity may be there): a small standing queue, and a quick climb when the
-//   upstream gets faster. (A fixed sqrt / 2 kept the limit 20-25 % above a capacity of 16 in the
-//   bench, where the gateway's own share of each request's time already puts it ~14 % above.)
-//   Until the first window whose latency shows queueing (gradient below 0.9), the estimate doubles
-//   instead (TCP's slow start) after each window that ran near the limit in force
-//   (90 % of it in flight at once), so a limit starting at 1 finds a capacity of 32 in ~6 windows
-//   (~12 across a fleet, whose replicas learn each limit a window later), not ~40.
-//   The baseline is the lowest window mean since the last probe. A baseline taken only from loaded
+//   the limit follows how far the window's median latency (latency.ts) is above the upstream's
+//   unloaded latency (the baseline). gradient = clamp(tolerance x baseline / latency, 0.5, 1); the
+//   next estimate is estimate x gradient + headroom (to probe upward), smoothed. Once the upstream
+//   queues, its latency grows as limit / capacity, so the estimate settles where limit = tolerance x
+//   capacity + headroom: the headroom is the queue it keeps. It is sqrt(estimate) / 4 (1.5 requests at
+//   a capacity of 32), and twice that while the latency is within 3 % of the baseline (gradient >=
+//   0.97: no queue to speak of, so more capacity may be there): a small standing queue, and a quick
+//   climb when the upstream gets faster. (A fixed sqrt / 2 kept the limit 20-25 % above a capacity of
+//   16 in the bench, where the gateway's own share of each request's time already puts it ~14 %
+//   above.) Until the first window whose latency shows queueing (gradient below 0.9), the estimate
+//   doubles instead (TCP's slow start) after each window that ran near the limit in force (90 % of it
+//   in flight at once), so a limit starting at 1 finds a capacity of 32 in ~6 windows (~12 across a
+//   fleet, whose replicas learn each limit a window later), not ~40.
+//   The baseline is the lowest window median since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at a quarter of the limit,
-//   as Envoy's minRTT measurement does (Envoy drops to a fixed minimum): its mean is the new baseline.
-//   That also learns an upstream that got slower for good, at the next probe.
+//   as Envoy's minRTT measurement does (Envoy drops to a fixed minimum): its median is the new
+//   baseline. That also learns an upstream that got slower for good, at the next probe.
 // - 'aimd': for upstreams that say they are overloaded by errors rather than by latency: + `increase`
 //   per window without drops, x `backoff` with drops.
-// Both: a window in which more than `dropShare` of the requests were drops (timeouts, the configured
-// statuses) backs off (x `backoff`) whatever the latency says. A share, not any drop: one client can
-// always make the upstream answer one 503 per window, and the window's other requests then say more
-// about capacity than that one does (the share is the fleet's: every replica's count and drops are
-// summed). Below the share, drops are left out of the latency and the window steps on the rest. No
-// minimum count of drops beside the share: timeouts that come one per window (a hung upstream, a
-// small limit, a long timeout) must still back off. A window in which the fleet never used half its
+// Both: a window backs off (x `backoff`) for drops, whatever the latency says, when more than half of
+// its clients saw more than `dropShare` of their requests dropped (timeouts, the configured statuses):
+// the median client decides, so that no client, nor a minority of them, decides for the fleet
+// (clients.ts; the counts are the fleet's: every replica's are summed). Drops are left out of the
+// latency. No minimum count of drops beside that: timeouts that come one per window (a hung upstream,
+// a small limit, a long timeout) must still back off. A window in which the fleet never used half its
 // limit does not grow it (no evidence the upstream takes more: Netflix's "app limited" check); an
 // empty window changes nothing. The limit stays within [min, max], always an integer.
 
 import { ConfigError } from '../../core/errors.js'
 import { positiveInt, rejectUnknown } from '../../core/options.js'
+import { LatencyHistogram } from './latency.js'
 
 /** What the requests that ended in one window (on one replica, or merged across the fleet) say. */
 export interface WindowSummary {
   /** Requests that ended in the window. */
   count: number
-  /** Of them, drops: timeouts and the configured statuses (not counted in the latency). */
+  /** Of them, drops: timeouts and the configured statuses (not in the latency). */
   drops: number
-  /** Sum of the latencies of the others, ms (admission to the end of the response as the upstream or
-   * the handler gave it, not as the client read it: limit.ts). */
-  latencySumMs: number
+  /** The latencies of the others (admission, or the request body's end, to the end of the response
+   * as the upstream or the handler gave it, less the time the client held it back: limit.ts). */
+  latency: LatencyHistogram
+  /** The window's clients, as units of enough requests to say something (clients.ts). */
+  clients: number
+  /** Of them, those that saw more than `dropShare` of their requests dropped. */
+  clientsOver: number
   /** The most requests in flight at once during the window. */
   maxInFlight: number
 }
 
-export const EMPTY_SUMMARY: Readonly<WindowSummary> = Object.freeze({
-  count: 0,
-  drops: 0,
-  latencySumMs: 0,
-  maxInFlight: 0,
-})
+/** A summary of a window without requests. */
+export function emptySummary(maxInFlight = 0): WindowSummary {
+  return { count: 0, drops: 0, latency: new LatencyHistogram(), clients: 0, clientsOver: 0, maxInFlight }
+}
 
 export type AdaptiveAlgorithm = 'gradient' | 'aimd'
 
@@ -79,8 +81,8 @@ export interface AdaptiveLimitOptions {
   smoothing?: number
   /** Factor on a window with drops, in (0, 1) (default 0.9). */
   backoff?: number
-  /** A window backs off for drops only when more than this share of its requests were drops, 0 to
-   * 0.99 (default 0.05; 0: any drop). */
+  /** A window backs off for drops when more than half of its clients saw more than this share of
+   * their requests dropped, 0 to 0.99 (default 0.05; 0: any drop). */
   dropShare?: number
   /** aimd: added per window without drops (default 1). */
   increase?: number
@@ -192,14 +194,14 @@ export interface ControllerState {
   limit: number
   /** The unrounded estimate the next step starts from (during a probe, the limit is a quarter of it). */
   estimate: number
-  /** gradient: the unloaded latency, ms: the lowest window mean since the last probe. */
+  /** gradient: the unloaded latency, ms: the lowest window median since the last probe. */
   baselineMs: number | undefined
   /** Steps taken. */
   steps: number
   /** gradient: the limit in force is a quarter of the estimate, for one window (a probe of the
    * baseline). */
   probing: boolean
-  /** gradient: the step whose window is that probe's (its mean latency is the new baseline). It is the
+  /** gradient: the step whose window is that probe's (its median latency is the new baseline). It is the
    * next step for a local limit, the one after it across a fleet (its windows are stepped a window
    * late: limit.ts). */
   probeAt?: number | undefined
@@ -210,8 +212,13 @@ export interface ControllerState {
 }
 
 export interface StepReport {
-  /** The window's mean latency of requests that were not drops, ms (undefined: none). */
+  /** The window's median latency of requests that were not drops, ms (undefined: none). */
   rttMs: number | undefined
+  /** Requests that ended in the window stepped, its clients (units: clients.ts) and those over
+   * `dropShare`. */
+  requests?: number | undefined
+  clients?: number | undefined
+  clientsOver?: number | undefined
   /** The baseline the step compared it with, ms (gradient). */
   minRttMs: number | undefined
   /** gradient: tolerance x baseline / rtt, clamped to [0.5, 1]. */
@@ -244,10 +251,9 @@ export function step(
   options: ResolvedAdaptiveLimitOptions,
   lag = 0,
 ): ControllerState {
-  const served = summary.count - summary.drops
-  const mean = served > 0 ? summary.latencySumMs / served : Number.NaN
-  // A mean of 0 (latencies rounded away) or worse says nothing: no latency sample this window.
-  const rttMs = Number.isFinite(mean) && mean > 0 ? mean : undefined
+  const median = summary.latency.median()
+  // A median of 0 (latencies rounded away) or worse says nothing: no latency sample this window.
+  const rttMs = median !== undefined && Number.isFinite(median) && median > 0 ? median : undefined
   const gradientMode = options.algorithm === 'gradient'
   const steps = state.steps + 1
   // This step's window ran at a quarter of the limit: a probe of the baseline.
@@ -263,12 +269,13 @@ export function step(
     const probing = gradientMode && steps % options.probeEvery === 0
     const probeAt = probing ? steps + 1 + lag : state.probeAt
     const limit = Math.round(bounded(probing ? estimate / 4 : estimate, options))
-    const last = { rttMs, minRttMs: baselineMs, ...report }
+    const { count: requests, clients, clientsOver } = summary
+    const last = { rttMs, minRttMs: baselineMs, requests, clients, clientsOver, ...report }
     return { limit, estimate, baselineMs, steps, probing, probeAt, slowStart, last }
   }
   if (probeWindow) return done(state.estimate, { gradient: undefined, reason: 'probe' })
   if (summary.count === 0) return done(state.estimate, { gradient: undefined, reason: 'empty' })
-  if (summary.drops > 0 && summary.drops > options.dropShare * summary.count) {
+  if (summary.clientsOver > 0 && 2 * summary.clientsOver > summary.clients) {
     slowStart = false
     return done(state.estimate * options.backoff, { gradient: undefined, reason: 'drops' })
   }

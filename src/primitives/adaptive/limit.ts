@@ -1,10 +1,10 @@
-// The adaptive limit of one bucket: the controller (adaptive-controller.ts) driven by what the requests
+// The adaptive limit of one bucket: the controller (controller.ts) driven by what the requests
 // it admits do, applied to the bucket's permits.
 //
 // scope 'fleet' (the default), one limit for every replica sharing the store:
 // - every replica measures each request it admitted (admission to the end of its response as the
-//   upstream or the handler gave it, less the time the client held it back; and whether it was a
-//   drop: see "What is measured" below) and adds it to its summary of the current window;
+//   upstream or the handler gave it, less the time the client held it back; whether it was a drop,
+//   and whose: see "What is measured" below) and adds it to its summary of the current window;
 // - windows are named by their start on the store's clock (floor(time / windowMs) x windowMs, so
 //   they stay ordered when windowMs changes: a reload, a rolling deploy); shortly after each window
 //   ends, every replica reports its summary of it in one store call (lua/adaptive-report.lua), which
@@ -41,9 +41,11 @@
 //   by the send timeout) but its sample is the upstream's. While the client takes no more bytes the
 //   gateway stops reading the upstream (backpressure); that time, from each pause to the upstream's
 //   next byte, is left out of the sample too (`heldMs`);
-// - drops back a window off only above a share of its requests (controller.ts, `dropShare`), and the
-//   default drops are timeouts and 503 (the status that says "overloaded"), not 429 (usually one
-//   user's answer).
+// - the window's latency is the median of its samples (latency.ts), so one user's slow requests do
+//   not move it while they are fewer than half;
+// - drops back a window off only when more than half of its clients saw more than `dropShare` of
+//   their requests dropped (clients.ts), and the default drops are timeouts and 503 (the status that
+//   says "overloaded"), not 429 (usually one user's answer).
 import { randomBytes } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js'
 import type { KeySpace } from '../../core/keys.js'
@@ -53,7 +55,6 @@ import {
   type AdaptiveLimitOptions,
   bounded,
   type ControllerState,
-  EMPTY_SUMMARY,
   initialState,
   parseAdaptiveLimitOptions,
   type ResolvedAdaptiveLimitOptions,
@@ -62,6 +63,8 @@ import {
   type WindowSummary,
 } from './controller.js'
 import { LimitChangeLog } from './change-log.js'
+import { ClientDrops, clientKey } from './clients.js'
+import { LatencyHistogram } from './latency.js'
 /** Where an adaptive limit logs (the middleware's and gateway's logger). */
 export interface AdaptiveLogger {
   warn(message: string, meta?: Record<string, unknown>): void
@@ -108,10 +111,20 @@ export interface AdaptiveStatus {
   limit: number
   /** The controller's estimate (to 2 decimals; the limit is it rounded). */
   estimate: number
-  /** The baseline (unloaded latency), and the mean latency of the latest window that had requests
+  /** The baseline (unloaded latency), and the median latency of the latest window that had requests
    * (an idle window keeps the one before), ms to 2 decimals. */
   minRttMs: number | undefined
   rttMs: number | undefined
+  /** How long ago the window of `rttMs` was stepped, ms (undefined: never): an idle route's latency
+   * is that old. */
+  rttAgeMs: number | undefined
+  /** Requests that ended in the last window stepped (fleet: every replica's; 0 while idle). */
+  requests: number
+  /** The last window stepped: its clients (light ones pooled into units of enough requests), and
+   * those of them that saw more than `dropShare` of their requests dropped (more than half: a
+   * back-off). */
+  clients: number
+  clientsOver: number
   /** tolerance x baseline / latency, clamped to [0.5, 1], of the latest window it was computed for
    * (gradient algorithm; to 3 decimals). */
   gradient: number | undefined
@@ -203,7 +216,7 @@ export class AdaptiveLimit {
   /** This process among the fleet's replicas. */
   readonly replica = randomBytes(9).toString('base64url')
   private state: ControllerState
-  private window: WindowSummary = { ...EMPTY_SUMMARY }
+  private window: LiveWindow = liveWindow(0)
   private inFlight = 0
   private timer: NodeJS.Timeout | undefined
   private reporting = false
@@ -216,9 +229,9 @@ export class AdaptiveLimit {
   private lastWarnAt = Number.NEGATIVE_INFINITY
   /** Which steps get a log line (change-log.ts). */
   private readonly changes: LimitChangeLog
-  /** The latest window's latency and gradient that there were (an idle window has none): what the
-   * status shows, so that a graph of them has no gaps. */
-  private latest: { rttMs?: number | undefined; gradient?: number | undefined } = {}
+  /** The latest window's latency and gradient that there were (an idle window has none), and when
+   * it was stepped: what the status shows, so that a graph of them has no gaps. */
+  private latest: { rttMs?: number | undefined; gradient?: number | undefined; at?: number | undefined } = {}
 
   constructor(
     readonly options: ResolvedAdaptiveOptions,
@@ -258,14 +271,20 @@ export class AdaptiveLimit {
     this.sample(admittedAt, outcome)
   }
 
-  /** The sample of a request admitted at `admittedAt` whose response ended now where the limit
-   * measures it (undefined: not counted, e.g. the client left first). One sample whatever its weight.
-   * `heldMs`: how long of it the response was held back by its client, left out of its latency. */
-  sample(admittedAt: number, outcome: Outcome | undefined, heldMs = 0): void {
+  /** The sample of a request whose response ended now where the limit measures it (undefined: not
+   * counted). One sample whatever its weight. `startedAt`: when the upstream (or the handler) could
+   * start on it: its admission, or its body's last byte if that came later (a client that sends its
+   * body slowly is no slow upstream). `heldMs`: how long the client held the response back meanwhile,
+   * left out of its latency. `client`: its address (the drop decision is the median client's:
+   * clients.ts). */
+  sample(startedAt: number, outcome: Outcome | undefined, heldMs = 0, client?: string): void {
     if (!outcome) return
-    this.window.count++
-    if (isDrop(outcome, this.options.drops)) this.window.drops++
-    else this.window.latencySumMs += Math.max(0, performance.now() - admittedAt - heldMs)
+    const window = this.window
+    const drop = isDrop(outcome, this.options.drops)
+    window.count++
+    if (drop) window.drops++
+    else window.latency.add(performance.now() - startedAt - heldMs)
+    window.clients.add(clientKey(client), drop)
   }
 
   /** A request's `weight` permits went back: they counted in flight until now. */
@@ -284,6 +303,10 @@ export class AdaptiveLimit {
       estimate: roundTo(this.state.estimate, 2) as number,
       minRttMs: roundTo(this.state.baselineMs, 2),
       rttMs: roundTo(this.latest.rttMs, 2),
+      rttAgeMs: this.latest.at === undefined ? undefined : Math.round(performance.now() - this.latest.at),
+      requests: last?.requests ?? 0,
+      clients: last?.clients ?? 0,
+      clientsOver: last?.clientsOver ?? 0,
       gradient: roundTo(this.latest.gradient, 3),
       reason: last?.reason,
       steps: this.state.steps,
@@ -312,6 +335,9 @@ export class AdaptiveLimit {
         drops: 0,
         latencyUs: 0,
         maxInFlight: 0,
+        clients: 0,
+        clientsOver: 0,
+        latency: [],
         windowMs,
         leaderTtlMs: LEADER_WINDOWS * windowMs,
         stateTtlMs: STATE_TTL_MS,
@@ -339,8 +365,8 @@ export class AdaptiveLimit {
 
   private tick(window: number): void {
     if (this.closed) return
-    const summary = this.window
-    this.window = { ...EMPTY_SUMMARY, maxInFlight: this.inFlight }
+    const summary = summarize(this.window, this.options.dropShare)
+    this.window = liveWindow(this.inFlight)
     this.arm()
     if (this.options.scope === 'local') {
       this.apply(step(this.state, summary, this.options), true)
@@ -360,13 +386,17 @@ export class AdaptiveLimit {
     let reply: AdaptiveReportReply
     try {
       const asked = Date.now()
+      const latency = summary.latency.entries()
       reply = await (store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
         replica: this.replica,
         window,
         requests: summary.count,
         drops: summary.drops,
-        latencyUs: summary.latencySumMs * 1000,
+        latencyUs: latency.reduce((sum, [, , sumUs]) => sum + sumUs, 0),
         maxInFlight: summary.maxInFlight,
+        clients: summary.clients,
+        clientsOver: summary.clientsOver,
+        latency,
         windowMs,
         leaderTtlMs: LEADER_WINDOWS * windowMs,
         stateTtlMs: STATE_TTL_MS,
@@ -386,7 +416,9 @@ export class AdaptiveLimit {
     const previous: WindowSummary = {
       count: reply.previous.requests,
       drops: reply.previous.drops,
-      latencySumMs: reply.previous.latencyUs / 1000,
+      latency: LatencyHistogram.from(reply.previous.latency),
+      clients: reply.previous.clients,
+      clientsOver: reply.previous.clientsOver,
       maxInFlight: reply.previous.maxInFlight,
     }
     // The window stepped is the one before the window just ended: a lag of one.
@@ -415,8 +447,9 @@ export class AdaptiveLimit {
   /** Take a state as the current one; `stepped`: this process just computed it (it logs changes). */
   private apply(next: ControllerState, stepped: boolean): void {
     const before = this.state.limit
+    const fresh = next.steps !== this.state.steps
     this.state = next
-    this.remember(next)
+    if (fresh) this.remember(next)
     if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local') {
       const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
@@ -435,10 +468,10 @@ export class AdaptiveLimit {
     if (stepped) this.logChange(next)
   }
 
-  /** Keep what a step measured, if it measured anything. */
+  /** Keep what a step measured, if it measured anything, and when. */
   private remember(state: ControllerState): void {
     const { rttMs, gradient } = state.last ?? {}
-    if (rttMs !== undefined) this.latest = { ...this.latest, rttMs }
+    if (rttMs !== undefined) this.latest = { ...this.latest, rttMs, at: performance.now() }
     if (gradient !== undefined) this.latest = { ...this.latest, gradient }
   }
 
@@ -474,6 +507,26 @@ export class AdaptiveLimit {
       error: error instanceof Error ? error.message : String(error),
     })
   }
+}
+
+/** The window being measured: the summary's counts, and the clients' drops (clients.ts). */
+interface LiveWindow {
+  count: number
+  drops: number
+  latency: LatencyHistogram
+  clients: ClientDrops
+  maxInFlight: number
+}
+
+function liveWindow(maxInFlight: number): LiveWindow {
+  return { count: 0, drops: 0, latency: new LatencyHistogram(), clients: new ClientDrops(), maxInFlight }
+}
+
+/** What a window measured, for the controller: the clients as units, and those over `share`. */
+function summarize(window: LiveWindow, share: number): WindowSummary {
+  const { units, over } = window.clients.units(share)
+  const { count, drops, latency, maxInFlight } = window
+  return { count, drops, latency, clients: units, clientsOver: over, maxInFlight }
 }
 
 /** A saved state, within this process's min and max (a reload may have changed them), or undefined
