@@ -23,6 +23,19 @@ export interface AdaptiveControl {
   close(): void
 }
 
+/** What of a request's time was its client's, and who the client is (an adaptive limit's sample). */
+export interface SampleTiming {
+  /** When its body's last byte came (performance.now()), if it had one: the upstream (or the
+   * handler) could not answer before, so the sample starts here when that is after admission. */
+  bodyEndedAt?: number | undefined
+  /** Its body had not all come when the sample was taken. */
+  bodyPending?: boolean | undefined
+  /** How long the client held the response back (took no more bytes), ms: left out of the sample. */
+  heldMs?: number | undefined
+  /** The client's address (the drop decision is the median client's: adaptive/clients.ts). */
+  client?: string | undefined
+}
+
 /** Buckets whose requests a keyed admission counts for the dashboard at once. */
 const MAX_TRACKED_KEYS = 1000
 
@@ -123,7 +136,8 @@ export class Admission<Req> {
     else if (this.arrivals.size < MAX_TRACKED_KEYS) this.arrivals.set(bucket.key, 1)
   }
 
-  /** The bucket's adaptive limit (adaptive.ts), if it has one: it sees every admitted request. */
+  /** The bucket's adaptive limit (primitives/adaptive/limit.ts), if it has one: it sees every
+   * admitted request. */
   adaptive: AdaptiveLimit | undefined = undefined
 
   /** What an adapter shows of the adaptive limit (the `adaptive` option): its status, and a way to
@@ -285,13 +299,25 @@ export class Admission<Req> {
   }
 
   /** Under an adaptive limit: the request's response ended where the limit measures it (the
-   * upstream's last byte, or its failure; the handler's end()), so ended (`outcome`), `heldMs` of it
-   * held back by the client. Its sample is taken now, once, however long the client then takes to
-   * read it; its permit is held until release(). */
-  measured(info: TollgateInfo, outcome: Outcome | undefined, heldMs = 0): void {
+   * upstream's last byte, or its failure; the handler's end()), so ended (`outcome`). Its sample is
+   * taken now, once, however long the client then takes to read it (`timing`: what of its time was
+   * the client's, and who the client is); its permit is held until release(). */
+  measured(info: TollgateInfo, outcome: Outcome | undefined, timing?: SampleTiming): void {
     if (info.admittedAt === undefined || info.sampled) return
     info.sampled = true
-    this.adaptive?.sample(info.admittedAt, outcome, heldMs)
+    const startedAt = Math.max(info.admittedAt, timing?.bodyEndedAt ?? 0)
+    this.adaptive?.sample(startedAt, outcome, timing?.heldMs, timing?.client)
+  }
+
+  /** Under an adaptive limit: the client left before the request's response ended where the limit
+   * measures it. Its time so far is a lower bound of its latency (adaptive/limit.ts abandoned()),
+   * unless its body had not all come yet (then the upstream may have been waiting for it: nothing is
+   * known). Once, as measured(). */
+  abandoned(info: TollgateInfo, timing?: SampleTiming): void {
+    if (info.admittedAt === undefined || info.sampled) return
+    info.sampled = true
+    if (timing?.bodyPending) return
+    this.adaptive?.abandoned(Math.max(info.admittedAt, timing?.bodyEndedAt ?? 0), timing?.heldMs)
   }
 
   /** Call once per admitted request when its response is done (finish or abort): its permit goes

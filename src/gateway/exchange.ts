@@ -4,7 +4,14 @@
 import type { AbortSignalLike } from '../core/abort.js'
 import { randomFillSync } from 'node:crypto'
 import { whenLost } from '../core/client/lease.js'
-import type { Admission, AdmitResult, Bucket, Rejection, TollgateInfo } from '../admission/admission.js'
+import type {
+  Admission,
+  AdmitResult,
+  Bucket,
+  Rejection,
+  SampleTiming,
+  TollgateInfo,
+} from '../admission/admission.js'
 import type { Outcome } from '../primitives/adaptive/limit.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'
@@ -50,6 +57,12 @@ export interface Exchange {
   config: GatewayConfig | undefined
   /** The request being forwarded upstream, once it is. */
   forward: Forwarded | undefined
+  /** The client's address (the trusted-proxy rule's), for an adaptive limit's drop decision. */
+  client: string | undefined
+  /** The request body is streamed from the client (not read before admission). */
+  bodyStreamed: boolean
+  /** performance.now() when that body's last byte came (undefined: not yet). */
+  bodyEndedAt: number | undefined
 }
 
 /** A client's X-Request-Id is kept when it is one printable token of at most 200 characters;
@@ -102,6 +115,9 @@ export function newExchange(route: LiveRoute | undefined, req: ClientRequest): E
     bytesOutBefore: req.socket.bytesWritten,
     config: undefined,
     forward: undefined,
+    client: undefined,
+    bodyStreamed: false,
+    bodyEndedAt: undefined,
   }
 }
 
@@ -297,15 +313,18 @@ function admitted(ctx: GatewayContext, exchange: Exchange, taken: Taken): ChainR
 }
 
 /** Give every held lease back (once) and remember the pending releases so shutdown can await them.
- * A request whose upstream never ended (the client left first, it was never forwarded) is no sample
- * of an adaptive limit: upstreamEnded() took the others'. */
+ * upstreamEnded() took the sample of a request whose upstream ended; one forwarded whose client left
+ * first is an abandoned one (its time so far: Admission.abandoned()); one never forwarded is none. */
 export function release(ctx: GatewayContext, exchange: Exchange): void {
   if (exchange.inFlight) {
     exchange.inFlight = false
     ctx.metrics.route(exchange.route!.config.name).inFlight--
   }
   if (exchange.held.length === 0) return
+  const forward = exchange.forward
+  const timing = forward && timingOf(exchange, forward.heldSoFar())
   for (const { admission, info } of exchange.held.splice(0)) {
+    if (timing) admission.abandoned(info, timing)
     // Counts, and logs a failed release (the lease then expires by itself).
     const pending = admission.release(info)
     if (pending) ctx.releases.track(pending)
@@ -314,20 +333,28 @@ export function release(ctx: GatewayContext, exchange: Exchange): void {
 
 /** The upstream's response ended: its last byte came, or it failed or timed out. An adaptive limit
  * takes the request's sample now, not once the client has read the response (a slow reader must
- * not look like a slow upstream); `heldMs`, the time the client held the upstream back, is left out
- * of it. The leases stay held until release(). */
+ * not look like a slow upstream), and from the request body's last byte if that came after
+ * admission (a slow uploader must not either); `heldMs`, the time the client held the upstream back,
+ * is left out of it. The leases stay held until release(). */
 export function upstreamEnded(exchange: Exchange, heldMs: number): void {
   const held = exchange.held
   if (held.length === 0) return
   const outcome = outcomeOf(exchange)
+  const timing = timingOf(exchange, heldMs)
   for (let i = 0; i < held.length; i++) {
     const { admission, info } = held[i] as Exchange['held'][number]
-    admission.measured(info, outcome, heldMs)
+    admission.measured(info, outcome, timing)
   }
 }
 
+function timingOf(exchange: Exchange, heldMs: number): SampleTiming {
+  const { bodyEndedAt, client } = exchange
+  return { bodyEndedAt, bodyPending: exchange.bodyStreamed && bodyEndedAt === undefined, heldMs, client }
+}
+
 /** How a forwarded request ended upstream, as an adaptive limit counts it: the upstream timed out;
- * it failed otherwise (counted as the 502 the client got); or its status. */
+ * it failed otherwise (counted as the 502 the client got); or its status. (A slow request body runs
+ * no upstream timeout: undici starts it once the body is sent.) */
 function outcomeOf(exchange: Exchange): Outcome | undefined {
   const error = exchange.upstreamError
   if (error) return error.kind === 'timeout' ? { timedOut: true } : { status: 502 }

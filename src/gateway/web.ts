@@ -36,7 +36,10 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   const understood = understand(ctx, req)
   const route = understood.ok ? understood.route : undefined
   const exchange = newExchange(route, req)
-  if (understood.ok) exchange.config = understood.config
+  if (understood.ok) {
+    exchange.config = understood.config
+    exchange.client = understood.facts.clientAddress
+  }
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
   const gone = route && route.admissions.length > 0 ? new AbortFlag() : undefined
@@ -173,8 +176,13 @@ function serve(
       },
     )
   } else if (hasBody) {
-    sending.body = timedBody(bodyOf(req), timeouts.clientBodyMs, deadline, exchange)
+    const incoming = bodyOf(req)
+    sending.body = timedBody(incoming, timeouts.clientBodyMs, deadline, exchange)
     sending.streamed = true
+    // An adaptive limit measures the upstream from the body's last byte: the upstream could not
+    // answer before, and a client that sends its body slowly is no slow upstream.
+    exchange.bodyStreamed = true
+    incoming.once('end', () => (exchange.bodyEndedAt = performance.now()))
   }
   return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
 }

@@ -127,7 +127,7 @@ class WebForward implements Dispatcher.DispatchHandler {
   private draining = false
   /** performance.now() when the upstream was last held back for the client (0: it is not now). */
   private heldSince = 0
-  /** How long the upstream was held back for the client: from each pause to its next byte, ms. */
+  /** How long the upstream was held back for the client: from each pause to the client's drain, ms. */
   private heldMs = 0
   private upstreamDone = false
 
@@ -135,6 +135,10 @@ class WebForward implements Dispatcher.DispatchHandler {
     private readonly res: ClientResponse,
     private readonly opts: WebOptions,
   ) {}
+
+  heldSoFar(): number {
+    return this.heldMs + (this.heldSince === 0 ? 0 : performance.now() - this.heldSince)
+  }
 
   /** The client response closed: the upstream request goes too unless the response was complete. */
   clientClosed(): void {
@@ -146,6 +150,7 @@ class WebForward implements Dispatcher.DispatchHandler {
 
   private readonly onDrain = (): void => {
     this.draining = false
+    this.unheld()
     this.moving()
     if (this.controller?.paused) this.controller.resume()
   }
@@ -182,7 +187,7 @@ class WebForward implements Dispatcher.DispatchHandler {
     this.opts.onUpstreamEnd?.(this.heldMs)
   }
 
-  /** The upstream moved again (a byte, its end): a hold for the client ends here. */
+  /** The client took the bytes held (its drain), or the upstream ended: a hold ends here. */
   private unheld(): void {
     if (this.heldSince === 0) return
     this.heldMs += performance.now() - this.heldSince
@@ -241,13 +246,13 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
-    this.unheld()
     this.flushHead()
     if (!this.res.write(chunk)) {
       controller.pause()
-      // Held back until the upstream's next byte: the wait for the client's drain and the upstream's
-      // answer to the resume are the client's time, not the upstream's.
-      this.heldSince = performance.now()
+      // Held back until the client's drain: the client's time, not the upstream's. Not until the
+      // upstream's next byte: how long the upstream then takes to make it is the upstream's (a write
+      // of 16 KB or more says false even to a client that takes it at once).
+      if (this.heldSince === 0) this.heldSince = performance.now()
       if (!this.draining) {
         this.draining = true
         this.res.once('drain', this.onDrain)

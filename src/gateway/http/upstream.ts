@@ -48,8 +48,7 @@ export interface WebOptions {
   onResponse?(status: number): void
   /** Called at most once, when the upstream's response ended: its last byte came, or it failed or
    * timed out (after onError); never when the client left first. `heldMs`: how long the client held
-   * the upstream back meanwhile (from each pause for a client that took no more bytes to the
-   * upstream's next byte). */
+   * the upstream back meanwhile (from each pause for a client that took no more bytes to its drain). */
   onUpstreamEnd?(heldMs: number): void
 }
 
@@ -57,6 +56,8 @@ export interface WebOptions {
 export interface Forwarded {
   /** Call once when the client response closes (its 'close' event). */
   clientClosed(): void
+  /** How long the client has held the upstream back so far, ms (as onUpstreamEnd's). */
+  heldSoFar(): number
 }
 
 export interface WsOptions {

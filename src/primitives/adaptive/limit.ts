@@ -3,8 +3,8 @@
 //
 // scope 'fleet' (the default), one limit for every replica sharing the store:
 // - every replica measures each request it admitted (admission to the end of its response as the
-//   upstream or the handler gave it, less the time the client held it back; whether it was a drop,
-//   and whose: see "What is measured" below) and adds it to its summary of the current window;
+//   upstream or the handler gave it, less the client's time; whether it was a drop, and whose: see
+//   "What is measured" below) and adds it to its summary of the current window;
 // - windows are named by their start on the store's clock (floor(time / windowMs) x windowMs, so
 //   they stay ordered when windowMs changes: a reload, a rolling deploy); shortly after each window
 //   ends, every replica reports its summary of it in one store call (lua/adaptive-report.lua), which
@@ -36,11 +36,14 @@
 //
 // What is measured: what the upstream does, not what a client does, since one client's behaviour must
 // not set a limit every client shares (README "Adaptive limits", "What a client cannot do"):
-// - latency runs from admission to the upstream's last byte (the gateway), or to the handler's end()
-//   (the middleware), not to the end of the client's reading: a slow reader holds its permit (bounded
-//   by the send timeout) but its sample is the upstream's. While the client takes no more bytes the
-//   gateway stops reading the upstream (backpressure); that time, from each pause to the upstream's
-//   next byte, is left out of the sample too (`heldMs`);
+// - latency runs from admission, or from the request body's last byte if that came later (the
+//   upstream cannot answer before it), to the upstream's last byte (the gateway) or to the handler's
+//   end() call (the middleware), not to the end of the client's reading: a slow reader holds its
+//   permit (bounded by the send timeout) but its sample is the upstream's. While the client takes no
+//   more bytes the gateway stops reading the upstream (backpressure), and a handler's write() says
+//   false; that time, from each pause to the client's drain, is left out of the sample too
+//   (`heldMs`). A request whose client left before its response ended counts its time so far, only
+//   when that already shows queueing (abandoned());
 // - the window's latency is the median of its samples (latency.ts), so one user's slow requests do
 //   not move it while they are fewer than half;
 // - drops back a window off only when more than half of its clients saw more than `dropShare` of
@@ -285,6 +288,20 @@ export class AdaptiveLimit {
     if (drop) window.drops++
     else window.latency.add(performance.now() - startedAt - heldMs)
     window.clients.add(clientKey(client), drop)
+  }
+
+  /** A request whose client left before its response ended (`startedAt`, `heldMs`: as sample()). Its
+   * latency is unknown but at least its time so far: counted only when that is more than the
+   * baseline x tolerance, as a latency (the upstream queues: an overloaded upstream with impatient
+   * clients must not look idle), never as less (a client that gives up at once must not make the
+   * upstream look fast). No drop and no client: nothing is known of its outcome. */
+  abandoned(startedAt: number, heldMs = 0): void {
+    const baseline = this.state.baselineMs
+    if (baseline === undefined) return
+    const ms = performance.now() - startedAt - heldMs
+    if (!(ms > baseline * this.options.tolerance)) return
+    this.window.count++
+    this.window.latency.add(ms)
   }
 
   /** A request's `weight` permits went back: they counted in flight until now. */
