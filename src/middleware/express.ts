@@ -10,7 +10,7 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
-import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
+import { admitWatched, answerHeaders, mergeHeaders, type WatchedRequest, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -25,6 +25,12 @@ export interface ExpressLikeRequest extends IncomingMessage {
   tollgate?: TollgateInfo
 }
 type Next = (error?: unknown) => void
+
+/** Who the client is (Express's req.ip: its trust proxy setting applies) and the request's body. */
+const expressRequest = (req: ExpressLikeRequest): WatchedRequest => ({
+  client: req.ip ?? req.socket?.remoteAddress,
+  incoming: req,
+})
 export type ExpressMiddleware = ((req: ExpressLikeRequest, res: ServerResponse, next: Next) => void) & {
   /** Live counters of this middleware (admitted, rejected by reason, in flight, queued, ...). */
   readonly counters: Admission<ExpressLikeRequest>['counters']
@@ -98,7 +104,7 @@ function expressAdapter(admission: Admission<ExpressLikeRequest>, factory: strin
     if (typeof next !== 'function' || typeof res?.once !== 'function') {
       return reportMisplaced(misplacedError('express', factory, req, res, next), req, res, next)
     }
-    admitWatched(admission, req, res, res).then(
+    admitWatched(admission, req, res, res, expressRequest).then(
       (watched) => {
         if (watched.outcome === 'gone') return
         if (watched.outcome === 'skipped') return next()

@@ -19,7 +19,7 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
-import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
+import { admitWatched, answerHeaders, mergeHeaders, type WatchedRequest, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -30,6 +30,12 @@ declare module 'fastify' {
     tollgate: TollgateInfo | null
   }
 }
+
+/** Who the client is (request.ip: Fastify's trustProxy setting applies) and the request's body. */
+const fastifyRequest = (request: FastifyRequest): WatchedRequest => ({
+  client: request.ip,
+  incoming: request.raw,
+})
 
 /** The onRequest hook of a Tollgate plugin (callback style: it never mixes `done` and a promise). */
 export type TollgateOnRequest = (
@@ -106,7 +112,7 @@ function fastifyAdapter(admission: Admission<FastifyRequest>, factory: string): 
     if (typeof done !== 'function' || typeof reply?.raw !== 'object') {
       return reportMisplaced(misplacedError('fastify', factory, request, reply, done), request, reply, done)
     }
-    admitWatched(admission, request, reply.raw, reply).then(
+    admitWatched(admission, request, reply.raw, reply, fastifyRequest).then(
       (watched) => {
         // The client left: `done` is never called, so Fastify runs neither the body parser nor the
         // handler for it (its onResponse hooks still run when the raw response closes).

@@ -1,6 +1,7 @@
 // Hono 4: `app.use(semaphore(10))`. On @hono/node-server the permit is tied to Node's response (the
 // same watcher as Express, Koa and Fastify); on other runtimes, to the Response body (see
 // FetchResponseWatch). Only types and the `hono/route` helper (Hono 4.8+) are imported from hono.
+import type { IncomingMessage } from 'node:http'
 import type { Context, MiddlewareHandler, Next } from 'hono'
 import { matchedRoutes } from 'hono/route'
 import type { Admission, Rejection, TollgateInfo, AdaptiveControl } from '../admission/admission.js'
@@ -8,7 +9,14 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
-import { admitWatched, answerHeaders, mergeHeaders, type WatchedResponse, type WithHandler } from './watch.js'
+import {
+  admitWatched,
+  answerHeaders,
+  mergeHeaders,
+  type WatchedRequest,
+  type WatchedResponse,
+  type WithHandler,
+} from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -82,7 +90,13 @@ function honoAdapter(admission: Admission<Context>, factory: string): HonoMiddle
     }
     const outgoing = nodeResponse(c)
     const watch = outgoing ? undefined : new FetchResponseWatch(c.req.raw.signal)
-    const watched = await admitWatched(admission, c, outgoing ?? (watch as FetchResponseWatch))
+    const watched = await admitWatched(
+      admission,
+      c,
+      outgoing ?? (watch as FetchResponseWatch),
+      undefined,
+      honoRequest,
+    )
     if (watched.outcome === 'gone') return new Response(null, { status: CLIENT_CLOSED })
     if (watched.outcome === 'skipped') {
       await next()
@@ -116,6 +130,14 @@ function honoAdapter(admission: Admission<Context>, factory: string): HonoMiddle
     }
   }
   return Object.assign(middleware, { counters: admission.counters, adaptive: admission.adaptiveControl })
+}
+
+/** Who the client is and the request's body: Node's request on @hono/node-server (`c.env.incoming`);
+ * on other runtimes neither (one client: the window's share of drops, as the library's leases). */
+function honoRequest(c: Context): WatchedRequest {
+  const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming
+  if (!incoming || typeof incoming.once !== 'function') return {}
+  return { client: incoming.socket?.remoteAddress, incoming }
 }
 
 /** Node's ServerResponse when running on @hono/node-server (`c.env.outgoing`). */

@@ -4,7 +4,7 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
-import { admitWatched, answerHeaders, mergeHeaders, type WithHandler } from './watch.js'
+import { admitWatched, answerHeaders, mergeHeaders, type WatchedRequest, type WithHandler } from './watch.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -24,6 +24,9 @@ export interface KoaLikeContext {
   /** Set by @koa/router: the matched route pattern. */
   _matchedRoute?: string | RegExp
 }
+/** Who the client is (ctx.ip: Koa's app.proxy setting applies) and the request's body. */
+const koaRequest = (ctx: KoaLikeContext): WatchedRequest => ({ client: ctx.ip, incoming: ctx.req })
+
 export type KoaMiddleware = ((ctx: KoaLikeContext, next: () => Promise<unknown>) => Promise<void>) & {
   /** Live counters of this middleware (admitted, rejected by reason, in flight, queued, ...). */
   readonly counters: Admission<KoaLikeContext>['counters']
@@ -85,7 +88,7 @@ function koaAdapter(admission: Admission<KoaLikeContext>, factory: string): KoaM
     // What the response was before the onRejected hook could set it (a Koa hook answers through ctx).
     const status = ctx.status
     const body = ctx.body
-    const watched = await admitWatched(admission, ctx, ctx.res)
+    const watched = await admitWatched(admission, ctx, ctx.res, undefined, koaRequest)
     if (watched.outcome === 'gone') return
     if (watched.outcome === 'skipped') {
       await next()

@@ -4,7 +4,7 @@
 // closes: finish, abort, error, timeout), admit, and act on a lost lease (onLost: 'abort' destroys the
 // response). The adapters only move headers and bodies, and do that through the helpers below.
 import { AbortFlag } from '../core/abort.js'
-import type { Admission, Rejection, TollgateInfo } from '../admission/admission.js'
+import type { Admission, Rejection, SampleTiming, TollgateInfo } from '../admission/admission.js'
 import type { StandardHeaders } from '../admission/options.js'
 import type { HttpAnswer } from '../admission/response.js'
 import { whenLost } from '../core/client/lease.js'
@@ -35,9 +35,15 @@ const RESPONSE_CLOSED = new Error('response closed')
  */
 export interface WatchedResponse {
   /** 'close': emitted exactly once, when the response is done: finished, aborted, destroyed or
-   * failed. 'prefinish': the handler has handed over its whole response (Node: its end() call), however
-   * long the client then takes to read it; an adaptive limit measures to here. */
-  once(event: 'close' | 'prefinish', listener: () => void): unknown
+   * failed. 'prefinish': the handler has handed over its whole response, however long the client
+   * then takes to read it (where there is no end() below; an adaptive limit measures to here).
+   * 'drain': the client took what write() buffered. */
+  once(event: 'close' | 'prefinish' | 'drain', listener: () => void): unknown
+  /** Node's: the handler writes its body (false: buffered beyond the high-water mark, until 'drain'),
+   * and ends it. An adaptive limit measures to the handler's end() call, less the time the client
+   * held the writes back (a slow reader of a streamed body is no slow handler). */
+  write?: (...args: never[]) => boolean
+  end?: (...args: never[]) => unknown
   /** True once 'close' was emitted (Node's `ServerResponse.closed`). */
   readonly closed?: boolean
   /** True once the whole response was handed to the transport. */
@@ -46,6 +52,16 @@ export interface WatchedResponse {
   readonly statusCode?: number
   /** Abort the response (a lost lease with `onLost: 'abort'`); must lead to 'close'. */
   destroy(): unknown
+}
+
+/** What the watcher needs of a request, for an adaptive limit's sample: who the client is, and when
+ * its body came (a client that sends its body slowly is no slow handler). */
+export interface WatchedRequest {
+  /** The client's address, as the framework gives it (its trusted-proxy setting applies). */
+  readonly client?: string | undefined
+  /** Node's request: its body is complete, or will be at 'end'. */
+  readonly incoming?:
+    { readonly complete?: boolean; once(event: 'end', listener: () => void): unknown } | undefined
 }
 
 export type Watched =
@@ -79,16 +95,20 @@ export async function admitWatched<Req>(
   /** The third argument of the onRejected hook (the framework's response object, if its request has
    * none). */
   hookRes?: unknown,
+  /** Who the client of `req` is and when its body came, for an adaptive limit (read only under one). */
+  requestOf?: (req: Req) => WatchedRequest,
 ): Promise<Watched> {
   if (admission.config.skip && (await admission.skips(req))) return { outcome: 'skipped' }
   // Without this check a permit taken now would never be released: 'close' has already been emitted.
   if (res.closed === true) return { outcome: 'gone' }
   const gone = new AbortFlag()
   let held: TollgateInfo | undefined
+  let sampling: Sampling | undefined
   res.once('close', () => {
     gone.abort(RESPONSE_CLOSED)
-    // An adaptive limit's sample was taken when the handler ended the response (below); a response
-    // the handler never ended (the client left first, it failed before answering) is none.
+    // An adaptive limit's sample was taken when the handler ended the response (below); one the
+    // handler never ended (the client left first, it failed before answering) is an abandoned one.
+    if (held && sampling) admission.abandoned(held, sampling.timing())
     if (held) void admission.release(held)
     held = undefined
   })
@@ -118,16 +138,80 @@ export async function admitWatched<Req>(
   held = info
   // Measured to the handler's end of the response, not to the client's end of reading it: a slow
   // reader holds its permit, but must not look like a slow handler to the limit every client shares.
-  if (info.admittedAt !== undefined)
-    res.once('prefinish', () => {
-      if (held) admission.measured(held, { status: res.statusCode })
+  if (info.admittedAt !== undefined) {
+    sampling = new Sampling(res, requestOf?.(req), () => {
+      if (held && sampling) admission.measured(held, { status: res.statusCode }, sampling.timing())
     })
+  }
   if (info.lease) {
     whenLost(info.lease, (error) => {
       if (admission.lost(info, error) && !res.writableFinished) res.destroy()
     })
   }
   return { outcome: 'admitted', info, headers: admission.policyHeaders(info.name, info.permits, left) }
+}
+
+/**
+ * The timing of an adaptive limit's sample of one response: it ends at the handler's end() call (Node:
+ * not at 'prefinish', which a pipelined response behind a slowly read one emits only once that one
+ * is done), or at 'prefinish' where there is no end() (Hono on a fetch runtime); it starts at the
+ * request body's end if that came after admission; the time the client held the handler's writes
+ * back (from a write() that said false to 'drain') is left out. end() and write() are wrapped once,
+ * on this response only, and always call through.
+ */
+class Sampling {
+  private heldMs = 0
+  private heldSince = 0
+  private bodyEndedAt: number | undefined
+  private bodyPending = false
+  private readonly client: string | undefined
+
+  constructor(res: WatchedResponse, request: WatchedRequest | undefined, ended: () => void) {
+    this.client = request?.client
+    const incoming = request?.incoming
+    if (incoming && incoming.complete === false) {
+      this.bodyPending = true
+      incoming.once('end', () => {
+        this.bodyPending = false
+        this.bodyEndedAt = performance.now()
+      })
+    }
+    const target = res as { write?: (...args: unknown[]) => boolean; end?: (...args: unknown[]) => unknown }
+    const { write, end } = target
+    if (typeof end !== 'function') {
+      res.once('prefinish', ended)
+      return
+    }
+    let done = false
+    target.end = function (this: unknown, ...args: unknown[]) {
+      if (!done) {
+        done = true
+        ended()
+      }
+      return end.apply(this, args)
+    }
+    if (typeof write !== 'function') return
+    const unheld = () => {
+      this.heldMs += performance.now() - this.heldSince
+      this.heldSince = 0
+    }
+    const held = () => {
+      if (done || this.heldSince !== 0) return
+      this.heldSince = performance.now()
+      res.once('drain', unheld)
+    }
+    target.write = function (this: unknown, ...args: unknown[]) {
+      const ok = write.apply(this, args)
+      if (!ok) held()
+      return ok
+    }
+  }
+
+  /** The sample's timing now. */
+  timing(): SampleTiming {
+    const heldMs = this.heldMs + (this.heldSince === 0 ? 0 : performance.now() - this.heldSince)
+    return { bodyEndedAt: this.bodyEndedAt, bodyPending: this.bodyPending, heldMs, client: this.client }
+  }
 }
 
 /** Headers that hold the policies of stacked middlewares (draft-ietf-httpapi-ratelimit-headers). */
