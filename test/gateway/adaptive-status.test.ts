@@ -1,7 +1,7 @@
 // What the gateway shows of an adaptive limit (README "Adaptive limits"): numbers rounded for people
 // in GET /limits and /metrics, the latency and gradient gauges kept while the route is idle (a series
-// that comes and goes is a gap in every graph of it), and change log lines that say the lowest and
-// highest limit since the line before.
+// that comes and goes is a gap in every graph of it) with their age and the last window's requests
+// beside them, and change log lines that say the lowest and highest limit since the line before.
 import { once } from 'node:events'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -72,12 +72,18 @@ describe('the adaptive status the gateway shows', () => {
     }
     if (status.gradient !== undefined) expect(decimals(status.gradient as number)).toBeLessThanOrEqual(3)
 
-    // Idle for 5 windows: every window is empty, and the gauges keep their last values.
+    expect(status.requests).toBeGreaterThan(0)
+
+    // Idle for 5 windows: every window is empty, and the gauges keep their last values; how old the
+    // latency is, and that the last window had no requests, say so (before: nothing did).
     await sleep(500)
     const idle = (await (await fetch(`${gateway.adminUrl}/limits/default`)).json()) as typeof limits
-    expect(idle.buckets[0]!.adaptive.reason).toBe('empty')
+    expect(idle.buckets[0]!.adaptive).toMatchObject({ reason: 'empty', requests: 0 })
+    expect(idle.buckets[0]!.adaptive.rttAgeMs).toBeGreaterThanOrEqual(200)
     const scraped = await (await fetch(`${gateway.adminUrl}/metrics`)).text()
     const route = { route: 'default' }
+    expect(metric(scraped, 'tollgate_adaptive_window_requests', route)).toBe(0)
+    expect(metric(scraped, 'tollgate_adaptive_rtt_age_seconds', route)).toBeGreaterThanOrEqual(0.2)
     for (const name of [
       'tollgate_adaptive_limit',
       'tollgate_adaptive_min_rtt_seconds',

@@ -341,8 +341,18 @@ export function createMetrics(
   )
   adaptiveGauge(
     'tollgate_adaptive_rtt_seconds',
-    'Mean latency (admission to the upstream’s end of the response) of the last window stepped that had requests',
+    'Median latency (admission or the request body’s end, to the upstream’s end of the response) of the last window stepped that had requests',
     (s) => seconds(s.rttMs),
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_rtt_age_seconds',
+    'How long ago the window of tollgate_adaptive_rtt_seconds was stepped (it grows while the route is idle)',
+    (s) => (s.rttAgeMs === undefined ? undefined : Math.round(s.rttAgeMs) / 1000),
+  )
+  adaptiveGauge(
+    'tollgate_adaptive_window_requests',
+    'Requests that ended in the last window stepped, every replica’s (0 while the route is idle)',
+    (s) => s.requests,
   )
   adaptiveGauge(
     'tollgate_adaptive_gradient',
