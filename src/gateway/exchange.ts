@@ -322,9 +322,10 @@ export function release(ctx: GatewayContext, exchange: Exchange): void {
   }
   if (exchange.held.length === 0) return
   const forward = exchange.forward
-  const timing = forward && timingOf(exchange, forward.heldSoFar())
   for (const { admission, info } of exchange.held.splice(0)) {
-    if (timing) admission.abandoned(info, timing)
+    // (Under an adaptive limit only, and once: Admission.abandoned().)
+    if (forward && info.admittedAt !== undefined && !info.sampled)
+      admission.abandoned(info, timingOf(exchange, forward.heldSoFar()))
     // Counts, and logs a failed release (the lease then expires by itself).
     const pending = admission.release(info)
     if (pending) ctx.releases.track(pending)
@@ -339,11 +340,13 @@ export function release(ctx: GatewayContext, exchange: Exchange): void {
 export function upstreamEnded(exchange: Exchange, heldMs: number): void {
   const held = exchange.held
   if (held.length === 0) return
-  const outcome = outcomeOf(exchange)
-  const timing = timingOf(exchange, heldMs)
+  let timing: SampleTiming | undefined
   for (let i = 0; i < held.length; i++) {
     const { admission, info } = held[i] as Exchange['held'][number]
-    admission.measured(info, outcome, timing)
+    // (Under an adaptive limit only: Admission.measured().)
+    if (info.admittedAt === undefined) continue
+    timing ??= timingOf(exchange, heldMs)
+    admission.measured(info, outcomeOf(exchange), timing)
   }
 }
 
