@@ -194,8 +194,10 @@ async function phase(gateways: readonly GatewayProcess[], good: { ok(): number }
   await sleep(ms)
   const okPerS = Math.round(((good.ok() - before) * 1000) / (performance.now() - started))
   const limits = await watch.stop()
-  const sorted = limits.sort((a, b) => a - b)
-  return { min: sorted[0]!, median: sorted[Math.floor(sorted.length / 2)]!, okPerS }
+  const median = (of: number[]) => [...of].sort((a, b) => a - b)[Math.floor(of.length / 2)]!
+  // (late: the median of the phase's second half, where a limit that moves has got to.)
+  const late = median(limits.slice(Math.floor(limits.length / 2)))
+  return { min: Math.min(...limits), median: median(limits), late, okPerS }
 }
 
 describe('an adaptive limit and what one client makes the upstream answer [2 replicas on Redis]', () => {
@@ -293,11 +295,11 @@ describe('an adaptive limit and what one client makes the upstream answer [2 rep
       })
       await sleep(500)
       goodPath = '/overload?p=0.1'
-      const shedding = await phase(gateways, good, 3_000)
+      const shedding = await phase(gateways, good, 4_000)
       await diluter.stop()
       agent.destroy()
-      seen.push(`shedding 10 %, diluted: lowest ${shedding.min} (median ${shedding.median})`)
-      expect(shedding.median, seen.join('\n')).toBeLessThan(0.75 * MAX)
+      seen.push(`shedding 10 %, diluted: lowest ${shedding.min} (second half's median ${shedding.late})`)
+      expect(shedding.late, seen.join('\n')).toBeLessThan(0.75 * MAX)
     } finally {
       await good.stop()
     }
