@@ -1,6 +1,6 @@
 // An adaptive limit's drop rules in the gateway's config (README "Adaptive limits"): the default
-// drops (timeouts and 503, not 429: one user's answer), and the share of a window's requests above
-// which drops back it off (`dropShare`, --adaptive-drop-share), validated where it is given.
+// drops (timeouts and 503, not 429: one user's answer), and the share of a client's requests above
+// which it counts as dropped (`dropShare`, --adaptive-drop-share), validated where it is given.
 import { describe, expect, it } from 'vitest'
 import { GatewayConfigError, parseFlags, resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
 
@@ -20,7 +20,7 @@ const route = (adaptive: Record<string, unknown>) => ({
 })
 
 describe("an adaptive limit's drop rules in the gateway's config", () => {
-  it('defaults: timeouts and 503 are drops, 429 is not; a window backs off above 5 % of drops', () => {
+  it('defaults: timeouts and 503 are drops, 429 is not; a client is over the share above 5 % of drops', () => {
     const config = resolveConfig({}, parseFlags(['--upstream=http://u', '--adaptive-max=16']))
     expect(config.routes[0]!.concurrency?.adaptive).toMatchObject({
       drops: ['timeout', 503],

@@ -226,8 +226,8 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --adaptive-scope <fleet|local>  fleet: one limit shared through the store; local: this replica's own
                               (default fleet)
   --adaptive-drops <list>     what backs the limit off: statuses, 5xx, timeout (default timeout,503)
-  --adaptive-drop-share <0..0.99>  back off only when more than this share of a window's requests
-                              are drops (default 0.05)
+  --adaptive-drop-share <0..0.99>  back off when more than half of a window's clients saw more
+                              than this share of their requests dropped (default 0.05)
   --trust-proxy               trust the proxy clients connect to: the client address is the last
                               X-Forwarded-For entry (one hop; see --trusted-proxies)
   --trusted-proxies <n|list>  trust n proxy hops, or the proxies at these addresses and CIDR ranges

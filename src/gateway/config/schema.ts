@@ -61,7 +61,7 @@ export const sampleRate = z
   .string()
   .regex(/^(0(\.\d{1,6})?|1(\.0{1,6})?)$/, { error: 'expected a decimal from 0 to 1, e.g. 0.1' })
   .transform(Number)
-/** A share of a window's requests (adaptive.dropShare): a number from 0 to 0.99. */
+/** A share of a client's requests in a window (adaptive.dropShare): a number from 0 to 0.99. */
 export const dropShare = z
   .number({ error: 'expected a number from 0 to 0.99 (a share: 0.05 is 5 %)' })
   .min(0, { error: 'expected a number from 0 to 0.99 (a share: 0.05 is 5 %)' })
