@@ -4,7 +4,9 @@
 // and go). Only 127.0.0.1 targets are accepted.
 //   node --import tsx bench/lib/closed-loop.ts -> "load generator listening on http://127.0.0.1:<port>"
 // Control (JSON bodies):
-//   POST /start   { clients, targets, path, measureAfterMs }  starts the clients
+//   POST /start   { clients, targets, path, measureAfterMs, addresses }  starts the clients
+//                 (addresses: true: client i connects from 127.0.0.(10 + i), an address of its own, as
+//                 distinct users would; default: all from 127.0.0.1)
 //   POST /targets { targets }                                  where the next requests go
 //   POST /stop                                                 stops the clients, waits for their last
 //                                                              answers (15 s at most), returns the results
@@ -32,13 +34,16 @@ interface Run {
   firstError: string | undefined
   perTarget: Map<string, number>
   latencies: Samples
+  /** Each client connects from an address of its own. */
+  addresses: boolean
 }
 
 const pools = new Map<string, Pool>()
 let run: Run | undefined
 
-function poolFor(origin: string): Pool {
-  let pool = pools.get(origin)
+function poolFor(origin: string, localAddress?: string): Pool {
+  const key = localAddress ? `${origin} ${localAddress}` : origin
+  let pool = pools.get(key)
   if (!pool) {
     pool = new Pool(origin, {
       connections: MAX_CLIENTS,
@@ -46,15 +51,17 @@ function poolFor(origin: string): Pool {
       keepAliveTimeout: 30_000,
       headersTimeout: 60_000,
       bodyTimeout: 60_000,
+      ...(localAddress ? { localAddress } : {}),
     })
-    pools.set(origin, pool)
+    pools.set(key, pool)
   }
   return pool
 }
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
-async function client(state: Run): Promise<void> {
+async function client(state: Run, index: number): Promise<void> {
+  const localAddress = state.addresses ? `127.0.0.${10 + (index % 240)}` : undefined
   while (state.running) {
     if (state.targets.length === 0) {
       await sleep(5)
@@ -63,7 +70,10 @@ async function client(state: Run): Promise<void> {
     const target = state.targets[state.next++ % state.targets.length] as string
     const sent = performance.now()
     try {
-      const { statusCode, body } = await poolFor(target).request({ path: state.path, method: 'GET' })
+      const { statusCode, body } = await poolFor(target, localAddress).request({
+        path: state.path,
+        method: 'GET',
+      })
       await body.dump()
       const ended = performance.now()
       state.statuses.set(statusCode, (state.statuses.get(statusCode) ?? 0) + 1)
@@ -134,8 +144,9 @@ async function control(req: http.IncomingMessage): Promise<unknown> {
       firstError: undefined,
       perTarget: new Map(),
       latencies: new Samples(),
+      addresses: body.addresses === true,
     }
-    for (let i = 0; i < clients; i++) state.clients.push(client(state))
+    for (let i = 0; i < clients; i++) state.clients.push(client(state, i))
     run = state
     return { started: true }
   }

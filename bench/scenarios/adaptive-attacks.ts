@@ -1,9 +1,12 @@
 // Adaptive limits against what one client can make the upstream answer (issue 37): two gateway
 // replicas on the run's Redis with a fleet-wide adaptive limit (max 16, every other option its
 // default), an upstream that answers in 20 ms far below its capacity (its own process), and 8
-// well-behaved closed-loop clients (bench/lib/closed-loop.ts, its own process). Two attacks: one
-// request per window (1 s) to a path the upstream answers 503 or 429, on one replica; and three
-// clients reading a 16 MB response at 4 MB/s. Every round runs on a fleet of its own (fresh replicas,
+// well-behaved closed-loop clients (bench/lib/closed-loop.ts, its own process), each from an address
+// of its own (the drop decision is per client), as is each attacker. Five attacks: one request per
+// window (1 s) to a path the upstream answers 503 or 429, on one replica; three clients reading a
+// 16 MB response at 4 MB/s; one client with six 64 KB uploads at a time, each body sent in 3 s; one
+// client sending 30 requests a second to a path answered 503 (~8 % of the traffic); one user running
+// four 2 s queries at a time. Every round runs on a fleet of its own (fresh replicas,
 // a fresh key prefix: no round inherits a limit another one moved), and rounds with and without the
 // attack alternate (the order flips every pair), so that drift in what else runs on the machine falls
 // on both. Targets: with the attack, the good clients keep >= 0.9 x the 200s per second they have
@@ -28,7 +31,7 @@ const REPLICAS = 2
 /** Pairs of rounds (one with the attack, one without) per attack. */
 const PAIRS = 3
 /** Measured seconds of a round... */
-const ROUND_S = 15
+const ROUND_S = 12
 /** ...after this many of the good clients alone on its fresh fleet (connections, JIT, the first
  * windows; not measured). */
 const WARMUP_S = 3
@@ -38,10 +41,14 @@ const BIG_BYTES = 16 * 1024 * 1024
 /** The slow readers take 64 KB every 16 ms: 4 MB/s, 4 s per 16 MB response. */
 const READ_CHUNK = 64 * 1024
 const READ_TICK_MS = 16
+const UPLOAD_BYTES = 64 * 1024
+const UPLOAD_MS = 3000
+const DROP_CLIENT_RATE = 30
+const SLOW_QUERY_MS = 2000
 const RATIO_TARGET = 0.9
 const BAND = 0.25
 
-type AttackKey = 'drops' | 'slow-readers'
+type AttackKey = 'drops' | 'slow-readers' | 'slow-uploads' | 'drop-client' | 'slow-endpoint'
 
 interface Attack {
   key: AttackKey
@@ -52,10 +59,13 @@ interface Attack {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
+/** An attacker's address: one of its own (the good clients' are 127.0.0.10-17). */
+const attacker = (n: number) => `127.0.0.${200 + n}`
+
 /** One request per window to /503 then /429 (alternately), all on the first replica. */
 function dropsAttack(urls: readonly string[]): () => Promise<void> {
   let running = true
-  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1, localAddress: attacker(0) })
   const loop = (async () => {
     for (let i = 0; running; i++) {
       const started = performance.now()
@@ -84,7 +94,7 @@ function slowReadersAttack(urls: readonly string[]): () => Promise<void> {
     await sleep(afterMs)
     while (running) {
       await new Promise<void>((resolve) => {
-        const socket = net.connect(Number(port), hostname)
+        const socket = net.connect({ port: Number(port), host: hostname, localAddress: attacker(1) })
         sockets.add(socket)
         socket.write('GET /big HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n')
         let timer: NodeJS.Timeout | undefined
@@ -109,6 +119,92 @@ function slowReadersAttack(urls: readonly string[]): () => Promise<void> {
   }
 }
 
+/** One client (one address) with six uploads of 64 KB at a time over the replicas, each body sent in
+ * 16 pieces over UPLOAD_MS (the upstream answers 20 ms after its end), started 500 ms apart. */
+function slowUploadsAttack(urls: readonly string[]): () => Promise<void> {
+  let running = true
+  const sockets = new Set<net.Socket>()
+  const upload = async (url: string, afterMs: number) => {
+    const { hostname, port } = new URL(url)
+    await sleep(afterMs)
+    while (running) {
+      await new Promise<void>((resolve) => {
+        const socket = net.connect({ port: Number(port), host: hostname, localAddress: attacker(2) })
+        sockets.add(socket)
+        const timers: NodeJS.Timeout[] = []
+        socket.write(
+          `POST /upload HTTP/1.1\r\nhost: x\r\ncontent-length: ${UPLOAD_BYTES}\r\nconnection: close\r\n\r\n`,
+        )
+        for (let i = 0; i < 16; i++) {
+          const piece = () => socket.write(Buffer.alloc(UPLOAD_BYTES / 16, 0x62))
+          timers.push(setTimeout(piece, ((i + 1) * UPLOAD_MS) / 16))
+        }
+        socket.resume()
+        socket.on('error', () => undefined)
+        socket.once('close', () => {
+          for (const timer of timers) clearTimeout(timer)
+          sockets.delete(socket)
+          resolve()
+        })
+      })
+    }
+  }
+  const loops = Array.from({ length: 6 }, (_, i) => upload(urls[i % urls.length] as string, i * 500))
+  return async () => {
+    running = false
+    for (const socket of sockets) socket.destroy()
+    await Promise.all(loops)
+  }
+}
+
+/** One client sending DROP_CLIENT_RATE requests a second to /503 on the first replica (answered at
+ * once: each holds a permit for ~1 ms). */
+function dropClientAttack(urls: readonly string[]): () => Promise<void> {
+  let running = true
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 4, localAddress: attacker(3) })
+  const inFlight = new Set<Promise<void>>()
+  const loop = (async () => {
+    const started = performance.now()
+    for (let i = 0; running; i++) {
+      const sent = new Promise<void>((resolve) => {
+        http
+          .get(`${urls[0]}/503`, { agent }, (res) => res.resume().on('end', resolve))
+          .on('error', () => resolve())
+      })
+      inFlight.add(sent)
+      void sent.then(() => inFlight.delete(sent))
+      await sleep(Math.max(0, started + ((i + 1) * 1000) / DROP_CLIENT_RATE - performance.now()))
+    }
+  })()
+  return async () => {
+    running = false
+    await loop
+    await Promise.all(inFlight)
+    agent.destroy()
+  }
+}
+
+/** One user running four queries of SLOW_QUERY_MS at a time on the first replica (the upstream is
+ * idle meanwhile: a legitimately slow endpoint, far below its capacity). */
+function slowEndpointAttack(urls: readonly string[]): () => Promise<void> {
+  let running = true
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 4, localAddress: attacker(4) })
+  const loops = Array.from({ length: 4 }, async () => {
+    while (running) {
+      await new Promise<void>((resolve) => {
+        http
+          .get(`${urls[0]}/slow?ms=${SLOW_QUERY_MS}`, { agent }, (res) => res.resume().on('end', resolve))
+          .on('error', () => resolve())
+      })
+    }
+  })
+  return async () => {
+    running = false
+    await Promise.all(loops)
+    agent.destroy()
+  }
+}
+
 const ATTACKS: Attack[] = [
   {
     key: 'drops',
@@ -119,6 +215,21 @@ const ATTACKS: Attack[] = [
     key: 'slow-readers',
     title: `three clients reading a ${BIG_BYTES >> 20} MB response at ${(READ_CHUNK / READ_TICK_MS / 1000).toFixed(1)} MB/s`,
     start: slowReadersAttack,
+  },
+  {
+    key: 'slow-uploads',
+    title: `one client with six ${UPLOAD_BYTES >> 10} KB uploads at a time, each body sent in ${UPLOAD_MS / 1000} s`,
+    start: slowUploadsAttack,
+  },
+  {
+    key: 'drop-client',
+    title: `one client sending ${DROP_CLIENT_RATE} requests a second to a path answered 503`,
+    start: dropClientAttack,
+  },
+  {
+    key: 'slow-endpoint',
+    title: `one user running four ${SLOW_QUERY_MS / 1000} s queries at a time`,
+    start: slowEndpointAttack,
   },
 ]
 
@@ -260,7 +371,12 @@ async function round(
     const replicas = await startFleet(ctx, setup.upstream, setup.dir, setup.prefix, fleet)
     const urls = replicas.map((r) => r.url)
     const start = async () => {
-      await call('POST', `${setup.load}/start`, { clients: GOOD_CLIENTS, targets: urls, path: '/work' })
+      await call('POST', `${setup.load}/start`, {
+        clients: GOOD_CLIENTS,
+        targets: urls,
+        path: '/work',
+        addresses: true,
+      })
       loading = true
     }
     await start()
@@ -308,7 +424,7 @@ interface AttackResult {
 
 export const adaptiveAttacksScenario: Scenario = {
   name: 'adaptive-attacks',
-  title: `adaptive limits vs one client: 2 replicas on Redis, upstream 20 ms far below capacity, ${GOOD_CLIENTS} good clients; a 503/429 path once per window, and 3 slow readers of 16 MB; alternating rounds`,
+  title: `adaptive limits vs one client: 2 replicas on Redis, upstream 20 ms far below capacity, ${GOOD_CLIENTS} good clients; a 503/429 path once per window, 3 slow readers of 16 MB, slow uploads, one client's 503s, one user's slow queries; alternating rounds`,
   seconds: ATTACKS.length * 2 * PAIRS * (WARMUP_S + ROUND_S + 3) + 5,
   async run(ctx) {
     if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
@@ -400,7 +516,7 @@ export const adaptiveAttacksScenario: Scenario = {
         tables: [table],
         verdicts,
         notes: [
-          `Upstream: test/fixtures/adaptive-upstream.ts (its own process): GET /work 200 after 20 ms, /503 and /429 at once, /big ${BIG_BYTES >> 20} MB after 20 ms; nothing queues inside it. Good clients: ${GOOD_CLIENTS} closed loops of GET /work (bench/lib/closed-loop.ts, its own process, keep-alive undici pools) round-robin over ${REPLICAS} replicas of the built bin (node ${GATEWAY_BIN}; the second with --lean off, so both upstream paths carry the attack), one route with maxWaitMs 10000, adaptive ${JSON.stringify(ADAPTIVE)} (fleet scope, gradient, windows of ${WINDOW_MS} ms, every other option its default), on this run's Redis.`,
+          `Upstream: test/fixtures/adaptive-upstream.ts (its own process): GET /work 200 after 20 ms, /503 and /429 at once, /big ${BIG_BYTES >> 20} MB after 20 ms, /slow?ms=N after N ms, POST /upload 20 ms after the body's end; nothing queues inside it. Good clients: ${GOOD_CLIENTS} closed loops of GET /work (bench/lib/closed-loop.ts, its own process, keep-alive undici pools, each from an address of its own, 127.0.0.10-17; each attacker from another) round-robin over ${REPLICAS} replicas of the built bin (node ${GATEWAY_BIN}; the second with --lean off, so both upstream paths carry the attack), one route with maxWaitMs 10000, adaptive ${JSON.stringify(ADAPTIVE)} (fleet scope, gradient, windows of ${WINDOW_MS} ms, every other option its default), on this run's Redis.`,
           `Every round on a fleet of its own (fresh replicas, fresh key prefix): ${WARMUP_S} s of the good clients alone (not measured), then ${ROUND_S} s measured, with the attack or without. ${PAIRS} pairs per attack; the order within a pair flips every pair (without-with, with-without, ...), so drift in the machine's load falls on both sides. ok/s: 200s per second over a round; 'x without': the median with / the median without. The limit: the leader's GET /limits every ${POLL_MS} ms; polls within a probe of the baseline (one window in 60 runs at a quarter of the estimate, by design) are left out.`,
           'The machine is shared with other work (2 cores): a round that another process slowed shows in both columns only when it falls on both; read the per-round numbers beside the medians.',
         ],
