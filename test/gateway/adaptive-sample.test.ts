@@ -9,6 +9,7 @@ import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createGateway, type Gateway, resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
 import { sleep } from '../helpers/contract.js'
+import { freshAdminGet } from '../helpers/gateway.js'
 
 /** The upstream: far below its capacity whatever a client does.
  *   GET /work                  200 after 20 ms
@@ -88,7 +89,9 @@ interface Status {
 }
 
 async function status(adminUrl: string): Promise<Status> {
-  const body = (await (await fetch(`${adminUrl}/limits/api`)).json()) as { buckets: { adaptive: Status }[] }
+  const body = (await (await freshAdminGet(`${adminUrl}/limits/api`)).json()) as {
+    buckets: { adaptive: Status }[]
+  }
   return body.buckets[0]!.adaptive
 }
 

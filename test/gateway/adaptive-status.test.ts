@@ -6,8 +6,7 @@ import { once } from 'node:events'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import { sleep } from '../helpers/contract.js'
-import { baseFlags, metric, redisUrl, spawnGateway } from '../helpers/gateway.js'
+import { baseFlags, freshAdminGet, metric, redisUrl, spawnGateway } from '../helpers/gateway.js'
 import { topology, uniquePrefix } from '../helpers/redis.js'
 
 let upstream: http.Server | undefined
@@ -58,7 +57,7 @@ describe('the adaptive status the gateway shows', () => {
       }),
     )
     agent.destroy()
-    const limits = (await (await fetch(`${gateway.adminUrl}/limits/default`)).json()) as {
+    const limits = (await (await freshAdminGet(`${gateway.adminUrl}/limits/default`)).json()) as {
       buckets: { adaptive: Record<string, unknown> }[]
     }
     const status = limits.buckets[0]!.adaptive
@@ -76,8 +75,8 @@ describe('the adaptive status the gateway shows', () => {
 
     // Idle for 5 windows: every window is empty, and the gauges keep their last values; how old the
     // latency is, and that the last window had no requests, say so (before: nothing did).
-    await sleep(500)
-    const idle = (await (await fetch(`${gateway.adminUrl}/limits/default`)).json()) as typeof limits
+    // GET /limits shares an answer for a second: a read made after that (10 idle windows) is fresh.
+    const idle = (await (await freshAdminGet(`${gateway.adminUrl}/limits/default`)).json()) as typeof limits
     expect(idle.buckets[0]!.adaptive).toMatchObject({ reason: 'empty', requests: 0 })
     expect(idle.buckets[0]!.adaptive.rttAgeMs).toBeGreaterThanOrEqual(200)
     const scraped = await (await fetch(`${gateway.adminUrl}/metrics`)).text()

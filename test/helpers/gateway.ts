@@ -4,6 +4,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { afterEach } from 'vitest'
+import { ANSWER_INTERVAL_MS } from '../../src/gateway/ops/shared-answer.js'
 import { onProcessExit } from './process-cleanup.js'
 import { reapPidOnDeath } from './reaper.js'
 
@@ -159,4 +160,19 @@ export function metric(text: string, name: string, labels: Record<string, string
     if (Object.entries(labels).every(([key, value]) => found[key] === value)) return Number(match[3])
   }
   return undefined
+}
+
+const lastAsked = new Map<string, number>()
+
+/**
+ * GET `url` of an admin listener for an answer made after this call: the listener shares each
+ * answer for ANSWER_INTERVAL_MS (ops/shared-answer.ts), so a read within that of the one before
+ * would see the earlier answer. Waits out the rest of the interval since this helper last asked.
+ */
+export async function freshAdminGet(url: string): Promise<Response> {
+  const since = performance.now() - (lastAsked.get(url) ?? -Infinity)
+  const wait = ANSWER_INTERVAL_MS + 20 - since
+  if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+  lastAsked.set(url, performance.now())
+  return fetch(url)
 }
