@@ -195,9 +195,7 @@ async function phase(gateways: readonly GatewayProcess[], good: { ok(): number }
   const okPerS = Math.round(((good.ok() - before) * 1000) / (performance.now() - started))
   const limits = await watch.stop()
   const median = (of: number[]) => [...of].sort((a, b) => a - b)[Math.floor(of.length / 2)]!
-  // (late: the median of the phase's second half, where a limit that moves has got to.)
-  const late = median(limits.slice(Math.floor(limits.length / 2)))
-  return { min: Math.min(...limits), median: median(limits), late, okPerS }
+  return { min: Math.min(...limits), median: median(limits), okPerS }
 }
 
 describe('an adaptive limit and what one client makes the upstream answer [2 replicas on Redis]', () => {
@@ -298,8 +296,11 @@ describe('an adaptive limit and what one client makes the upstream answer [2 rep
       const shedding = await phase(gateways, good, 4_000)
       await diluter.stop()
       agent.destroy()
-      seen.push(`shedding 10 %, diluted: lowest ${shedding.min} (second half's median ${shedding.late})`)
-      expect(shedding.late, seen.join('\n')).toBeLessThan(0.75 * MAX)
+      seen.push(`shedding 10 %, diluted: lowest ${shedding.min} (median ${shedding.median})`)
+      // Backed off at least three windows running (x 0.9 each: 16 -> 11.7): before, diluted to 3 % of
+      // the requests, the drops never backed it off (16 throughout). Not where it settles: between
+      // back-offs the gradient climbs again, faster or slower with the machine's load.
+      expect(shedding.min, seen.join('\n')).toBeLessThan(0.75 * MAX)
     } finally {
       await good.stop()
     }

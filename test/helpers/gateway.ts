@@ -162,17 +162,18 @@ export function metric(text: string, name: string, labels: Record<string, string
   return undefined
 }
 
-const lastAsked = new Map<string, number>()
+const lastAnswered = new Map<string, number>()
 
 /**
  * GET `url` of an admin listener for an answer made after this call: the listener shares each
- * answer for ANSWER_INTERVAL_MS (ops/shared-answer.ts), so a read within that of the one before
- * would see the earlier answer. Waits out the rest of the interval since this helper last asked.
+ * answer for ANSWER_INTERVAL_MS from when it began making it (ops/shared-answer.ts), so a read
+ * within that would see the earlier answer. Waits out the interval since this helper last got an
+ * answer from that URL (that answer was begun before it came, whatever the machine's load).
  */
 export async function freshAdminGet(url: string): Promise<Response> {
-  const since = performance.now() - (lastAsked.get(url) ?? -Infinity)
-  const wait = ANSWER_INTERVAL_MS + 20 - since
+  const wait = (lastAnswered.get(url) ?? -Infinity) + ANSWER_INTERVAL_MS + 2 - performance.now()
   if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
-  lastAsked.set(url, performance.now())
-  return fetch(url)
+  const response = await fetch(url)
+  lastAnswered.set(url, performance.now())
+  return response
 }
