@@ -4,7 +4,9 @@
 // and never read an answer, until the round ends. Rounds with and without the flood alternate; wrk
 // measures the data plane throughout, the gateway's RSS is sampled every 100 ms, INFO commandstats
 // counts what the store was asked, and a probe asks /healthz on a new connection every 200 ms of a
-// flooded round.
+// flooded round. A third kind of round, the control, aims the same flood at a listener of this process
+// that never reads (and probes the gateway's /healthz as often): what the flood costs the machine
+// (the kernel's copies, the flooding clients, the probes) with no gateway work, the physical floor.
 import { writeFile } from 'node:fs/promises'
 import { readFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
 import net from 'node:net'
@@ -88,7 +90,20 @@ function probe(port: number): Promise<number> {
   })
 }
 
+type Kind = 'quiet' | 'flood' | 'control'
+
+/** A listener that accepts connections and never reads them: the control's target. */
+async function blackHole(): Promise<net.Server> {
+  const server = net.createServer((socket) => {
+    socket.pause()
+    socket.on('error', () => undefined)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return server
+}
+
 interface Round extends LoadRound {
+  kind: Kind
   flooded: boolean
   peakRssMb: number
   server: ServerDelta
@@ -98,7 +113,7 @@ interface Round extends LoadRound {
 export const adminFlood: Scenario = {
   name: 'admin-flood',
   title: `the proxied path's p50/p99 while ${FLOODERS} connections flood the admin listener with 1 MB of pipelined requests each, never read`,
-  seconds: WARMUP_S + 2 * ROUNDS * ROUND_S + 15,
+  seconds: WARMUP_S + 3 * ROUNDS * ROUND_S + 15,
   async run(ctx) {
     const processes: BenchProcess[] = []
     const dir = mkdtempSync(path.join(os.tmpdir(), 'tollgate-bench-admin-'))
@@ -134,7 +149,9 @@ export const adminFlood: Scenario = {
       processes.push(gateway)
       const url = `${gateway.ready}/`
       const generator = wrkAvailable() ? 'wrk -t1' : 'autocannon (wrk not installed)'
-      ctx.log(`  ${generator}, ${CONNECTIONS} connections, ${ROUNDS} x 2 alternating rounds of ${ROUND_S} s`)
+      ctx.log(`  ${generator}, ${CONNECTIONS} connections, ${ROUNDS} x 3 alternating rounds of ${ROUND_S} s`)
+      const hole = await blackHole()
+      const holePort = (hole.address() as net.AddressInfo).port
 
       let peak = 0
       const sampler = setInterval(() => (peak = Math.max(peak, rssMb(gateway.pid))), 100)
@@ -143,13 +160,16 @@ export const adminFlood: Scenario = {
         const baselineRssMb = Math.max(peak, rssMb(gateway.pid))
         const rounds: Round[] = []
         for (let round = 0; round < ROUNDS; round++) {
-          const order = round % 2 === 0 ? [false, true] : [true, false]
-          for (const flooded of order) {
+          // Every kind goes first, second and third in turn.
+          const kinds: Kind[] = ['quiet', 'flood', 'control']
+          const order = [...kinds.slice(round % 3), ...kinds.slice(0, round % 3)]
+          for (const kind of order) {
+            const flooded = kind === 'flood'
             peak = rssMb(gateway.pid)
             const before = await ctx.redis.snapshot()
-            const flooding = flooded ? flood(adminPort) : undefined
+            const flooding = kind === 'quiet' ? undefined : flood(flooded ? adminPort : holePort)
             const probes: number[] = []
-            let probing = flooded
+            let probing = kind !== 'quiet'
             const prober = (async () => {
               while (probing) {
                 probes.push(await probe(adminPort))
@@ -165,22 +185,37 @@ export const adminFlood: Scenario = {
               await prober
             }
             const after = await ctx.redis.snapshot()
-            rounds.push({ ...result, flooded, peakRssMb: peak, server: diffSnapshots(before, after), probes })
+            rounds.push({
+              ...result,
+              kind,
+              flooded,
+              peakRssMb: peak,
+              server: diffSnapshots(before, after),
+              probes,
+            })
             ctx.log(
-              `  round ${round + 1} ${flooded ? 'flood' : 'quiet'}: p50 ${fmtMs(result.p50)}, p99 ${fmtMs(result.p99)}, ${fmtInt(result.rps)} req/s, RSS ${fmtFixed(peak, 0)} MB`,
+              `  round ${round + 1} ${kind}: p50 ${fmtMs(result.p50)}, p99 ${fmtMs(result.p99)}, ${fmtInt(result.rps)} req/s, RSS ${fmtFixed(peak, 0)} MB`,
             )
           }
         }
 
-        const of = (flooded: boolean) => rounds.filter((r) => r.flooded === flooded)
+        const of = (flooded: boolean) => rounds.filter((r) => r.kind === (flooded ? 'flood' : 'quiet'))
+        const controls = rounds.filter((r) => r.kind === 'control')
         const perS = (list: Round[], pick: (delta: ServerDelta) => number) => {
           const total = sumDeltas(list.map((r) => r.server))
           return pick(total) / (total.elapsedMs / 1000)
         }
-        const pairs = Array.from({ length: ROUNDS }, (_, i) => rounds.slice(2 * i, 2 * i + 2))
-        const p99Ratio = median(
-          pairs.map((pair) => pair.find((r) => r.flooded)!.p99 / pair.find((r) => !r.flooded)!.p99),
-        )
+        const triples = Array.from({ length: ROUNDS }, (_, i) => rounds.slice(3 * i, 3 * i + 3))
+        const ratio = (over: Kind, under: Kind) =>
+          median(
+            triples.map(
+              (triple) =>
+                triple.find((r) => r.kind === over)!.p99 / triple.find((r) => r.kind === under)!.p99,
+            ),
+          )
+        const p99Ratio = ratio('flood', 'quiet')
+        const controlRatio = ratio('control', 'quiet')
+        const overControl = ratio('flood', 'control')
         const probes = of(true).flatMap((r) => r.probes)
         const answered = probes.filter((ms) => ms <= TARGETS.probeMs).length
         const growth = Math.max(...of(true).map((r) => r.peakRssMb)) - baselineRssMb
@@ -223,14 +258,22 @@ export const adminFlood: Scenario = {
             'script calls/s',
             'errors',
           ],
-          rows: [row('quiet', of(false), quietGrowth), row('admin listener flooded', of(true), growth)],
+          rows: [
+            row('quiet', of(false), quietGrowth),
+            row(
+              'control: the flood aimed at a listener that never reads',
+              controls,
+              Math.max(...controls.map((r) => r.peakRssMb)) - baselineRssMb,
+            ),
+            row('admin listener flooded', of(true), growth),
+          ],
         }
         const sorted = [...probes].sort((a, b) => a - b)
         const verdicts: Verdict[] = [
           {
-            target: `the proxied path's p99 with the flood <= ${TARGETS.p99Ratio} x without (median of round pairs)`,
+            target: `the proxied path's p99 with the flood <= ${TARGETS.p99Ratio} x without (median of round triples)`,
             pass: p99Ratio <= TARGETS.p99Ratio,
-            detail: `${fmtFixed(p99Ratio)} x; p99 ${fmtMs(median(of(true).map((r) => r.p99)))} vs ${fmtMs(median(of(false).map((r) => r.p99)))}`,
+            detail: `${fmtFixed(p99Ratio)} x; p99 ${fmtMs(median(of(true).map((r) => r.p99)))} vs ${fmtMs(median(of(false).map((r) => r.p99)))}; the control (the same flood, no gateway work) ${fmtFixed(controlRatio)} x, so the gateway's own part ${fmtFixed(overControl)} x the control`,
           },
           {
             target: `the gateway's RSS grows <= ${TARGETS.rssMb} MB under the flood`,
@@ -260,8 +303,8 @@ export const adminFlood: Scenario = {
           tables: [table],
           verdicts,
           notes: [
-            `The built bin (node ${GATEWAY_BIN}) on the run's redis-server, ${ROUTES} routes limited per: route (never hit) and a catch-all route without a limit that the load goes to (GET / of examples/demo-upstream.ts), so the store's commands are the admin listener's alone. Load: ${generator}, ${CONNECTIONS} connections (closed loop), ${ROUNDS} pairs of ${ROUND_S} s rounds, flooded and quiet, the order flipped every pair, after a ${WARMUP_S} s warm-up; p50, p99, req/s: medians over the rounds; the p99 ratio is the median over pairs of the flooded round's p99 over the quiet one's.`,
-            `The flood: at the start of each flooded round, ${FLOODERS} connections each write ${FLOOD_BYTES / 1024 / 1024} MB of pipelined GET /metrics, /readyz or /dashboard/data.json (a third each; half with ~40-byte heads, half with ~5 KB heads) and read nothing; they are closed when the round ends. Probes: /healthz on a new connection every ${PROBE_EVERY_MS} ms of each flooded round.`,
+            `The built bin (node ${GATEWAY_BIN}) on the run's redis-server, ${ROUTES} routes limited per: route (never hit) and a catch-all route without a limit that the load goes to (GET / of examples/demo-upstream.ts), so the store's commands are the admin listener's alone. Load: ${generator}, ${CONNECTIONS} connections (closed loop), ${ROUNDS} triples of ${ROUND_S} s rounds, quiet, flooded and control, each kind first, second and third in turn, after a ${WARMUP_S} s warm-up; p50, p99, req/s: medians over the rounds; a p99 ratio is the median over triples of one round's p99 over the other's.`,
+            `The flood: at the start of each flooded round, ${FLOODERS} connections each write ${FLOOD_BYTES / 1024 / 1024} MB of pipelined GET /metrics, /readyz or /dashboard/data.json (a third each; half with ~40-byte heads, half with ~5 KB heads) and read nothing; they are closed when the round ends. Probes: /healthz on a new connection every ${PROBE_EVERY_MS} ms of each flooded and control round. The control: the same flood, at the same moment, aimed at a listener of this process that accepts and never reads; what it costs the data plane is the machine's part (the kernel's copies of 64 MB, the flooding clients, the probes), the floor under the flooded rounds.`,
             `RSS: VmRSS of the gateway every 100 ms; the growth is the highest RSS of the flooded (or quiet) rounds less the highest of the warm-up (load without the flood). Store: INFO commandstats over each round (INFO itself excluded; the commands scripts run included).`,
             `This machine (2 cores) is shared with other work; the load generator, the flooding clients (this process), the upstream, the gateway and Redis all run on it.`,
           ],
@@ -269,6 +312,7 @@ export const adminFlood: Scenario = {
         }
       } finally {
         clearInterval(sampler)
+        hole.close()
       }
     } finally {
       await Promise.all(processes.map((child) => child.stop()))
