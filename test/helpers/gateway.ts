@@ -73,11 +73,13 @@ export interface RunOptions {
 export async function spawnGateway(args: string[], options: RunOptions = {}): Promise<GatewayProcess> {
   const run = runGateway(args, options)
   const deadline = Date.now() + START_TIMEOUT_MS
+  // The admin URL is in the info-level "tollgate ready" line, absent with a quieter --log-level.
+  const flag = args.indexOf('--log-level')
+  const quiet = flag >= 0 && !['info', 'debug', 'trace'].includes(String(args[flag + 1]))
   for (;;) {
     const listening = /tollgate listening on (\S+)/.exec(run.stdout())?.[1]
-    // The admin URL is in the info-level "tollgate ready" line, absent with a quieter --log-level.
     const ready = run.logs().find((line) => /^tollgate (ready|waiting)/.test(String(line.msg)))
-    if (listening && (ready || args.includes('--log-level'))) {
+    if (listening && (ready || quiet)) {
       return { ...run, url: listening, adminUrl: ready?.adminUrl as string | undefined }
     }
     const exit = await Promise.race([run.exited, new Promise((resolve) => setTimeout(resolve, 25))])
