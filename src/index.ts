@@ -5,6 +5,7 @@ export {
   LockUpgradeError,
   type QuorumTally,
   RedlockQuorumError,
+  ShedError,
   StoreUnavailableError,
   TollgateError,
   type TollgateErrorCode,

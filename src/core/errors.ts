@@ -61,6 +61,28 @@ export class LockUpgradeError extends TollgateError {
   }
 }
 
+/**
+ * A fair queue (a semaphore with `overload`) turned the acquisition away to serve a higher priority:
+ * 'evicted', it waited and a request of a higher class took its place in a full queue (`maxQueued`);
+ * 'queue-full', the queue was full of requests of its class or higher. The permit is never granted
+ * after this; retry later (a 503 with Retry-After in the middleware and the gateway).
+ */
+export class ShedError extends TollgateError {
+  readonly key: string
+  readonly reason: 'evicted' | 'queue-full'
+
+  constructor(key: string, reason: 'evicted' | 'queue-full') {
+    super(
+      'ERR_TOLLGATE_SHED',
+      reason === 'evicted'
+        ? `The wait for "${key}" was shed: a higher-priority request took its place in the full queue. Retry later, or raise "maxQueued".`
+        : `The queue of "${key}" is full of requests of this priority or higher. Retry later, or raise "maxQueued".`,
+    )
+    this.key = key
+    this.reason = reason
+  }
+}
+
 /** An option was missing or invalid. Thrown at construction, never later. */
 export class ConfigError extends TollgateError {
   readonly option: string

@@ -12,10 +12,12 @@ export function weightedToken(id: string, weight: number): string {
   return weight === 1 ? id : `${id}*${weight}`
 }
 
-/** The permits a token counts for: 1 to MAX_WEIGHT; anything else counts 1 (as lua weight()). */
+/** The permits a token counts for: 1 to MAX_WEIGHT; anything else counts 1 (as lua weight()). The
+ * digits after '*' up to a '.' (a fair token, core/fair.ts, carries its discipline after them). */
 export function tokenWeight(token: string): number {
   const star = token.indexOf('*')
   if (star < 0) return 1
-  const weight = Number(token.slice(star + 1))
+  const dot = token.indexOf('.', star + 1)
+  const weight = Number(token.slice(star + 1, dot < 0 ? undefined : dot))
   return Number.isInteger(weight) && weight >= 1 && weight <= MAX_WEIGHT ? weight : 1
 }

@@ -2,7 +2,7 @@ import { type AbortSignalLike, abortReason, onAbort } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'
 import { localDeadline, monoNow } from '../clock.js'
-import { AcquireTimeoutError } from '../errors.js'
+import { AcquireTimeoutError, ShedError } from '../errors.js'
 import { emit, observed, traceName } from '../events.js'
 import type { KeySpace } from '../keys.js'
 import type { LockSettings } from '../options.js'
@@ -192,6 +192,10 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           }
           outcome = 'acquired'
           return lease
+        }
+        if ('shed' in reply) {
+          queued = undefined
+          throw new ShedError(this.space.name, reply.shed)
         }
         queued = acquisition
         if (!announced) {

@@ -34,12 +34,18 @@ export interface PermitFamily {
   acquire(space: KeySpace, request: AcquireRequest): Promise<AcquireReply>
   /** Give back a token's permit or leave the queue. With `op` (a reentrant owner's acquisition), only
    * that acquisition goes; the permit is freed when the owner's last one does. */
-  release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult>
+  release(
+    space: KeySpace,
+    token: string,
+    permits: number,
+    op?: string,
+    fair?: FairCall,
+  ): Promise<ReleaseResult>
   /** acquire() and release() answered synchronously, by a store that can (the memory store): the
    * uncontended path then takes and gives back a permit without a promise. A network store has
    * neither. */
   acquireNow?(space: KeySpace, request: AcquireRequest): AcquireReply
-  releaseNow?(space: KeySpace, token: string, permits: number, op?: string): ReleaseResult
+  releaseNow?(space: KeySpace, token: string, permits: number, op?: string, fair?: FairCall): ReleaseResult
   /** Extend live leases; a lease is live only while its acquisition holds (for a reentrant owner:
    * while `op` is one of the hold's acquisitions, so a lease the owner lost is never renewed through
    * a later acquisition of the same owner, G4). */
@@ -50,8 +56,11 @@ export interface PermitFamily {
     permits: number,
     waiterTtlMs: number,
     waits: readonly Acquisition[],
+    fair?: FairCall,
   ): Promise<RecheckReply>
   inspect(space: KeySpace): Promise<PermitStats>
+  /** A fair queue's figures (per class; per flow for the flow ids asked: core/fair.ts flowId()). */
+  inspectFair?(space: KeySpace, fair: FairCall, flows?: readonly string[]): Promise<FairPermitStats>
   /** Set (or with undefined, drop) the run-time permits of a name for every process. Admits at once the
    * waiters the limit now in force has room for (`own`: the caller's permits, in force once the
    * override is dropped); lowering never evicts a holder. With `adaptive`, the value is the fleet's
@@ -62,7 +71,17 @@ export interface PermitFamily {
     permits: number | undefined,
     own: number,
     adaptive?: { ttlMs: number; version: number },
+    fair?: FairCall,
   ): Promise<boolean | void>
+}
+
+/** A call on a fair queue (a semaphore with `overload`, core/fair.ts): its scripts get the fair keys
+ * (D T K X after the plain seven) and run the discipline. Every call on such a name passes it; a call
+ * without it on the same name is a plain call, which never grants a waiter that has a discipline. */
+export interface FairCall {
+  /** Waiters of the name across the fleet at most (0: no bound). Past it, a request evicts the last
+   * waiter of a strictly lower class, else it is refused ('queue-full'). */
+  maxQueued: number
 }
 
 /** lua/adaptive-*.lua: the fleet's adaptive limit of a bucket (src/primitives/adaptive/limit.ts).
@@ -160,6 +179,8 @@ export interface AcquireRequest {
   /** false = tryAcquire: never join the queue (nor an owner's wait). */
   enqueue: boolean
   waiterTtlMs: number
+  /** A fair queue's call (its token may carry a discipline, core/fair.ts). */
+  fair?: FairCall | undefined
 }
 
 /** One acquisition: a token, and for a reentrant owner the acquisition id (absent: the token is its
@@ -203,6 +224,9 @@ export type AcquireReply =
   | { granted: true; fence: number; expiresAt: number; now: number; holders?: number }
   /** position: 0-based place in the queue, -1 when not queued (try mode); nextExpiry: 0 = no holder. */
   | { granted: false; position: number; nextExpiry: number; now: number }
+  /** A fair queue turned it away (core/errors.ts ShedError): evicted by a higher class (a resent call
+   * of an evicted token), or the queue is full of its class or higher. Nothing is held or queued. */
+  | { granted: false; shed: 'evicted' | 'queue-full'; now: number }
 
 /** 'freed' the permit, 'decremented' (dropped one of the owner's acquisitions, others still hold),
  * 'dequeued' a waiter, or found 'none'. */
@@ -227,6 +251,8 @@ export type WaiterState =
   | { state: 'granted'; fence: number; expiresAt: number }
   | { state: 'queued'; position: number }
   | { state: 'gone' }
+  /** Evicted from a fair queue by a higher class: never granted; the acquisition fails (ShedError). */
+  | { state: 'shed' }
 
 export interface RecheckReply {
   now: number
@@ -245,14 +271,39 @@ export interface PermitStats {
   adaptive?: number | undefined
 }
 
+/** A fair queue's figures, fleet-wide (inspect with `fair`). */
+export interface FairPermitStats extends PermitStats {
+  /** Waiters per class number (0..7), parked ones included; classes without waiters are absent. */
+  classes: Record<number, number>
+  /** Waiters parked at their flow's cap (flowMax). */
+  parked: number
+  /** Waiters evicted per class since the name was last idle. */
+  evicted: Record<number, number>
+  /** Classes whose fair tags ran out of range: served in arrival order until they next empty. */
+  saturated: number[]
+  /** A plain token was seen among the waiters: some process uses the name without `overload`. */
+  mixed: boolean
+  /** Per flow id asked: its waiters (all classes), permits held (capped flows only) and parked. */
+  flows: Record<string, { waiting: number; held: number; parked: number }>
+}
+
 /** A grant message: lines "<token> <fence> <expiresAt>[ <acquisition> ...]" (see lua/lib/permits.lua). */
 export function parseGrants(message: string): Grant[] {
+  return parseMessage(message).grants
+}
+
+/** A name's message: grant lines as parseGrants() reads them, and fair queues' shed lines
+ * "<token> x" (a waiter evicted by a higher class; a process of a version without fair queues skips
+ * them, as any line without three fields). */
+export function parseMessage(message: string): { grants: Grant[]; shed: string[] } {
   const grants: Grant[] = []
+  const shed: string[] = []
   for (const line of message.split('\n')) {
     const [token, fence, expiresAt, ...ops] = line.split(' ')
+    if (token && fence === 'x' && expiresAt === undefined) shed.push(token)
     if (!token || !fence || !expiresAt) continue
     for (const op of ops.length > 0 ? ops : [token])
       grants.push({ token, op, fence: Number(fence), expiresAt: Number(expiresAt) })
   }
-  return grants
+  return { grants, shed }
 }
