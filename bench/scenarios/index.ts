@@ -7,6 +7,7 @@ import { gatewayScenarios } from './gateway.js'
 import { holdsScenarios } from './holds.js'
 import { middlewareScenarios } from './middleware.js'
 import { mutexScenarios } from './mutex.js'
+import { overloadScenarios } from './overload.js'
 import { primitivesScenarios } from './primitives.js'
 import { scriptCostScenarios } from './script-costs.js'
 import { redlockScenarios } from './redlock.js'
@@ -28,4 +29,5 @@ export const scenarios: Scenario[] = [
   ...middlewareScenarios,
   ...adaptiveScenarios,
   ...adaptiveAttacksScenarios,
+  ...overloadScenarios,
 ]
