@@ -10,7 +10,8 @@ export interface LeaseEvent {
   kind: string
   /** acquire: how long the caller waited. */
   waitedMs?: number
-  outcome?: 'acquired' | 'timeout' | 'aborted' | 'busy' | 'error'
+  /** acquire: 'shed' when a fair queue turned it away (ShedError). */
+  outcome?: 'acquired' | 'timeout' | 'aborted' | 'busy' | 'shed' | 'error'
   error?: Error
 }
 

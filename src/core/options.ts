@@ -327,6 +327,8 @@ export function checkAcquireOptions(
     waitTime: 'it is `timeoutMs`',
     weight: 'only a semaphore’s acquire takes a `weight`',
     permits: 'a semaphore’s acquire takes a `weight` (the permits it counts for)',
+    priority: 'only a semaphore made with the `overload` option takes a `priority`',
+    flow: 'only a semaphore made with the `overload` option takes a `flow`',
   })
   const { timeoutMs, signal } = options
   if (

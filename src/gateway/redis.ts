@@ -240,7 +240,7 @@ export function timedStore(store: Store, histogram: PlainHistogram): Store {
     permits,
     rwlock,
     ...(adaptive ? { adaptive } : {}),
-    subscribe: (space, onGrant) => store.subscribe(space, onGrant),
+    subscribe: (space, onGrant, onShed) => store.subscribe(space, onGrant, onShed),
     close: () => store.close(),
   }
   return timed

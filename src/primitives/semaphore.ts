@@ -14,7 +14,9 @@ import {
 import { positiveInt } from '../core/options.js'
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'
-import type { Store } from '../core/protocol/store.js'
+import type { FairPermitStats, Store } from '../core/protocol/store.js'
+import { DEFAULT_FLOW, type Discipline, flowId, priorityName } from '../core/fair.js'
+import { type FairAcquireOptions, flowName, type OverloadOptions, parseOverloadOptions } from './overload.js'
 import { runHolding } from './mutex.js'
 import { MAX_WEIGHT } from '../core/weight.js'
 import { claimName } from './names.js'
@@ -33,7 +35,13 @@ const debug = debuglog('tollgate:adaptive')
 const MAX_PERMITS = 1_000_000
 
 /** createSemaphore()'s options besides LockOptions. */
-const SEMAPHORE_OPTION_KEYS = ['permits', 'adaptive'] as const satisfies readonly (keyof SemaphoreOptions)[]
+const SEMAPHORE_OPTION_KEYS = [
+  'permits',
+  'adaptive',
+  'overload',
+] as const satisfies readonly (keyof SemaphoreOptions)[]
+/** A semaphore's acquire options besides AcquireOptions. */
+const ACQUIRE_KEYS = ['weight', 'priority', 'flow'] as const
 
 export interface SemaphoreOptions extends LockOptions {
   /** How many leases may be held at once across every process (G1). Required unless `adaptive` is
@@ -43,6 +51,11 @@ export interface SemaphoreOptions extends LockOptions {
    * times and drops of the leases, within `min` and `max`, one limit for every process sharing the
    * store (`scope: 'local'`: this process's own). */
   adaptive?: AdaptiveOptions
+  /** Make this name's queue a fair queue (README "Semaphore"): acquire({ priority, flow }) then
+   * orders it by priority class, then fairly between flows by weight, with an optional cap per flow
+   * and a fleet-wide bound that sheds the lowest class first. Present (even `{}`) on every process
+   * that shares the name. */
+  overload?: OverloadOptions
 }
 
 /** The adaptive limit of a semaphore made with `adaptive`. Every lease is a sample: from its acquire
@@ -56,8 +69,9 @@ export interface SemaphoreAdaptive {
   close(): void
 }
 
-/** A semaphore's acquire options: AcquireOptions and the permits the lease counts for. */
-export interface SemaphoreAcquireOptions extends AcquireOptions {
+/** A semaphore's acquire options: AcquireOptions, the permits the lease counts for, and (with the
+ * `overload` option) its priority and flow. */
+export interface SemaphoreAcquireOptions extends AcquireOptions, FairAcquireOptions {
   /** How many permits this lease counts for (Redisson's `acquire(permits)`, Bottleneck's `weight`): an
    * export may count for 5 where a health check counts for 1. An integer from 1 to `permits`, at most 1000. The
    * queue stays FIFO: a waiter is admitted once its weight is free, and nobody behind it is admitted
@@ -76,6 +90,28 @@ export interface SemaphoreStats {
   override: number | undefined
   /** The fleet's adaptive limit in the store, if any (an override wins over it). */
   adaptive?: number | undefined
+  /** With `overload`: waiters per priority class ('critical', 'standard', 'sheddable', or 'p<n>'),
+   * parked ones included; classes without waiters are absent. */
+  classes?: Record<string, { waiting: number }>
+  /** With `overload`: waiters parked at their flow's cap (`flowMax`). */
+  parked?: number
+  /** With `overload`: waiters evicted per class since the name was last idle. */
+  evicted?: Record<string, number>
+  /** With `overload`: classes served in arrival order until they next empty (their fair tags ran
+   * out of range). */
+  saturated?: string[]
+  /** With `overload`: some process uses this name without `overload` (its waiters are plain). */
+  mixed?: boolean
+}
+
+/** One flow of a semaphore with `overload`, fleet-wide. */
+export interface SemaphoreFlowStats {
+  /** Its waiters, every class. */
+  waiting: number
+  /** The permits it holds (counted for capped flows only: 0 without `flowMax`). */
+  held: number
+  /** Its waiters parked at its cap. */
+  parked: number
 }
 
 export interface Semaphore {
@@ -86,8 +122,8 @@ export interface Semaphore {
    * `timeoutMs` or with the signal's reason; either way nothing is left in the queue. */
   acquire(options?: SemaphoreAcquireOptions): Promise<Lease>
   /** Take a permit (`weight` of them) only if free and nobody queues ahead; contention is not an
-   * error. */
-  tryAcquire(options?: { weight?: number }): Promise<Lease | undefined>
+   * error. With `overload`, `priority` and `flow` as acquire's (a flow at its cap gets none). */
+  tryAcquire(options?: { weight?: number } & FairAcquireOptions): Promise<Lease | undefined>
   /** Run `fn` holding a permit and always release it; `fn`'s own error is never masked. */
   withLease<T>(fn: (lease: Lease) => T | Promise<T>, options?: SemaphoreAcquireOptions): Promise<T>
   /** Change the permits of this name for every process sharing the store. Raising admits waiters at
@@ -99,6 +135,9 @@ export interface Semaphore {
   /** Live holders and queue length of this name (one store call, no scan), the limit in force (the
    * run-time override if one is set, else this instance's `permits`), and the override. */
   stats(): Promise<SemaphoreStats>
+  /** With `overload`: one flow's waiters, permits held and parked waiters, fleet-wide (one store
+   * call). */
+  flow(name: string): Promise<SemaphoreFlowStats>
   /** With the `adaptive` option: its limit; undefined otherwise. */
   readonly adaptive?: SemaphoreAdaptive | undefined
 }
@@ -203,6 +242,7 @@ function adaptiveSemaphore(store: Store, name: string, options: SemaphoreOptions
     },
   }
   clients.set(semaphore, client)
+  disciplines.set(semaphore, disciplines.get(inner) as DisciplineOf)
   return semaphore
 }
 
@@ -222,37 +262,63 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
     )
   }
   const permits = positiveInt('permits', given, MAX_PERMITS)
-  const client = new PermitClient(settings, permits)
+  const overload = options.overload === undefined ? undefined : parseOverloadOptions(options.overload)
+  if (overload && typeof store.permits.inspectFair !== 'function')
+    throw new ConfigError('overload', {
+      message: `Invalid option "overload": this store cannot run a fair queue (its permits have no inspectFair); use a store from createRedisStore() or createMemoryStore() of this version`,
+    })
+  const client = new PermitClient(settings, permits, overload?.fair)
   const semaphore: Semaphore = {
     name,
     get permits() {
       return client.permits()
     },
-    // The weight checked here is the one used (an options object is read once).
-    acquire: (opts) => client.acquire(undefined, opts, weightOf(opts)),
-    tryAcquire: (opts) => client.tryAcquire(undefined, weightOf(opts, ['weight'])),
-    withLease: async (fn, opts) => runHolding(await client.acquire(undefined, opts, weightOf(opts)), fn),
+    // The options checked here are the ones used (an options object is read once).
+    acquire: (opts) => {
+      const weight = weightOf(opts)
+      return client.acquire(undefined, opts, weight, disciplineOf(opts, weight))
+    },
+    tryAcquire: (opts) => {
+      const weight = weightOf(opts, ACQUIRE_KEYS)
+      return client.tryAcquire(undefined, weight, disciplineOf(opts, weight))
+    },
+    withLease: async (fn, opts) => {
+      const weight = weightOf(opts)
+      return runHolding(await client.acquire(undefined, opts, weight, disciplineOf(opts, weight)), fn)
+    },
     setPermits: async (next) => {
       positiveInt('permits', next, MAX_PERMITS)
       // Only the store's override changes: this instance keeps asking for its own permits, like
       // every other instance, so dropping the override (from anywhere) brings all of them back alike.
-      await store.permits.setLimit(client.space, next, client.permits())
+      await client.setLimit(next)
     },
     resetPermits: async () => {
-      await store.permits.setLimit(client.space, undefined, client.permits())
+      await client.setLimit(undefined)
     },
     stats: async () => {
-      const { holders, queued, limit, adaptive } = await store.permits.inspect(client.space)
+      const fair = client.inspectFair()
+      const figures = await (fair ?? client.inspect())
+      const { holders, queued, limit, adaptive } = figures
       return {
         holders,
         queued,
         limit: limit ?? adaptive ?? client.permits(),
         override: limit,
         ...(adaptive === undefined ? {} : { adaptive }),
+        ...(fair ? fairFigures(figures as FairPermitStats) : {}),
       }
+    },
+    flow: async (flow) => {
+      const named = flowName(flow)
+      if (!overload) throw needsOverload('flow', name)
+      const id = named === undefined ? DEFAULT_FLOW : flowId(named)
+      const figures = await (client.inspectFair([id]) as Promise<FairPermitStats>)
+      const { waiting = 0, held = 0, parked = 0 } = figures.flows[id] ?? {}
+      return { waiting, held, parked }
     },
   }
   clients.set(semaphore, client)
+  disciplines.set(semaphore, (opts, weight) => disciplineOf(opts, weight))
   return semaphore
 
   /** The acquire options checked (ConfigError naming one), and the weight asked for (1 by default). */
@@ -260,7 +326,7 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
     if (only && options !== undefined) {
       isPlainObjectOrUndefined('tryAcquire options', options)
       rejectUnknown(options, only)
-    } else checkAcquireOptions(options, ['weight'])
+    } else checkAcquireOptions(options, ACQUIRE_KEYS)
     const weight = options?.weight
     if (weight === undefined || weight === 1) return 1
     const most = Math.min(permits, MAX_WEIGHT)
@@ -272,17 +338,58 @@ export function bucketSemaphore(store: Store, name: string, options: SemaphoreOp
       )
     return weight
   }
+
+  /** The discipline of an acquire with `overload` (the default class and flow when it names none);
+   * undefined without, where a priority or a flow is a ConfigError naming the fix. */
+  function disciplineOf(options: FairAcquireOptions | undefined, weight: number): Discipline | undefined {
+    if (overload) return overload.discipline(options, weight)
+    if (options?.priority !== undefined) throw needsOverload('priority', name)
+    if (options?.flow !== undefined) throw needsOverload('flow', name)
+    return undefined
+  }
 }
+
+/** A fair queue's figures by class name. */
+function fairFigures(stats: FairPermitStats): Partial<SemaphoreStats> {
+  const classes: Record<string, { waiting: number }> = {}
+  for (const [p, waiting] of Object.entries(stats.classes)) classes[priorityName(Number(p))] = { waiting }
+  const evicted: Record<string, number> = {}
+  for (const [p, n] of Object.entries(stats.evicted)) evicted[priorityName(Number(p))] = n
+  return {
+    classes,
+    parked: stats.parked,
+    evicted,
+    saturated: stats.saturated.map(priorityName),
+    mixed: stats.mixed,
+  }
+}
+
+/** `option` (priority, flow) used on a semaphore made without `overload`. */
+function needsOverload(option: 'priority' | 'flow', name: string): ConfigError {
+  return new ConfigError(option, {
+    message: `${option} needs the \`overload\` option on the semaphore; set it on every process that shares '${name}'`,
+  })
+}
+
+/** The discipline of each semaphore's acquire (undefined without `overload`), for acquireNow(). */
+type DisciplineOf = (options: FairAcquireOptions | undefined, weight: number) => Discipline | undefined
+const disciplines = new WeakMap<Semaphore, DisciplineOf>()
 
 const clients = new WeakMap<Semaphore, PermitClient>()
 
 /**
  * A lease taken at once without a promise, when the semaphore's store answers synchronously (the
  * memory store) and a permit is free with nobody queued; undefined otherwise (then acquire()). For
- * the admission engine's hot path; not part of the public API.
+ * the admission engine's hot path (`request`: its priority and flow, with `overload`); not part of
+ * the public API.
  */
-export function acquireNow(semaphore: Semaphore, weight = 1): Lease | undefined {
-  return clients.get(semaphore)?.acquireNow(undefined, weight)
+export function acquireNow(
+  semaphore: Semaphore,
+  weight = 1,
+  request?: FairAcquireOptions,
+): Lease | undefined {
+  const discipline = disciplines.get(semaphore)?.(request, weight)
+  return clients.get(semaphore)?.acquireNow(undefined, weight, discipline)
 }
 
 /** Where the semaphores of an adaptive limit live: the shared store, or (scope 'local') this

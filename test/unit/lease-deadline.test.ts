@@ -69,6 +69,7 @@ it('G4: a grant that came by message counts from its own name’s clock offset, 
       grant: undefined,
       deadline: 0,
       gone: false,
+      shed: false,
       wake: () => {},
     }
     group.add(waiter)

@@ -8,6 +8,7 @@ import type { KeySpace } from '../keys.js'
 import type { LockSettings } from '../options.js'
 import { type Lease, type LeaseContext, PermitLease } from './lease.js'
 import { weightedToken } from '../weight.js'
+import { type Discipline, fairToken } from '../fair.js'
 import type { AcquireReply, Grant, RecheckReply, RenewReply, Store, Acquisition } from '../protocol/store.js'
 import { type WaitClient, type WaitGroup, type Waiter, waitGroup } from './wait-group.js'
 
@@ -87,11 +88,12 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    * neither (G3, G12). */
   abstract releaseToken(token: string, op?: string): Promise<unknown>
 
-  /** `weight`: the permits a fresh token counts for (a semaphore's acquire({ weight }); weight.ts). */
-  private acquisition(owner: string | undefined, weight = 1): Acquisition {
-    return owner === undefined
-      ? { token: weightedToken(newToken(), weight), op: undefined }
-      : { token: owner, op: newToken() }
+  /** `weight`: the permits a fresh token counts for (a semaphore's acquire({ weight }); weight.ts).
+   * `discipline`: its place in a fair queue (fair.ts), carried by the token; fresh tokens only. */
+  private acquisition(owner: string | undefined, weight = 1, discipline?: Discipline): Acquisition {
+    if (owner !== undefined) return { token: owner, op: newToken() }
+    const token = discipline ? fairToken(newToken(), weight, discipline) : weightedToken(newToken(), weight)
+    return { token, op: undefined }
   }
 
   /** The local deadline (clock.ts) of a grant a call asked at `askedAt` got in its reply. */
@@ -115,8 +117,12 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     return new PermitLease(this, acquisition.token, fence, expiresAt, deadline, holders, acquisition.op)
   }
 
-  async tryAcquire(owner: string | undefined, weight = 1): Promise<Lease | undefined> {
-    const acquisition = this.acquisition(owner, weight)
+  async tryAcquire(
+    owner: string | undefined,
+    weight = 1,
+    discipline?: Discipline,
+  ): Promise<Lease | undefined> {
+    const acquisition = this.acquisition(owner, weight, discipline)
     const askedAt = monoNow()
     const reply = await this.attempt(acquisition, false)
     const deadline = reply.granted ? this.deadlineOf(askedAt, reply) : 0
@@ -135,8 +141,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
    * right now (then acquire() or tryAcquire(), which queue or answer for a busy set as usual). Never
    * jumps the queue: a fresh token is granted only while nobody waits (G5).
    */
-  acquireNow(owner: string | undefined, weight = 1): Lease | undefined {
-    const acquisition = this.acquisition(owner, weight)
+  acquireNow(owner: string | undefined, weight = 1, discipline?: Discipline): Lease | undefined {
+    const acquisition = this.acquisition(owner, weight, discipline)
     const askedAt = monoNow()
     const reply = this.attemptNow(acquisition)
     if (!reply?.granted) return undefined
@@ -153,8 +159,15 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     )
   }
 
-  /** `weight`: the permits a fresh token counts for (a semaphore's; checked by the caller). */
-  async acquire(owner: string | undefined, options: AcquireOptions = {}, weight = 1): Promise<Lease> {
+  /** `weight`: the permits a fresh token counts for (a semaphore's; checked by the caller);
+   * `discipline`: its place in a fair queue (a semaphore with `overload`). A fair queue may shed the
+   * call (ShedError): refused at once, or evicted while it waits; it never queues again after that. */
+  async acquire(
+    owner: string | undefined,
+    options: AcquireOptions = {},
+    weight = 1,
+    discipline?: Discipline,
+  ): Promise<Lease> {
     const { signal } = options
     const timeoutMs = options.timeoutMs ?? this.acquireTimeoutMs
     if (signal?.aborted) throw abortReason(signal)
@@ -166,7 +179,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     let queued: Acquisition | undefined
     /** onQueued was called (once per acquire, at the first queueing). */
     let announced = false
-    let outcome: 'acquired' | 'timeout' | 'aborted' | 'error' = 'error'
+    let outcome: 'acquired' | 'timeout' | 'aborted' | 'shed' | 'error' = 'error'
     try {
       for (let attempts = 0; ; attempts++) {
         if (attempts > 0) {
@@ -175,7 +188,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           if (monoNow() - started >= timeoutMs)
             throw new AcquireTimeoutError(this.space.name, waitedSince(started))
         }
-        const acquisition = this.acquisition(owner, weight)
+        const acquisition = this.acquisition(owner, weight, discipline)
         const askedAt = monoNow()
         const reply = await this.attempt(acquisition, true)
         if (reply.granted) {
@@ -213,6 +226,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           grant: undefined,
           deadline: 0,
           gone: false,
+          shed: false,
           wake: () => wake(),
         }
         if (!group) {
@@ -235,8 +249,11 @@ export abstract class LockClient implements LeaseContext, WaitClient {
           group.remove(waiter)
         }
         if (!grant) {
-          // Fell out of the queue (our heartbeat lapsed, e.g. a frozen event loop): queue again.
           queued = undefined
+          // Evicted by a higher class: the store never grants it and holds nothing of it, so nothing
+          // is given back, and queueing again would only take the place the eviction freed.
+          if (waiter.shed) throw new ShedError(this.space.name, 'evicted')
+          // Fell out of the queue (our heartbeat lapsed, e.g. a frozen event loop): queue again.
           continue
         }
         if (waiter.deadline <= monoNow()) {
@@ -253,7 +270,14 @@ export abstract class LockClient implements LeaseContext, WaitClient {
         return lease
       }
     } catch (error) {
-      outcome = error instanceof AcquireTimeoutError ? 'timeout' : signal?.aborted ? 'aborted' : 'error'
+      outcome =
+        error instanceof AcquireTimeoutError
+          ? 'timeout'
+          : error instanceof ShedError
+            ? 'shed'
+            : signal?.aborted
+              ? 'aborted'
+              : 'error'
       throw error
     } finally {
       if (outcome !== 'acquired' && queued) this.leaveQueue(queued)
@@ -261,8 +285,8 @@ export abstract class LockClient implements LeaseContext, WaitClient {
     }
   }
 
-  /** Resolves with a grant, or undefined when the waiter fell out of the queue; rejects on
-   * abort or timeout. */
+  /** Resolves with a grant, or undefined when the waiter fell out of the queue or was shed; rejects
+   * on abort or timeout. */
   private waitForChange(
     waiter: Waiter,
     signal: AbortSignalLike | undefined,
@@ -282,7 +306,7 @@ export abstract class LockClient implements LeaseContext, WaitClient {
         if (waiter.grant) {
           done()
           resolve(waiter.grant)
-        } else if (waiter.gone) {
+        } else if (waiter.gone || waiter.shed) {
           done()
           resolve(undefined)
         }

@@ -25,8 +25,8 @@ export interface WaitClient {
 }
 
 /**
- * A local waiter: one acquisition waiting in the queue, settled by a grant (message or re-check) or
- * told that it fell out of the queue. It is known by its acquisition id, which no other wait ever has
+ * A local waiter: one acquisition waiting in the queue, settled once: by a grant (message or
+ * re-check), told that it fell out of the queue, or (a fair queue) that it was shed. It is known by its acquisition id, which no other wait ever has
  * (G12): a grant reaches the wait it was made for, once, and a copy of an earlier grant of the same
  * owner (a reply and a pub/sub message both carry it) can never settle a later wait.
  */
@@ -39,7 +39,9 @@ export interface Waiter {
   /** With a grant: the local deadline (clock.ts) of its lease. */
   deadline: number
   gone: boolean
-  /** Called whenever grant or gone changes. */
+  /** Evicted from a fair queue by a higher class (a "<token> x" line or a re-check): never granted. */
+  shed: boolean
+  /** Called whenever grant, gone or shed changes. */
   wake: () => void
 }
 
@@ -66,6 +68,8 @@ export class WaitGroup {
   /** Grants, by acquisition id, that nobody here waits for (yet): other processes' waiters, or ours
    * racing ahead of the reply that queued them. */
   private readonly unclaimed = new Map<string, Grant>()
+  /** Shed tokens nobody here waits for (yet), as `unclaimed`. */
+  private readonly unclaimedShed = new Set<string>()
   /** A re-check was asked for while one was running: run again right after it. */
   private rerun = false
   private linger: NodeJS.Timeout | undefined
@@ -82,7 +86,11 @@ export class WaitGroup {
     private readonly dispose: () => void,
   ) {
     this.subscribed = store
-      .subscribe(space, (grant) => this.onGrant(grant))
+      .subscribe(
+        space,
+        (grant) => this.onGrant(grant),
+        (token) => this.onShed(token),
+      )
       .then((unsubscribe) => {
         this.unsubscribe = unsubscribe
         this.isSubscribed = true
@@ -112,6 +120,7 @@ export class WaitGroup {
       this.unclaimed.delete(waiter.op)
       if (early.token === waiter.token && !waiter.grant) this.settle(waiter, early)
     }
+    if (this.unclaimedShed.delete(waiter.token) && !settled(waiter)) waiter.shed = true
   }
 
   /** Unregister a waiter; a no-op for one that is not registered. */
@@ -154,8 +163,23 @@ export class WaitGroup {
         this.unclaimed.delete(this.unclaimed.keys().next().value as string)
       return
     }
-    if (waiter.grant || waiter.gone) return
+    if (settled(waiter)) return
     this.settle(waiter, grant)
+    waiter.wake()
+  }
+
+  /** A fair queue evicted `token` (only fresh tokens have a discipline: the token is the acquisition
+   * id). A line for a waiter not registered yet is kept for add(), as grants are. */
+  private onShed(token: string): void {
+    const waiter = this.waiters.get(token)
+    if (!waiter || waiter.token !== token) {
+      this.unclaimedShed.add(token)
+      if (this.unclaimedShed.size > MAX_UNCLAIMED)
+        this.unclaimedShed.delete(this.unclaimedShed.values().next().value as string)
+      return
+    }
+    if (settled(waiter)) return
+    waiter.shed = true
     waiter.wake()
   }
 
@@ -208,7 +232,7 @@ export class WaitGroup {
     // Each client heart-beats its own waiters, with its own options (one call per client; usually one).
     const byClient = new Map<WaitClient, Waiter[]>()
     for (const waiter of this.waiters.values()) {
-      if (waiter.grant || waiter.gone) continue
+      if (settled(waiter)) continue
       const list = byClient.get(waiter.client)
       if (list) list.push(waiter)
       else byClient.set(waiter.client, [waiter])
@@ -223,7 +247,7 @@ export class WaitGroup {
         this.sample(askedAt, reply.now)
         reply.states.forEach((state, i) => {
           const waiter = waiters[i] as Waiter
-          if (waiter.grant || waiter.gone) return
+          if (settled(waiter)) return
           if (state.state === 'granted') {
             waiter.grant = {
               token: waiter.token,
@@ -235,6 +259,9 @@ export class WaitGroup {
             waiter.wake()
           } else if (state.state === 'gone') {
             waiter.gone = true
+            waiter.wake()
+          } else if (state.state === 'shed') {
+            waiter.shed = true
             waiter.wake()
           }
         })
@@ -274,6 +301,11 @@ export class WaitGroup {
     this.unsubscribe = undefined
     this.dispose()
   }
+}
+
+/** A waiter is settled once: granted, gone or shed. */
+function settled(waiter: Waiter): boolean {
+  return waiter.grant !== undefined || waiter.gone || waiter.shed
 }
 
 const rooms = new WeakMap<Store, Map<string, WaitGroup>>()

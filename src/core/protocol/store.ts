@@ -20,8 +20,14 @@ export interface Store {
   /** The fleet's adaptive limits (src/primitives/adaptive/limit.ts); a store without it cannot share
    * one. */
   readonly adaptive?: AdaptiveFamily
-  /** Subscribe to a space's grants; resolves once messages published from now on will arrive. */
-  subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe>
+  /** Subscribe to a space's grants; resolves once messages published from now on will arrive.
+   * `onShed`: the tokens of a fair queue's shed lines (parseMessage().shed), if the store reads them;
+   * a store that does not leaves the shed to the waiters' re-check (state 'shed'). */
+  subscribe(
+    space: KeySpace,
+    onGrant: (grant: Grant) => void,
+    onShed?: (token: string) => void,
+  ): Promise<Unsubscribe>
   /** Stop background work (subscriber connection). Never closes a client the user passed in. */
   close(): Promise<void>
 }
