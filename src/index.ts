@@ -41,5 +41,8 @@ export {
   type SemaphoreAcquireOptions,
   type SemaphoreStats,
   type SemaphoreAdaptive,
+  type SemaphoreFlowStats,
 } from './primitives/semaphore.js'
+export type { FairAcquireOptions, OverloadOptions } from './primitives/overload.js'
+export type { Priority } from './core/fair.js'
 export type { AdaptiveOptions, AdaptiveStatus, DropRule } from './primitives/adaptive/limit.js'
