@@ -1,15 +1,16 @@
 // The framework-free engine both the middleware and the gateway stand on: find a request's bucket,
 // take a permit at once or wait in the fair queue (bounded by maxWaitMs and maxQueue), and turn every
 // failure into a rejection or a fail-open pass. Adapters only move headers and bodies.
-import type { AbortSignalLike } from '../core/abort.js'
+import { AbortFlag, type AbortSignalLike, abortReason, onAbort } from '../core/abort.js'
 import { type Lease, PermitLease } from '../core/client/lease.js'
-import { AcquireTimeoutError } from '../core/errors.js'
+import { AcquireTimeoutError, ShedError } from '../core/errors.js'
+import { MAX_PRIORITY } from '../core/fair.js'
 import type { Semaphore } from '../primitives/semaphore.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
 
 export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
 import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js'
-import { attachMetrics } from './metrics.js'
+import { attachMetrics, attachOverloadMetrics, OverloadCounters } from './metrics.js'
 import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { KeptPermits } from './keep-alive.js'
@@ -68,8 +69,15 @@ export interface Gate {
     onQueued: () => boolean | void
     /** Permits the request counts for (a semaphore's; a read/write lock ignores it). */
     weight?: number
+    /** A fair queue's class and flow (a semaphore with `overload`; Bucket.fair). */
+    priority?: number
+    flow?: string | undefined
   }): Promise<Lease>
-  tryAcquire(options?: { weight?: number }): Promise<Lease | undefined>
+  tryAcquire(options?: {
+    weight?: number
+    priority?: number
+    flow?: string | undefined
+  }): Promise<Lease | undefined>
 }
 
 /**
@@ -80,7 +88,7 @@ export interface Gate {
 export class Admission<Req> {
   readonly counters: AdmissionCounters = {
     admitted: 0,
-    rejected: { busy: 0, queue_full: 0, timeout: 0, store_unavailable: 0 },
+    rejected: { busy: 0, queue_full: 0, timeout: 0, store_unavailable: 0, shed: 0 },
     failedOpen: 0,
     dryRunRejected: 0,
     lost: 0,
@@ -90,6 +98,10 @@ export class Admission<Req> {
   }
   /** Requests of each bucket waiting in the store's queue (not those whose call is on its way). */
   private readonly waiting = new Map<string, number>()
+  /** This process's waiters of each fair bucket by class, for the class-aware `maxQueue`. */
+  private readonly classQueues = new Map<string, ClassQueue>()
+  /** Per class and per flow counts, when the buckets are fair queues (overloaded()). */
+  overload: OverloadCounters | undefined = undefined
   /** Whether the store is known down (shared by every admission on the store). */
   readonly health: StoreHealth
   /** The semaphore of a bucket (for a semaphore admission): what an admin API reads and sets. */
@@ -153,7 +165,7 @@ export class Admission<Req> {
     private readonly gateFor: (req: Req) => Bucket,
     /** A lease taken from a gate at once without a promise, when its store can (the memory store);
      * undefined when it cannot or no permit is free right now. */
-    private readonly acquireNow?: (gate: Gate, weight: number) => Lease | undefined,
+    private readonly acquireNow?: (gate: Gate, weight: number, fair?: FairRequest) => Lease | undefined,
     /** Permit keep-alive: how long a lease the store granted may serve this process's requests of
      * its bucket (keep-alive.ts); 0 = off, every request takes and gives back its own permit. */
     keepAliveMs = 0,
@@ -162,6 +174,13 @@ export class Admission<Req> {
     this.kept = keepAliveMs > 0 ? new KeptPermits(keepAliveMs, (lease) => this.giveBack(lease)) : undefined
     this.waits = config.metrics ? new HistogramSeries(WAIT_BUCKETS) : undefined
     if (config.metrics) attachMetrics(this, config.metrics.registry)
+  }
+
+  /** The buckets are fair queues (a semaphore with `priority`, `flow` or `overload`): count per class
+   * and per flow from now on, flows labelled by name only when `named` (the config's). */
+  overloaded(named: ReadonlySet<string>): void {
+    this.overload = new OverloadCounters(named)
+    if (this.config.metrics) attachOverloadMetrics(this, this.config.metrics.registry)
   }
 
   /** The bucket of a request: pass it to admitNow() and then, if that could not answer, to admit(). */
@@ -184,7 +203,7 @@ export class Admission<Req> {
       return this.admitted(bucket, kept, undefined, false)
     }
     if (!this.acquireNow) return undefined
-    const lease = this.acquireNow(bucket.gate, bucket.weight)
+    const lease = this.acquireNow(bucket.gate, bucket.weight, bucket.fair)
     if (!lease) return undefined
     this.arrived(bucket)
     return this.admitted(bucket, lease, undefined)
@@ -200,6 +219,7 @@ export class Admission<Req> {
     }
     const kept = bucket.weight === 1 ? this.kept?.take(bucket.key) : undefined
     if (kept) return this.admitted(bucket, kept, started, false)
+    if (bucket.fair) return this.admitFair(bucket, bucket.fair, signal, started)
     const { gate } = bucket
     let lease: Lease | undefined
     // Counted only once the store put the request in its queue (onQueued): a request whose call is
@@ -228,6 +248,48 @@ export class Admission<Req> {
     return this.admitted(bucket, lease, started)
   }
 
+  /** admit() in a fair queue: the class's wait, the class-aware local queue, and `shed`. */
+  private async admitFair(
+    bucket: Bucket,
+    fair: FairRequest,
+    signal: AbortSignalLike,
+    started: number,
+  ): Promise<AdmitResult> {
+    const wait = this.config.maxWaitByClass?.[fair.priority] ?? this.config.maxWaitMs
+    const { gate } = bucket
+    const request = { weight: bucket.weight, priority: fair.priority, flow: fair.flow }
+    let lease: Lease | undefined
+    const place = wait === 0 ? undefined : new FairPlace(this, bucket.key, fair.priority, signal)
+    try {
+      if (!place) {
+        lease = await gate.tryAcquire(request)
+        if (!lease) return this.reject(bucket, 'busy', started, wait)
+      } else {
+        try {
+          lease = await gate.acquire({
+            signal: place.signal,
+            timeoutMs: wait,
+            onQueued: place.onQueued,
+            ...request,
+          })
+        } finally {
+          place.leave()
+        }
+      }
+    } catch (error) {
+      if (place?.full) return this.reject(bucket, 'queue_full', started, wait)
+      if (place?.evicted) return this.reject(bucket, 'shed', started, wait)
+      // The fleet's bound (overload.maxQueued): evicted for a higher class, or refused at arrival.
+      if (error instanceof ShedError)
+        return this.reject(bucket, error.reason === 'evicted' ? 'shed' : 'queue_full', started, wait)
+      if (error instanceof AcquireTimeoutError) return this.reject(bucket, 'timeout', started, wait)
+      if (signal.aborted) throw error // the client left: nothing to answer
+      this.health.failed(error, this.config.logger)
+      return this.storeFailed(bucket, started)
+    }
+    return this.admitted(bucket, lease, started)
+  }
+
   /** `started` undefined: admitted at once, without waiting. `fresh`: the store just granted the
    * lease (false: a kept one, see keep-alive.ts). */
   private admitted(bucket: Bucket, lease: Lease, started: number | undefined, fresh = true): AdmitResult {
@@ -235,7 +297,9 @@ export class Admission<Req> {
     this.counters.admitted++
     this.counters.inFlight++
     if (this.tracking && bucket.keyed) countUp(this.holding, bucket.key)
-    this.waits?.observe(started === undefined ? 0 : (Date.now() - started) / 1000)
+    const waited = started === undefined ? 0 : (Date.now() - started) / 1000
+    this.waits?.observe(waited)
+    if (bucket.fair) this.overload?.admit(bucket.fair, waited)
     const permits = bucket.gate.permits
     // Permits left right after this admission (unknown holders: a hand-over from a full queue, so 0).
     const left = permits === undefined ? 0 : permits - (lease.holders ?? permits)
@@ -258,15 +322,22 @@ export class Admission<Req> {
     }
   }
 
-  private reject(bucket: Bucket, reason: RejectReason, started: number): AdmitResult {
+  /** `waitMs`: the request's class's maxWaitMs (the Retry-After). */
+  private reject(
+    bucket: Bucket,
+    reason: RejectReason,
+    started: number,
+    waitMs = this.config.maxWaitMs,
+  ): AdmitResult {
     if (this.config.dryRun && reason !== 'store_unavailable') {
       this.counters.dryRunRejected++
       return { outcome: 'passed', info: this.info(bucket, undefined, started), left: 0 }
     }
     this.counters.rejected[reason]++
+    if (bucket.fair) this.overload?.reject(bucket.fair, reason)
     const status =
       reason === 'store_unavailable' ? 503 : (this.config.statusCode ?? (bucket.keyed ? 429 : 503))
-    const retryAfterS = Math.max(1, Math.ceil(this.config.maxWaitMs / 1000))
+    const retryAfterS = Math.max(1, Math.ceil(waitMs / 1000))
     return {
       outcome: 'rejected',
       rejection: { reason, status, retryAfterS, key: bucket.key, permits: bucket.gate.permits },
@@ -296,6 +367,36 @@ export class Admission<Req> {
   leaveQueue(key: string): void {
     this.counters.queued--
     countDown(this.waiting, key)
+  }
+
+  /** Take a place in a fair bucket's queue. When it is full, an arrival of a strictly higher class
+   * than this process's lowest waiter there takes the place of the newest such waiter, which is shed
+   * (aborted once, rejected `shed`); otherwise false, as enterQueue(). */
+  enterFairQueue(place: FairPlace): boolean {
+    const { key } = place
+    let queue = this.classQueues.get(key)
+    if ((this.waiting.get(key) ?? 0) >= this.config.maxQueue) {
+      const victim = queue?.newestBelow(place.priority)
+      if (!victim) return false
+      victim.evict(new ShedError(key, 'evicted'))
+      queue = this.classQueues.get(key)
+    }
+    if (!this.enterQueue(key)) return false
+    if (!queue) this.classQueues.set(key, (queue = new ClassQueue()))
+    queue.push(place)
+    this.overload?.waiting(place.priority, 1)
+    return true
+  }
+
+  /** Give back a place enterFairQueue() gave (once). */
+  leaveFairQueue(place: FairPlace): void {
+    const queue = this.classQueues.get(place.key)
+    if (queue) {
+      queue.remove(place)
+      if (queue.size === 0) this.classQueues.delete(place.key)
+    }
+    this.overload?.waiting(place.priority, -1)
+    this.leaveQueue(place.key)
   }
 
   /** Under an adaptive limit: the request's response ended where the limit measures it (the
@@ -430,6 +531,15 @@ export interface Bucket {
   gate: Gate
   keyed: boolean
   weight: number
+  /** Its class and flow when the bucket is a fair queue (README "Overload"); undefined otherwise. */
+  fair?: FairRequest | undefined
+}
+
+/** A request's place in a fair queue: its priority class (0-7) and its flow's name (undefined: the
+ * default flow). */
+export interface FairRequest {
+  priority: number
+  flow: string | undefined
 }
 
 /** A request's place in its bucket's queue: taken when the store queues it (bounded by maxQueue),
@@ -455,6 +565,85 @@ class QueuePlace {
   leave(): void {
     if (this.counted) this.admission.leaveQueue(this.key)
     this.counted = false
+  }
+}
+
+/** A request's place in a fair bucket's local queue: as QueuePlace, plus its class, and a signal of
+ * its own that the client's aborts and that an eviction (a higher class's arrival) aborts once. */
+export class FairPlace {
+  full = false
+  evicted = false
+  /** In its ClassQueue list (newer: next). */
+  prev: FairPlace | undefined = undefined
+  next: FairPlace | undefined = undefined
+  readonly signal = new AbortFlag()
+  private counted = false
+  private readonly unwatch: (() => void) | undefined
+
+  constructor(
+    private readonly admission: Admission<never>,
+    readonly key: string,
+    readonly priority: number,
+    client: AbortSignalLike,
+  ) {
+    if (client.aborted) this.signal.abort(abortReason(client))
+    else this.unwatch = onAbort(client, () => this.signal.abort(abortReason(client)))
+  }
+
+  readonly onQueued = (): boolean => {
+    if (!this.admission.enterFairQueue(this)) {
+      this.full = true
+      return false
+    }
+    this.counted = true
+    return true
+  }
+
+  /** Shed for a higher class: its place goes to the arrival now, and its wait is aborted (once: the
+   * acquire then leaves the store's queue as any aborted wait does). */
+  evict(error: ShedError): void {
+    this.evicted = true
+    this.leave()
+    this.signal.abort(error)
+  }
+
+  leave(): void {
+    if (this.counted) this.admission.leaveFairQueue(this)
+    this.counted = false
+    this.unwatch?.()
+  }
+}
+
+/** One fair bucket's local waiters, a list per class (oldest to newest): push, remove and the newest
+ * of the lowest class below one in O(classes). */
+class ClassQueue {
+  private readonly newest: (FairPlace | undefined)[] = new Array<FairPlace | undefined>(MAX_PRIORITY + 1)
+  size = 0
+
+  push(place: FairPlace): void {
+    const tail = this.newest[place.priority]
+    place.prev = tail
+    place.next = undefined
+    if (tail) tail.next = place
+    this.newest[place.priority] = place
+    this.size++
+  }
+
+  remove(place: FairPlace): void {
+    if (place.next) place.next.prev = place.prev
+    else this.newest[place.priority] = place.prev
+    if (place.prev) place.prev.next = place.next
+    place.prev = place.next = undefined
+    this.size--
+  }
+
+  /** The newest waiter of the lowest class strictly below `priority`, if any. */
+  newestBelow(priority: number): FairPlace | undefined {
+    for (let p = 0; p < priority; p++) {
+      const place = this.newest[p]
+      if (place) return place
+    }
+    return undefined
   }
 }
 

@@ -1,7 +1,9 @@
 // Buckets: a gate (a semaphore, or one side of a read/write lock) per key, created on first use and
 // evicted past a bound; and the two admissions the middleware and the gateway build from options.
 import { ConfigError } from '../core/errors.js'
-import { isPlainObjectOrUndefined, parseLockOptions, positiveInt } from '../core/options.js'
+import { DEFAULT_PRIORITY, priorityNumber } from '../core/fair.js'
+import type { Lease } from '../core/client/lease.js'
+import { isPlainObjectOrUndefined, parseLockOptions, positiveInt, rejectUnknown } from '../core/options.js'
 import { bucketReadWriteLock, type ReadWriteLock } from '../primitives/rwlock.js'
 import {
   acquireNow,
@@ -9,12 +11,16 @@ import {
   adaptiveLimitOf,
   bucketSemaphore,
   type Semaphore,
+  type SemaphoreOptions,
 } from '../primitives/semaphore.js'
 import { parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
 import { MAX_WEIGHT } from '../core/weight.js'
-import { Admission } from './admission.js'
+import { Admission, type FairRequest } from './admission.js'
+import { MAX_NAMED_FLOWS } from './metrics.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
 import {
+  type Logger,
+  type OverloadOptions,
   rejectUnknownOptions,
   resolveCommon,
   type RwlockMiddlewareOptions,
@@ -67,7 +73,8 @@ export function semaphoreAdmission<Req>(
     throw new ConfigError('options', 'a number of permits or an options object', input)
   }
   isPlainObjectOrUndefined('options', options)
-  rejectUnknownOptions(options, ['permits', 'key', 'permitsFor', 'weight', 'adaptive'])
+  rejectUnknownOptions(options, [...SEMAPHORE_KEYS])
+  const overload = parseOverload(options)
   const adaptive = options.adaptive === undefined ? undefined : parseAdaptiveOptions(options.adaptive)
   if (adaptive) {
     // One limit, learnt from the requests it admits: one bucket, every request counting 1.
@@ -100,6 +107,12 @@ export function semaphoreAdmission<Req>(
   const weightFn = options.weight
   if (weightFn !== undefined && typeof weightFn !== 'function')
     throw new ConfigError('weight', 'a function of the request returning the permits it counts for', weightFn)
+  if (overload && keepAliveMs > 0)
+    throw new ConfigError(
+      'keepAliveMs',
+      'no permit keep-alive beside priority, flow or overload (a kept lease would serve its bucket’s next request past the queue’s order)',
+      keepAliveMs,
+    )
   const config = resolveCommon(options, 'semaphore')
   // The lock options every bucket's semaphore will get, checked now (ConfigError naming the option).
   parseLockOptions('sem', config.store, config.name, { ttlMs: config.ttlMs })
@@ -117,12 +130,17 @@ export function semaphoreAdmission<Req>(
       if (override !== undefined) n = positiveInt('permitsFor() result', override, 1_000_000)
     }
     // The policy name and the bucket share one primitive name; keySpace() encodes what is hostile.
-    return bucketSemaphore(store, bucketName(config.name, key), {
-      permits: n,
-      ttlMs: config.ttlMs,
-      acquireTimeoutMs: Number.POSITIVE_INFINITY,
-    })
+    const semaphoreOptions = { permits: n, ttlMs: config.ttlMs, acquireTimeoutMs: Number.POSITIVE_INFINITY }
+    return bucketSemaphore(
+      store,
+      bucketName(config.name, key),
+      overload ? fairSemaphoreOptions(semaphoreOptions, overload.options) : semaphoreOptions,
+    )
   })
+  // The `overload` values are the semaphore's to check: one bucket made now says a bad one at
+  // construction, never at a request.
+  if (overload) gates.get(keyFn ? DEFAULT_BUCKET : GLOBAL_KEY)
+  const fairOf = overload && fairRequests(options, overload.options, config.logger)
   /** The permits a request counts for in `gate`: the `weight` option's answer, at most the bucket's
    * permits (a heavier request could never be admitted); 1 without the option or when it fails. */
   const weightIn = (req: Req, gate: Semaphore): number => {
@@ -142,13 +160,18 @@ export function semaphoreAdmission<Req>(
     }
     return Math.min(weight, gate.permits, MAX_WEIGHT)
   }
+  /** A request's bucket, with its class and flow when the buckets are fair queues. */
+  const bucketIn = (req: Req, key: string, keyed: boolean) => {
+    const gate = gates.get(key)
+    const weight = weightIn(req, gate)
+    if (!fairOf) return { key, gate, keyed, weight }
+    const fair = fairOf(req)
+    return { key, gate, keyed, weight: fair.cap === undefined ? weight : Math.min(weight, fair.cap), fair }
+  }
   const admission = new Admission(
     config,
     (req: Req) => {
-      if (!keyFn) {
-        const gate = gates.get(GLOBAL_KEY)
-        return { key: GLOBAL_KEY, gate, keyed: false, weight: weightIn(req, gate) }
-      }
+      if (!keyFn) return bucketIn(req, GLOBAL_KEY, false)
       let key: string
       try {
         key = normalizeKey(keyFn(req))
@@ -158,16 +181,164 @@ export function semaphoreAdmission<Req>(
         config.logger.warn('tollgate: key() threw; using the default bucket', { error })
         key = DEFAULT_BUCKET
       }
-      const gate = gates.get(key)
-      return { key, gate, keyed: true, weight: weightIn(req, gate) }
+      return bucketIn(req, key, true)
     },
-    (gate, weight) => acquireNow(gate as Semaphore, weight),
+    (gate, weight, fair) =>
+      fair ? fairAcquireNow(gate as Semaphore, weight, fair) : acquireNow(gate as Semaphore, weight),
     keepAliveMs,
   )
   admission.semaphoreOf = (key) => gates.get(key)
+  if (overload) admission.overloaded(overload.named)
   if (adaptive)
     admission.adaptive = adaptiveLimitOf(gates.get(GLOBAL_KEY), adaptive, store, config.logger, config.name)
   return admission
+}
+
+/** semaphore()'s own options (besides those every middleware takes). */
+const SEMAPHORE_KEYS = [
+  'permits',
+  'key',
+  'permitsFor',
+  'weight',
+  'adaptive',
+  'priority',
+  'flow',
+  'overload',
+] as const
+
+const OVERLOAD_KEYS = ['flowWeights', 'flowMax', 'maxQueued'] as const
+
+/** The `overload` option (`{}` when only `priority` or `flow` is given), its keys checked here and
+ * its values by the semaphore; and the flows it names (metric labels). Undefined without any of the
+ * three: the buckets are plain FIFO queues, as without this feature. */
+function parseOverload<Req>(
+  options: SemaphoreMiddlewareOptions<Req>,
+): { options: OverloadOptions; named: ReadonlySet<string> } | undefined {
+  const { priority, flow, overload } = options
+  if (priority === undefined && flow === undefined && overload === undefined) return undefined
+  for (const [option, value] of [
+    ['priority', priority],
+    ['flow', flow],
+  ] as const) {
+    if (value !== undefined && typeof value !== 'function')
+      throw new ConfigError(
+        option,
+        option === 'priority'
+          ? "a function of the request returning 'critical', 'standard', 'sheddable' or 0 to 7"
+          : 'a function of the request returning its flow (a tenant id, say)',
+        value,
+      )
+  }
+  const given = overload ?? {}
+  if (typeof given !== 'object' || given === null || Array.isArray(given))
+    throw new ConfigError('overload', 'an options object, e.g. { maxQueued: 1000 } (or {})', given)
+  rejectUnknown(given, OVERLOAD_KEYS, {
+    maxQueue: 'the fleet-wide bound is `overload.maxQueued` (`maxQueue` is per process, beside `overload`)',
+    weights: 'it is `flowWeights`',
+    max: 'it is `flowMax`',
+  })
+  const named = new Set<string>()
+  for (const table of [given.flowWeights, given.flowMax]) {
+    if (typeof table !== 'object' || table === null) continue
+    for (const name of Object.keys(table)) if (named.size < MAX_NAMED_FLOWS) named.add(name.trim())
+  }
+  return { options: given, named }
+}
+
+/** What a fair bucket adds to a request: its class, its flow, and its flow's cap where the config
+ * says it (a weight above it could never be admitted). A throwing or invalid priority() or flow() is
+ * logged once per kind of failure (a hostile header would otherwise write a line per request) and
+ * takes the default. Exported for its tests. */
+export function fairRequests<Req>(
+  options: SemaphoreMiddlewareOptions<Req>,
+  overload: OverloadOptions,
+  logger: Logger,
+): (req: Req) => FairRequest & { cap?: number | undefined } {
+  const { priority: priorityFn, flow: flowFn } = options
+  const said = new Set<string>()
+  const once = (kind: string, message: string, meta: Record<string, unknown>) => {
+    if (said.has(kind)) return
+    said.add(kind)
+    logger.error(`tollgate: ${message} (said once)`, meta)
+  }
+  const priorityOf = (req: Req): number => {
+    if (!priorityFn) return DEFAULT_PRIORITY
+    let answer: unknown
+    try {
+      answer = priorityFn(req)
+    } catch (error) {
+      once('priority threw', "priority() threw; counting the request as 'standard'", { error })
+      return DEFAULT_PRIORITY
+    }
+    try {
+      return priorityNumber(answer as never)
+    } catch {
+      once('priority invalid', "priority() returned no class; counting the request as 'standard'", {
+        priority: answer,
+      })
+      return DEFAULT_PRIORITY
+    }
+  }
+  const flowOf = (req: Req): string | undefined => {
+    if (!flowFn) return undefined
+    let answer: unknown
+    try {
+      answer = flowFn(req)
+    } catch (error) {
+      once('flow threw', 'flow() threw; counting the request to the default flow', { error })
+      return undefined
+    }
+    if (answer === undefined || answer === null) return undefined
+    if (typeof answer !== 'string' && typeof answer !== 'number') {
+      once('flow invalid', 'flow() returned no string; counting the request to the default flow', {
+        flow: answer,
+      })
+      return undefined
+    }
+    // Trimmed, and a name past 256 characters hashed: a hostile header neither fails nor grows.
+    const name = normalizeKey(answer)
+    return name === DEFAULT_BUCKET ? undefined : name
+  }
+  const { flowMax } = overload
+  const capOf = (flow: string | undefined): number | undefined => {
+    if (flow === undefined || flowMax === undefined) return undefined
+    let cap: unknown
+    if (typeof flowMax === 'number') cap = flowMax
+    else if (typeof flowMax === 'function') {
+      try {
+        cap = flowMax(flow)
+      } catch {
+        return undefined // the semaphore says it
+      }
+    } else cap = Object.hasOwn(flowMax, flow) ? flowMax[flow] : undefined
+    return typeof cap === 'number' && Number.isInteger(cap) && cap >= 1 ? cap : undefined
+  }
+  return (req) => {
+    const flow = flowOf(req)
+    return { priority: priorityOf(req), flow, cap: capOf(flow) }
+  }
+}
+
+// The one place the middleware hands `overload` to a bucket's semaphore and a request's class and
+// flow to its acquire (the other acquire options pass through the Gate as they always did).
+
+/** A bucket semaphore's options with `overload`. */
+function fairSemaphoreOptions(
+  options: { permits: number; ttlMs: number; acquireTimeoutMs: number },
+  overload: OverloadOptions,
+): SemaphoreOptions {
+  return { ...options, overload } as SemaphoreOptions // i38-D merges the typed option
+}
+
+/** acquireNow() in a fair queue: the store grants at once only when nobody waits and the flow is
+ * under its cap. */
+function fairAcquireNow(gate: Semaphore, weight: number, fair: FairRequest): Lease | undefined {
+  const now = acquireNow as (
+    gate: Semaphore,
+    weight: number,
+    request: { priority: number; flow: string | undefined },
+  ) => Lease | undefined // i38-D merges the typed option
+  return now(gate, weight, { priority: fair.priority, flow: fair.flow })
 }
 
 /** How an adapter reads the method and path of its request type. */

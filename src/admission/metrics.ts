@@ -3,8 +3,67 @@
 // library user who never asks for metrics never loads it. One set of series per registry, labelled by
 // policy name; values are read from the admissions' own counters at scrape time, so nothing is lost
 // while prom-client loads and nothing is added to the request path.
-import { type HistogramSeries, histogramValues, WAIT_BUCKETS } from './histogram.js'
-import type { Logger, MetricsRegistry } from './options.js'
+import { MAX_PRIORITY, PRIORITY_CLASSES, priorityName } from '../core/fair.js'
+import { HistogramSeries, histogramValues, WAIT_BUCKETS } from './histogram.js'
+import type { Logger, MetricsRegistry, RejectReason } from './options.js'
+
+/** Flows labelled by name at most (the config's first); every other flow is "other". */
+export const MAX_NAMED_FLOWS = 100
+/** The label of every flow the config does not name: a hostile header never adds a series. */
+export const OTHER_FLOW = 'other'
+
+/** What a flow's label counts. */
+interface FlowCounts {
+  admitted: number
+  rejected: Partial<Record<RejectReason, number>>
+}
+
+/** Counts of an admission whose buckets are fair queues, per priority class (index 0-7) and per flow
+ * label: plain numbers on the request path, read at scrape time as the other counters are. */
+export class OverloadCounters {
+  readonly admitted = new Float64Array(MAX_PRIORITY + 1)
+  readonly rejected = new Map<RejectReason, Float64Array>()
+  /** Requests of each class waiting in this process right now. */
+  readonly queued = new Float64Array(MAX_PRIORITY + 1)
+  readonly waits: HistogramSeries[] = []
+  /** By label: the named flows (at most MAX_NAMED_FLOWS) and OTHER_FLOW, no other. */
+  readonly flows = new Map<string, FlowCounts>()
+
+  constructor(private readonly named: ReadonlySet<string>) {
+    for (let p = 0; p <= MAX_PRIORITY; p++) this.waits.push(new HistogramSeries(WAIT_BUCKETS))
+  }
+
+  /** A flow's metric label: its name if the config names it, else OTHER_FLOW. */
+  flowLabel(flow: string | undefined): string {
+    return flow !== undefined && this.named.has(flow) ? flow : OTHER_FLOW
+  }
+
+  /** A request of class `priority` waits in this process (+1) or stopped waiting (-1). */
+  waiting(priority: number, delta: 1 | -1): void {
+    this.queued[priority] = (this.queued[priority] ?? 0) + delta
+  }
+
+  admit(fair: { priority: number; flow: string | undefined }, waitedS: number): void {
+    this.admitted[fair.priority] = (this.admitted[fair.priority] ?? 0) + 1
+    this.waits[fair.priority]?.observe(waitedS)
+    this.flow(fair.flow).admitted++
+  }
+
+  reject(fair: { priority: number; flow: string | undefined }, reason: RejectReason): void {
+    let byClass = this.rejected.get(reason)
+    if (!byClass) this.rejected.set(reason, (byClass = new Float64Array(MAX_PRIORITY + 1)))
+    byClass[fair.priority] = (byClass[fair.priority] ?? 0) + 1
+    const counts = this.flow(fair.flow).rejected
+    counts[reason] = (counts[reason] ?? 0) + 1
+  }
+
+  private flow(flow: string | undefined): FlowCounts {
+    const label = this.flowLabel(flow)
+    let counts = this.flows.get(label)
+    if (!counts) this.flows.set(label, (counts = { admitted: 0, rejected: {} }))
+    return counts
+  }
+}
 
 /** What is read of an admission (structurally: no import of admission.ts, which imports this). */
 interface AnyAdmission {
@@ -21,24 +80,43 @@ interface AnyAdmission {
   readonly waits?: HistogramSeries | undefined
   /** An adaptive limit's (the `adaptive` option's), set after construction. */
   readonly adaptive?: { status(): { limit: number } } | undefined
+  /** Per class and flow, for fair buckets (set after construction). */
+  readonly overload?: OverloadCounters | undefined
 }
 
 /** The admissions counted on a registry, kept on the registry itself under a global symbol: the ESM
  * and the CommonJS copy of tollgate in one app feed one set (one registration per registry). */
 const ADMISSIONS = Symbol.for('tollgate.metrics.admissions')
-type Carrier = MetricsRegistry & { [ADMISSIONS]?: Set<AnyAdmission> }
 
 /** Count `admission` on `registry`; the series appear once prom-client has loaded (a microtask or so
  * after the first call for a registry). A missing prom-client is logged, never thrown. */
 export function attachMetrics(admission: AnyAdmission, registry: MetricsRegistry): void {
-  const carrier = registry as Carrier
-  const known = carrier[ADMISSIONS]
+  attach(admission, registry, ADMISSIONS, register)
+}
+
+/** The admissions with fair buckets counted on a registry (their own set: a registry that never sees
+ * one never gets the per-class series). */
+const OVERLOADED = Symbol.for('tollgate.metrics.overloaded')
+
+/** Count `admission`'s classes and flows on `registry` (attachMetrics() counts the rest). */
+export function attachOverloadMetrics(admission: AnyAdmission, registry: MetricsRegistry): void {
+  attach(admission, registry, OVERLOADED, registerOverload)
+}
+
+function attach(
+  admission: AnyAdmission,
+  registry: MetricsRegistry,
+  symbol: symbol,
+  register: (prom: typeof import('prom-client'), registry: MetricsRegistry, all: Set<AnyAdmission>) => void,
+): void {
+  const carrier = registry as MetricsRegistry & Record<symbol, Set<AnyAdmission> | undefined>
+  const known = carrier[symbol]
   if (known) {
     known.add(admission)
     return
   }
   const all = new Set([admission])
-  carrier[ADMISSIONS] = all
+  carrier[symbol] = all
   // A computed specifier: bundlers leave it to run time instead of failing where prom-client is not
   // installed (it is optional).
   const specifier = 'prom-client'
@@ -61,6 +139,130 @@ export function attachMetrics(admission: AnyAdmission, registry: MetricsRegistry
       )
     },
   )
+}
+
+const OVERLOAD_METRIC_NAMES = [
+  'tollgate_policy_class_admitted_total',
+  'tollgate_policy_class_rejected_total',
+  'tollgate_policy_class_queued',
+  'tollgate_policy_class_wait_seconds',
+  'tollgate_policy_flow_admitted_total',
+  'tollgate_policy_flow_rejected_total',
+]
+
+/** The classes a scrape shows: the named ones always, another once it counted something. */
+function shownClasses(counters: OverloadCounters): number[] {
+  const named = new Set<number>(Object.values(PRIORITY_CLASSES))
+  const shown: number[] = []
+  for (let p = 0; p <= MAX_PRIORITY; p++) {
+    let seen = named.has(p) || (counters.admitted[p] ?? 0) > 0 || (counters.queued[p] ?? 0) > 0
+    for (const byClass of counters.rejected.values()) seen ||= (byClass[p] ?? 0) > 0
+    if (seen) shown.push(p)
+  }
+  return shown
+}
+
+function registerOverload(
+  prom: typeof import('prom-client'),
+  registry: MetricsRegistry,
+  admissions: Set<AnyAdmission>,
+): void {
+  const registers = [registry as unknown as import('prom-client').Registry]
+  const taken = OVERLOAD_METRIC_NAMES.filter((name) => registry.getSingleMetric(name) !== undefined)
+  if (taken.length > 0) throw new Error(`the registry already has ${taken.join(', ')}`)
+  const each = (fn: (policy: string, counters: OverloadCounters) => void) => {
+    for (const admission of admissions) if (admission.overload) fn(admission.config.name, admission.overload)
+  }
+  new prom.Counter({
+    name: 'tollgate_policy_class_admitted_total',
+    help: 'Requests that got a permit, by policy and priority class (policies with priority, flow or overload)',
+    labelNames: ['policy', 'class'],
+    registers,
+    collect() {
+      this.reset()
+      each((policy, c) => {
+        for (const p of shownClasses(c)) this.inc({ policy, class: priorityName(p) }, c.admitted[p] ?? 0)
+      })
+    },
+  })
+  new prom.Counter({
+    name: 'tollgate_policy_class_rejected_total',
+    help: 'Requests rejected without a permit, by policy, priority class and reason (shed among them)',
+    labelNames: ['policy', 'class', 'reason'],
+    registers,
+    collect() {
+      this.reset()
+      each((policy, c) => {
+        for (const [reason, byClass] of c.rejected)
+          for (let p = 0; p <= MAX_PRIORITY; p++)
+            if ((byClass[p] ?? 0) > 0) this.inc({ policy, class: priorityName(p), reason }, byClass[p])
+      })
+    },
+  })
+  new prom.Gauge({
+    name: 'tollgate_policy_class_queued',
+    help: 'Requests waiting for a permit in this process right now, by policy and priority class',
+    labelNames: ['policy', 'class'],
+    registers,
+    collect() {
+      this.reset()
+      each((policy, c) => {
+        for (const p of shownClasses(c)) this.inc({ policy, class: priorityName(p) }, c.queued[p] ?? 0)
+      })
+    },
+  })
+  new prom.Counter({
+    name: 'tollgate_policy_flow_admitted_total',
+    help: `Requests that got a permit, by policy and flow (flows named in overload.flowWeights or flowMax; every other: "${OTHER_FLOW}")`,
+    labelNames: ['policy', 'flow'],
+    registers,
+    collect() {
+      this.reset()
+      each((policy, c) => {
+        for (const [flow, counts] of c.flows) this.inc({ policy, flow }, counts.admitted)
+      })
+    },
+  })
+  new prom.Counter({
+    name: 'tollgate_policy_flow_rejected_total',
+    help: `Requests rejected without a permit, by policy, flow (as tollgate_policy_flow_admitted_total) and reason`,
+    labelNames: ['policy', 'flow', 'reason'],
+    registers,
+    collect() {
+      this.reset()
+      each((policy, c) => {
+        for (const [flow, counts] of c.flows)
+          for (const [reason, n] of Object.entries(counts.rejected)) this.inc({ policy, flow, reason }, n)
+      })
+    },
+  })
+  const name = 'tollgate_policy_class_wait_seconds'
+  const help = 'Time an admitted request waited for its permit, by policy and priority class'
+  class ClassWaitHistogram extends prom.Histogram<'policy' | 'class'> {
+    override async get(): Promise<
+      Awaited<ReturnType<import('prom-client').Histogram<'policy' | 'class'>['get']>>
+    > {
+      const values: ReturnType<typeof histogramValues> = []
+      each((policy, c) => {
+        const all = shownClasses(c).map((p) => [priorityName(p), c.waits[p]] as [string, HistogramSeries])
+        for (const value of histogramValues(name, 'class', WAIT_BUCKETS, all))
+          values.push({ ...value, labels: { policy, ...value.labels } })
+      })
+      return { name, help, type: 'histogram' as never, values, aggregator: 'sum', collect() {} }
+    }
+
+    /** What the registry reads for the text format. */
+    getForPromString(): ReturnType<ClassWaitHistogram['get']> {
+      return this.get()
+    }
+  }
+  new ClassWaitHistogram({
+    name,
+    help,
+    labelNames: ['policy', 'class'],
+    buckets: [...WAIT_BUCKETS],
+    registers,
+  })
 }
 
 const METRIC_NAMES = [
@@ -98,14 +300,15 @@ function register(
   })
   new prom.Counter({
     name: 'tollgate_policy_rejected_total',
-    help: 'Requests rejected without a permit, by policy and reason (busy, timeout, queue_full, store_unavailable)',
+    help: 'Requests rejected without a permit, by policy and reason (busy, timeout, queue_full, store_unavailable, shed)',
     labelNames: ['policy', 'reason'],
     registers,
     collect() {
       this.reset()
       each((a) => {
         for (const [reason, n] of Object.entries(a.counters.rejected))
-          this.inc({ policy: a.config.name, reason }, n)
+          // Only fair buckets shed: a policy without them shows the series it always showed.
+          if (reason !== 'shed' || a.overload) this.inc({ policy: a.config.name, reason }, n)
       })
     },
   })

@@ -1,6 +1,7 @@
 // The options of semaphore() and rwlock() (for the middleware and the gateway alike), validated once
 // over frozen defaults into the fully-required config an admission runs on.
 import { ConfigError } from '../core/errors.js'
+import { MAX_PRIORITY, MIN_PRIORITY, PRIORITY_CLASSES, type Priority } from '../core/fair.js'
 import { createMemoryStore } from '../core/memory/store.js'
 import { defined, nonEmptyString, positiveInt, rejectUnknown, storeOption } from '../core/options.js'
 import type { Store } from '../core/protocol/store.js'
@@ -42,8 +43,11 @@ export interface TollgateInfo {
 
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait
  * (`maxWaitMs: 0`); `timeout`, it waited `maxWaitMs` without one; `queue_full`, `maxQueue` requests of
- * its bucket were waiting already; `store_unavailable`, the store failed and `failOpen` is off. */
-export const REJECT_REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable'] as const
+ * its bucket were waiting already (or, with `overload.maxQueued`, the fleet's queue was full of
+ * requests of its class or higher); `store_unavailable`, the store failed and `failOpen` is off;
+ * `shed`, it was waiting when a request of a higher priority class took its place in a full queue
+ * (README "Overload"). */
+export const REJECT_REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable', 'shed'] as const
 export type RejectReason = (typeof REJECT_REASONS)[number]
 
 export interface Rejection {
@@ -86,8 +90,9 @@ export interface CommonOptions<Req> {
    * processes); name each policy when several share a store. @default 'default' */
   name?: string
   /** How long a request may wait in the fair queue for a permit before it is rejected. 0 = never wait.
-   * @default 1000 */
-  maxWaitMs?: number
+   * A semaphore with `priority` may give it per class instead: `{ critical: 2000, sheddable: 250 }`
+   * (by class name or number; a missing class takes `standard`'s, else 1000). @default 1000 */
+  maxWaitMs?: number | MaxWaitByClass
   /** At most this many requests of one bucket wait in this process; more are rejected at once.
    * @default 100 */
   maxQueue?: number
@@ -145,6 +150,34 @@ export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
    * and 1000 (more is counted as that). FIFO holds: a heavy request at the head of the queue is not
    * overtaken by light ones. A throwing or invalid answer is logged and counted as 1. @default 1 */
   weight?: (req: Req) => number
+  /** The request's priority class (README "Overload"): 'critical', 'standard', 'sheddable' or an
+   * integer from 0 to 7, higher first; a higher class is always admitted first. A throwing or invalid
+   * answer is logged (once per kind) and counted as 'standard'. Implies `overload: {}`. */
+  priority?: (req: Req) => Priority
+  /** The flow (a tenant, a user) the request counts to inside its bucket: waiters of a class are
+   * admitted fairly between flows, by `overload.flowWeights`. A missing or empty answer is the default
+   * flow; a throwing or invalid one is logged (once per kind) and takes the default flow. Implies
+   * `overload: {}`. */
+  flow?: (req: Req) => string | undefined | null
+  /** Make each bucket's queue a fair queue (README "Overload"): the per-flow weights and caps, and a
+   * fleet-wide bound on waiters that sheds the lowest class first. */
+  overload?: OverloadOptions
+}
+
+/** `maxWaitMs` per priority class, by class name or number (0-7). */
+export type MaxWaitByClass = Readonly<Partial<Record<keyof typeof PRIORITY_CLASSES, number>>> &
+  Readonly<Record<number, number>>
+
+/** The semaphore's `overload` option (README "Overload"): the bucket's queue becomes a fair queue. */
+export interface OverloadOptions {
+  /** Each flow's share weight, 1 to 100 (default 1), by flow name or a function of it. */
+  flowWeights?: Readonly<Record<string, number>> | ((flow: string) => number)
+  /** The permits a flow may hold at once: one number for every flow, by flow name, or a function of
+   * it (undefined: no cap). */
+  flowMax?: number | Readonly<Record<string, number>> | ((flow: string) => number | undefined)
+  /** The bucket's waiters across the fleet at most; past it an arrival evicts the last waiter of a
+   * strictly lower class (rejected `shed`), else it is rejected `queue_full`. @default no bound */
+  maxQueued?: number
 }
 
 export interface RwlockMiddlewareOptions<Req> extends CommonOptions<Req> {
@@ -173,7 +206,10 @@ export interface ResolvedConfig<Req> {
   name: string
   /** `name` was given (not a default one). */
   named: boolean
+  /** The wait of the 'standard' class (every request's, without per-class waits). */
   maxWaitMs: number
+  /** `maxWaitMs` of each class 0-7 (index), when given per class; undefined when one number. */
+  maxWaitByClass: readonly number[] | undefined
   maxQueue: number
   ttlMs: number
   statusCode: number | undefined
@@ -330,6 +366,44 @@ function noteUnnamed(store: Store, kind: string): void {
   )
 }
 
+const MAX_WAIT_MS = 600_000
+
+/** `maxWaitMs` by class ({ critical: 2000, sheddable: 250 }, or by number): each class's wait, a
+ * missing class taking standard's, else the default. */
+function parseMaxWaitByClass(value: object): number[] {
+  if (Array.isArray(value))
+    throw new ConfigError('maxWaitMs', 'a number, or an object by priority class', value)
+  const given = new Map<number, number>()
+  for (const [key, wait] of Object.entries(value)) {
+    const priority = Object.hasOwn(PRIORITY_CLASSES, key)
+      ? PRIORITY_CLASSES[key as keyof typeof PRIORITY_CLASSES]
+      : /^\d$/.test(key) && Number(key) >= MIN_PRIORITY && Number(key) <= MAX_PRIORITY
+        ? Number(key)
+        : undefined
+    if (priority === undefined)
+      throw new ConfigError(
+        `maxWaitMs.${key}`,
+        {
+          message: `Unknown priority class "${key}" in maxWaitMs: the classes are critical, standard, sheddable or 0 to ${MAX_PRIORITY}`,
+        },
+        wait,
+      )
+    if (given.has(priority))
+      throw new ConfigError(
+        `maxWaitMs.${key}`,
+        { message: `maxWaitMs gives class ${priority} twice ("${key}")` },
+        wait,
+      )
+    if (!(typeof wait === 'number' && Number.isInteger(wait) && wait >= 0 && wait <= MAX_WAIT_MS))
+      throw new ConfigError(`maxWaitMs.${key}`, `an integer from 0 to ${MAX_WAIT_MS}`, wait)
+    given.set(priority, wait)
+  }
+  const standard = given.get(PRIORITY_CLASSES.standard) ?? COMMON_DEFAULTS.maxWaitMs
+  const waits: number[] = []
+  for (let p = MIN_PRIORITY; p <= MAX_PRIORITY; p++) waits.push(given.get(p) ?? standard)
+  return waits
+}
+
 /** Validate the options every middleware shares (ConfigError naming the option). `kind` (semaphore,
  * rwlock) tells unnamed middlewares apart for the shared-store warning: their keys never meet. */
 export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphore'): ResolvedConfig<Req> {
@@ -337,8 +411,17 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
   const named = config.name !== undefined
   const name = nonEmptyString('name', config.name ?? DEFAULT_NAME, 64)
   if (!/^[\w.:/-]+$/.test(name)) throw new ConfigError('name', 'letters, digits and . _ : / - only', name)
-  if (!(Number.isInteger(config.maxWaitMs) && config.maxWaitMs >= 0 && config.maxWaitMs <= 600_000)) {
-    throw new ConfigError('maxWaitMs', 'an integer from 0 to 600000', config.maxWaitMs)
+  const maxWaitByClass =
+    typeof config.maxWaitMs === 'object' && config.maxWaitMs !== null && kind === 'semaphore'
+      ? parseMaxWaitByClass(config.maxWaitMs)
+      : undefined
+  const maxWaitMs = (maxWaitByClass ? maxWaitByClass[PRIORITY_CLASSES.standard] : config.maxWaitMs) as number
+  if (!(Number.isInteger(maxWaitMs) && maxWaitMs >= 0 && maxWaitMs <= MAX_WAIT_MS)) {
+    throw new ConfigError(
+      'maxWaitMs',
+      `an integer from 0 to ${MAX_WAIT_MS}${kind === 'semaphore' ? ', or an object of them by priority class' : ''}`,
+      config.maxWaitMs,
+    )
   }
   const maxQueue = positiveInt('maxQueue', config.maxQueue, 1_000_000)
   const ttlMs = positiveInt('ttlMs', config.ttlMs, 24 * 3600 * 1000)
@@ -417,7 +500,8 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
     store,
     name,
     named,
-    maxWaitMs: config.maxWaitMs,
+    maxWaitMs,
+    maxWaitByClass,
     maxQueue,
     ttlMs,
     statusCode,
