@@ -327,18 +327,13 @@ function fairSemaphoreOptions(
   options: { permits: number; ttlMs: number; acquireTimeoutMs: number },
   overload: OverloadOptions,
 ): SemaphoreOptions {
-  return { ...options, overload } as SemaphoreOptions // i38-D merges the typed option
+  return { ...options, overload }
 }
 
 /** acquireNow() in a fair queue: the store grants at once only when nobody waits and the flow is
  * under its cap. */
 function fairAcquireNow(gate: Semaphore, weight: number, fair: FairRequest): Lease | undefined {
-  const now = acquireNow as (
-    gate: Semaphore,
-    weight: number,
-    request: { priority: number; flow: string | undefined },
-  ) => Lease | undefined // i38-D merges the typed option
-  return now(gate, weight, { priority: fair.priority, flow: fair.flow })
+  return acquireNow(gate, weight, { priority: fair.priority, flow: fair.flow })
 }
 
 /** How an adapter reads the method and path of its request type. */

@@ -1,5 +1,6 @@
 // The options of semaphore() and rwlock() (for the middleware and the gateway alike), validated once
 // over frozen defaults into the fully-required config an admission runs on.
+import type { OverloadOptions } from '../primitives/overload.js'
 import { ConfigError } from '../core/errors.js'
 import { MAX_PRIORITY, MIN_PRIORITY, PRIORITY_CLASSES, type Priority } from '../core/fair.js'
 import { createMemoryStore } from '../core/memory/store.js'
@@ -169,16 +170,7 @@ export type MaxWaitByClass = Readonly<Partial<Record<keyof typeof PRIORITY_CLASS
   Readonly<Record<number, number>>
 
 /** The semaphore's `overload` option (README "Overload"): the bucket's queue becomes a fair queue. */
-export interface OverloadOptions {
-  /** Each flow's share weight, 1 to 100 (default 1), by flow name or a function of it. */
-  flowWeights?: Readonly<Record<string, number>> | ((flow: string) => number)
-  /** The permits a flow may hold at once: one number for every flow, by flow name, or a function of
-   * it (undefined: no cap). */
-  flowMax?: number | Readonly<Record<string, number>> | ((flow: string) => number | undefined)
-  /** The bucket's waiters across the fleet at most; past it an arrival evicts the last waiter of a
-   * strictly lower class (rejected `shed`), else it is rejected `queue_full`. @default no bound */
-  maxQueued?: number
-}
+export type { OverloadOptions } from '../primitives/overload.js'
 
 export interface RwlockMiddlewareOptions<Req> extends CommonOptions<Req> {
   /** The resource a request locks. Default: the request path, normalised (dot segments resolved,
