@@ -1,11 +1,15 @@
 // The memory twin of lua/permit-*.lua (G11): a fair FIFO permit set per name, the same rules step by
 // step, on the same clock discipline (a monotonic clock standing in for Redis TIME). Each method
-// mirrors the script of the same name; lua/lib/permits.lua explains the rules.
+// mirrors the script of the same name; lua/lib/permits.lua explains the rules. A name called with
+// `fair` (a semaphore with `overload`) also gets a FairQueue (fair-queue.ts, the twin of lua/lib/fair.lua)
+// that orders its waiters; a name never called with it allocates nothing more.
 import type { KeySpace } from '../keys.js'
 import type {
   AcquireReply,
   AcquireRequest,
   Acquisition,
+  FairCall,
+  FairPermitStats,
   Grant,
   PermitFamily,
   PermitStats,
@@ -15,8 +19,14 @@ import type {
   WaiterState,
 } from '../protocol/store.js'
 import { nowMs, nowUs } from './clock.js'
+import { FairQueue, type TokenDiscipline } from './fair-queue.js'
 import { queuePosition } from './rwlocks.js'
+import { SortedSet } from './sorted-set.js'
+import { parseFairToken } from '../fair.js'
 import { tokenWeight } from '../weight.js'
+
+/** Shed marks one fair call prunes at most (lua: ZRANGEBYSCORE X -inf now LIMIT 0 100). */
+const SHED_PRUNE = 100
 
 interface Holder {
   expiresAt: number
@@ -26,20 +36,31 @@ interface Holder {
   /** A reentrant owner's acquisitions holding through the token (lua a:<tok>); undefined for a fresh
    * token, which is its own acquisition. */
   ops: string[] | undefined
+  /** A capped flow's hold in a fair queue (its permits count against the flow's cap until it ends). */
+  capped?: TokenDiscipline
 }
 interface Waiter {
   heartbeat: number
   ttlMs: number
   /** A reentrant owner's acquisitions waiting on the token (lua t:<tok>); undefined for a fresh token. */
   ops: string[] | undefined
+  /** Its ticket (lua M n): arrival order, a fair queue's tie-break. */
+  ticket: number
+  /** Its discipline, when it joined a fair queue through a fair call. */
+  disc?: TokenDiscipline
 }
 /** One name's state: the in-memory twin of the H, Q, W and M keys. */
 interface PermitSet {
   holders: Map<string, Holder>
   /** Permits held: the holders' weights (lua ZCARD H). */
   used: number
-  /** Insertion order is ticket order (FIFO). */
+  /** Insertion order is ticket order (FIFO). With `fair`, every waiter, parked ones included: the
+   * fair queue keeps the order, this map the waiters' specs. */
   queue: Map<string, Waiter>
+  /** The last ticket (lua M n). */
+  tickets: number
+  /** The discipline's state, from the first fair call on the name until it is idle. */
+  fair?: FairQueue
   lastFence: number
   /** No holder expires and no waiter lapses before this (a lower bound: renewals only push expiries
    * later), so purge() scans only when something may be due, not on every call. */
@@ -60,10 +81,14 @@ export class MemoryPermitSets implements PermitFamily {
   /** Run-time limits per name (P in lib/permits.lua): an override, or the fleet's adaptive limit
    * (`until`: it runs out then, as the key's expiry in Redis). */
   private readonly limits = new Map<string, StoredLimit & { until: number }>()
+  /** Fair queues' shed marks per name (lua X): evicted token -> until when a resent acquire or a
+   * re-check of it answers shed. Kept apart from the set: a mark outlives an idle name. */
+  private readonly marks = new Map<string, SortedSet>()
 
   constructor(
-    /** Deliver grants to the space's subscribers (asynchronously, like a pub/sub message). */
-    private readonly publish: (space: KeySpace, grants: Grant[]) => void,
+    /** Deliver grants, and a fair queue's evicted tokens, to the space's subscribers (asynchronously,
+     * like one pub/sub message: lines "<tok> <fence> <exp>" and "<tok> x"). */
+    private readonly publish: (space: KeySpace, grants: Grant[], shed?: readonly string[]) => void,
   ) {}
 
   /** lua permit-acquire.lua for one token: a token that holds or waits gets its grant or place back
@@ -76,9 +101,25 @@ export class MemoryPermitSets implements PermitFamily {
   /** acquire(), answered synchronously (PermitFamily.acquireNow). */
   acquireNow(space: KeySpace, r: AcquireRequest): AcquireReply {
     const now = nowMs()
-    const set = this.open(space, now)
+    const set = this.open(space, now, r.fair)
     const permits = this.limit(space, r.permits)
-    this.admit(space, set, permits, now)
+    const granted = this.admit(set, permits, now, r.fair !== undefined)
+    const shed: string[] = []
+    const reply = this.join(space, set, r, permits, now, shed)
+    this.send(space, granted, shed)
+    return reply
+  }
+
+  /** acquireNow() after the admission: the token's grant, place, permit or queue place. `shed`
+   * collects the waiter it evicts, if any. */
+  private join(
+    space: KeySpace,
+    set: PermitSet,
+    r: AcquireRequest,
+    permits: number,
+    now: number,
+    shed: string[],
+  ): AcquireReply {
     const held = set.holders.get(r.token)
     if (held) {
       if (r.op !== undefined && !held.ops?.includes(r.op)) {
@@ -89,7 +130,7 @@ export class MemoryPermitSets implements PermitFamily {
     }
     const waiting = set.queue.get(r.token)
     if (waiting) {
-      let position = queuePosition(set.queue, r.token)
+      let position = set.fair ? set.fair.position(r.token) : queuePosition(set.queue, r.token)
       if (r.op !== undefined && !waiting.ops?.includes(r.op)) {
         if (!r.enqueue) position = -1
         else {
@@ -99,13 +140,23 @@ export class MemoryPermitSets implements PermitFamily {
       }
       return { granted: false, position, nextExpiry: nextExpiry(set), now }
     }
-    const weight = tokenWeight(r.token)
-    if (set.queue.size === 0 && set.used + weight <= permits) {
-      const holder = {
+    const fair = set.fair
+    // A resent acquire of a token evicted from a fair queue: shed again, never queued (G12).
+    if (r.fair && (this.marks.get(space.base)?.score(r.token) ?? 0) > now)
+      return { granted: false, shed: 'evicted', now }
+    const d = r.fair ? parseFairToken(r.token) : undefined
+    const weight = d ? d.weight : tokenWeight(r.token)
+    const nobodyWaits = fair ? fair.order.size === 0 : set.queue.size === 0
+    if (nobodyWaits && set.used + weight <= permits && (!fair || fair.canTake(d, weight))) {
+      const holder: Holder = {
         expiresAt: now + r.ttlMs,
         fence: nextFence(set),
         weight,
         ops: r.op === undefined ? undefined : [r.op],
+      }
+      if (fair && d && d.flowMax > 0) {
+        holder.capped = d
+        fair.hold(d, weight)
       }
       set.holders.set(r.token, holder)
       set.used += weight
@@ -119,30 +170,87 @@ export class MemoryPermitSets implements PermitFamily {
       }
     }
     if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
+    if (fair && d) {
+      // A cap raised since its waiters parked: they go back first, so no newer waiter passes them.
+      if (d.flowMax > 0) fair.unpark(d.flow, d.flowMax)
+      const maxQueued = r.fair?.maxQueued ?? 0
+      if (maxQueued > 0 && fair.order.size >= maxQueued) {
+        const victim = this.victim(set, fair, d, maxQueued)
+        if (victim === undefined) return { granted: false, shed: 'queue-full', now }
+        this.evict(space, set, fair, victim, now + 2 * r.waiterTtlMs)
+        shed.push(victim)
+      }
+    }
     // As in Lua: a permit handed over later starts with at most the heartbeat ttl, renewed from there.
     set.purgeAt = Math.min(set.purgeAt, now + r.waiterTtlMs)
-    set.queue.set(r.token, {
+    const waiter: Waiter = {
       heartbeat: now + r.waiterTtlMs,
       ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
       ops: r.op === undefined ? undefined : [r.op],
-    })
-    return {
-      granted: false,
-      position: set.queue.size - 1,
-      nextExpiry: nextExpiry(set),
-      now,
+      ticket: ++set.tickets,
     }
+    set.queue.set(r.token, waiter)
+    if (!fair) return { granted: false, position: set.queue.size - 1, nextExpiry: nextExpiry(set), now }
+    if (d) waiter.disc = d
+    fair.enqueue(r.token, d, waiter.ticket)
+    return { granted: false, position: fair.order.rank(r.token), nextExpiry: nextExpiry(set), now }
+  }
+
+  /** lua fair.lua: the waiter a fair token that finds the queue at `maxQueued` may evict: the queue's
+   * tail (lowest class, largest tag), only when it is of a strictly lower class and its place is
+   * room enough (one eviction per token). Undefined: the arrival is refused. */
+  private victim(set: PermitSet, fair: FairQueue, d: TokenDiscipline, maxQueued: number): string | undefined {
+    if (fair.order.size - 1 >= maxQueued) return undefined
+    const tail = fair.order.last()?.[0]
+    const tailDisc = tail === undefined ? undefined : set.queue.get(tail)?.disc
+    return tailDisc && tailDisc.priority < d.priority ? tail : undefined
+  }
+
+  /** lua fair.lua evict(): the waiter leaves the queue unserved (refunded as any departure), counts
+   * as an eviction of its class, and is marked shed until `until`. */
+  private evict(space: KeySpace, set: PermitSet, fair: FairQueue, token: string, until: number): void {
+    const waiter = set.queue.get(token) as Waiter
+    set.queue.delete(token)
+    fair.leave(token, waiter.disc)
+    const p = (waiter.disc as TokenDiscipline).priority
+    fair.x[p] = (fair.x[p] as number) + 1
+    let marks = this.marks.get(space.base)
+    if (!marks) {
+      marks = new SortedSet()
+      this.marks.set(space.base, marks)
+    }
+    marks.add(token, until)
+  }
+
+  /** Drop shed marks that ran out, at most `most`; the name's marks go with the last. */
+  private pruneMarks(base: string, now: number, most: number): void {
+    const marks = this.marks.get(base)
+    if (!marks) return
+    for (const token of marks.rangeByScore(Number.NEGATIVE_INFINITY, now, most)) marks.delete(token)
+    if (marks.size === 0) this.marks.delete(base)
+  }
+
+  /** One message per call, as the scripts' PUBLISH: grants, then the tokens evicted. */
+  private send(space: KeySpace, granted: Grant[], shed: string[]): void {
+    if (shed.length > 0) this.publish(space, granted, shed)
+    else if (granted.length > 0) this.publish(space, granted)
   }
 
   /** lua permit-release.lua for one token. */
-  async release(space: KeySpace, token: string, permits: number, op?: string): Promise<ReleaseResult> {
-    return this.releaseNow(space, token, permits, op)
+  async release(
+    space: KeySpace,
+    token: string,
+    permits: number,
+    op?: string,
+    fair?: FairCall,
+  ): Promise<ReleaseResult> {
+    return this.releaseNow(space, token, permits, op, fair)
   }
 
   /** release(), answered synchronously (PermitFamily.releaseNow). */
-  releaseNow(space: KeySpace, token: string, permits: number, op?: string): ReleaseResult {
+  releaseNow(space: KeySpace, token: string, permits: number, op?: string, fair?: FairCall): ReleaseResult {
     const now = nowMs()
-    const set = this.open(space, now)
+    const set = this.open(space, now, fair)
     let result: ReleaseResult = 'none'
     const held = set.holders.get(token)
     if (held) {
@@ -153,6 +261,7 @@ export class MemoryPermitSets implements PermitFamily {
       }
       set.holders.delete(token)
       set.used -= held.weight
+      if (held.capped) set.fair?.free(held.capped, held.weight)
       result = 'freed'
     } else {
       const waiter = set.queue.get(token)
@@ -163,10 +272,11 @@ export class MemoryPermitSets implements PermitFamily {
           if (waiter.ops.length > 0) return 'dequeued'
         }
         set.queue.delete(token)
+        set.fair?.leave(token, waiter.disc)
         result = 'dequeued'
       }
     }
-    this.admit(space, set, this.limit(space, permits), now)
+    this.send(space, this.admit(set, this.limit(space, permits), now, fair !== undefined), [])
     this.settle(space, set)
     return result
   }
@@ -189,18 +299,24 @@ export class MemoryPermitSets implements PermitFamily {
     permits: number,
     waiterTtlMs: number,
     waits: readonly Acquisition[],
+    fair?: FairCall,
   ): Promise<RecheckReply> {
     const now = nowMs()
-    const set = this.open(space, now)
-    this.admit(space, set, this.limit(space, permits), now)
+    const set = this.open(space, now, fair)
+    this.send(space, this.admit(set, this.limit(space, permits), now, fair !== undefined), [])
+    const marks = fair ? this.marks.get(space.base) : undefined
     const states = waits.map(({ token, op }): WaiterState => {
       const held = set.holders.get(token)
       if (held && (op === undefined || held.ops?.includes(op)))
         return { state: 'granted', fence: held.fence, expiresAt: held.expiresAt }
       const waiter = set.queue.get(token)
-      if (!waiter || (op !== undefined && !waiter.ops?.includes(op))) return { state: 'gone' }
+      if (!waiter || (op !== undefined && !waiter.ops?.includes(op))) {
+        if (!waiter && (marks?.score(token) ?? 0) > now) return { state: 'shed' }
+        return { state: 'gone' }
+      }
       waiter.heartbeat = Math.max(waiter.heartbeat, now + waiterTtlMs)
-      return { state: 'queued', position: queuePosition(set.queue, token) }
+      const position = set.fair ? set.fair.position(token) : queuePosition(set.queue, token)
+      return { state: 'queued', position }
     })
     const reply = { now, nextExpiry: nextExpiry(set), states }
     this.settle(space, set)
@@ -221,11 +337,40 @@ export class MemoryPermitSets implements PermitFamily {
     return { holders, queued, limit, adaptive }
   }
 
+  async inspectFair(space: KeySpace, _fair: FairCall, flows?: readonly string[]): Promise<FairPermitStats> {
+    const stats = await this.inspect(space)
+    const fair = this.sets.get(space.base)?.fair
+    const classes: Record<number, number> = {}
+    const evicted: Record<number, number> = {}
+    const saturated: number[] = []
+    const byFlow: FairPermitStats['flows'] = {}
+    for (let p = 0; p < 8; p++) {
+      if (fair?.n[p]) classes[p] = fair.n[p] as number
+      if (fair?.x[p]) evicted[p] = fair.x[p] as number
+      if (fair?.sat[p]) saturated.push(p)
+    }
+    for (const flow of flows ?? []) {
+      let waiting = 0
+      for (let p = 0; p < 8; p++) waiting += fair?.q.get(`${p}:${flow}`) ?? 0
+      byFlow[flow] = { waiting, held: fair?.h.get(flow) ?? 0, parked: fair?.k.get(flow) ?? 0 }
+    }
+    return {
+      ...stats,
+      classes,
+      parked: fair?.parked.size ?? 0,
+      evicted,
+      saturated,
+      mixed: (fair?.plain ?? 0) > 0,
+      flows: byFlow,
+    }
+  }
+
   async setLimit(
     space: KeySpace,
     permits: number | undefined,
     own: number,
     adaptive?: { ttlMs: number; version: number },
+    fair?: FairCall,
   ): Promise<boolean> {
     const now = nowMs()
     let written = true
@@ -254,8 +399,9 @@ export class MemoryPermitSets implements PermitFamily {
       })
     const set = this.sets.get(space.base)
     if (!set || set.queue.size === 0) return written
+    if (fair && !set.fair) set.fair = fairQueueOf(set)
     purge(set, now)
-    this.admit(space, set, this.limit(space, own), now)
+    this.send(space, this.admit(set, this.limit(space, own), now, fair !== undefined), [])
     this.settle(space, set)
     return written
   }
@@ -280,28 +426,34 @@ export class MemoryPermitSets implements PermitFamily {
       purge(set, now)
       if (isIdle(set)) this.sets.delete(base)
     }
+    for (const base of this.marks.keys()) this.pruneMarks(base, now, Number.POSITIVE_INFINITY)
   }
 
   /** The set for a name after dropping expired holders and dead waiters (lua purge()). */
-  private open(space: KeySpace, now: number): PermitSet {
+  private open(space: KeySpace, now: number, fair?: FairCall): PermitSet {
+    if (fair) this.pruneMarks(space.base, now, SHED_PRUNE)
     let set = this.sets.get(space.base)
     if (!set) {
       set = {
         holders: new Map(),
         used: 0,
         queue: new Map(),
+        tickets: 0,
         lastFence: 0,
         purgeAt: Number.POSITIVE_INFINITY,
       }
+      if (fair) set.fair = new FairQueue()
       this.sets.set(space.base, set)
       return set
     }
+    if (fair && !set.fair) set.fair = fairQueueOf(set)
     purge(set, now)
     return set
   }
 
-  /** lua admit(): hand free permits to the head of the queue and notify asynchronously. */
-  private admit(space: KeySpace, set: PermitSet, permits: number, now: number): void {
+  /** lua admit(): hand free permits to the head of the queue; returns the grants to publish. */
+  private admit(set: PermitSet, permits: number, now: number, fairCall: boolean): Grant[] {
+    if (set.fair) return admitFair(set, set.fair, permits, now, fairCall)
     const granted: Grant[] = []
     let free = permits - set.used
     for (const [token, waiter] of set.queue) {
@@ -317,7 +469,7 @@ export class MemoryPermitSets implements PermitFamily {
         granted.push({ token, op, fence: holder.fence, expiresAt: holder.expiresAt })
       free -= weight
     }
-    if (granted.length > 0) this.publish(space, granted)
+    return granted
   }
 
   /** lua settle(): forget a name once nothing is held or queued. */
@@ -338,13 +490,69 @@ function purge(set: PermitSet, now: number): void {
     if (h.expiresAt <= now) {
       set.holders.delete(token)
       set.used -= h.weight
+      if (h.capped) set.fair?.free(h.capped, h.weight)
     } else if (h.expiresAt < next) next = h.expiresAt
   }
   for (const [token, w] of set.queue) {
-    if (w.heartbeat <= now) set.queue.delete(token)
-    else if (w.heartbeat < next) next = w.heartbeat
+    if (w.heartbeat <= now) {
+      set.queue.delete(token)
+      set.fair?.leave(token, w.disc)
+    } else if (w.heartbeat < next) next = w.heartbeat
   }
   set.purgeAt = next
+}
+
+/** The fair queue of a name that had only plain waiters so far: they keep their tickets as scores. */
+function fairQueueOf(set: PermitSet): FairQueue {
+  const fair = new FairQueue()
+  for (const [token, waiter] of set.queue) fair.enqueue(token, undefined, waiter.ticket)
+  return fair
+}
+
+/** lua admit() on a fair queue: the head of `order` first, each class before the next, fairly inside.
+ * A capped flow's head at its cap parks and admission goes on; a live head whose permits are not free
+ * stops it, lower classes included (G5). A plain call (a process without `overload`) never grants a
+ * waiter with a discipline: it stops at the first. */
+function admitFair(
+  set: PermitSet,
+  fair: FairQueue,
+  permits: number,
+  now: number,
+  fairCall: boolean,
+): Grant[] {
+  const granted: Grant[] = []
+  let free = permits - set.used
+  while (free > 0) {
+    const head = fair.order.head()
+    if (!head) break
+    const [token, score] = head
+    const waiter = set.queue.get(token) as Waiter
+    const d = waiter.disc
+    if (waiter.heartbeat <= now) {
+      set.queue.delete(token)
+      fair.leave(token, d)
+      continue
+    }
+    if (d && !fairCall) break
+    if (d && fair.mustPark(d)) {
+      fair.park(token, d, score)
+      continue
+    }
+    const weight = d ? d.weight : tokenWeight(token)
+    if (weight > free) break
+    set.queue.delete(token)
+    fair.grant(token, d, score)
+    const holder: Holder = { expiresAt: now + waiter.ttlMs, fence: nextFence(set), weight, ops: waiter.ops }
+    if (d && d.flowMax > 0) holder.capped = d
+    set.holders.set(token, holder)
+    set.used += weight
+    set.purgeAt = Math.min(set.purgeAt, holder.expiresAt)
+    for (const op of waiter.ops ?? [token])
+      granted.push({ token, op, fence: holder.fence, expiresAt: holder.expiresAt })
+    free -= weight
+  }
+  if (fairCall) fair.endAdmission()
+  return granted
 }
 
 function nextFence(set: PermitSet): number {

@@ -35,7 +35,7 @@ function randomLevel(): number {
 }
 
 export class SortedSet {
-  private readonly head = new SkipNode('', Number.NEGATIVE_INFINITY, MAX_LEVEL)
+  private readonly sentinel = new SkipNode('', Number.NEGATIVE_INFINITY, MAX_LEVEL)
   private tail: SkipNode | null = null
   private level = 1
   private readonly scores = new Map<string, number>()
@@ -59,7 +59,7 @@ export class SortedSet {
     if (old !== undefined) this.unlink(member, old)
     const update = new Array<SkipNode>(MAX_LEVEL)
     const rank = new Array<number>(MAX_LEVEL)
-    let x = this.head
+    let x = this.sentinel
     for (let i = this.level - 1; i >= 0; i--) {
       rank[i] = i === this.level - 1 ? 0 : (rank[i + 1] as number)
       for (let n = x.next[i]; n && before(n, score, member); n = x.next[i]) {
@@ -72,8 +72,8 @@ export class SortedSet {
     const level = randomLevel()
     for (let i = this.level; i < level; i++) {
       rank[i] = 0
-      update[i] = this.head
-      this.head.span[i] = length
+      update[i] = this.sentinel
+      this.sentinel.span[i] = length
     }
     this.level = Math.max(this.level, level)
     const node = new SkipNode(member, score, level)
@@ -89,7 +89,7 @@ export class SortedSet {
       const u = update[i] as SkipNode
       u.span[i] = (u.span[i] as number) + 1
     }
-    node.prev = update[0] === this.head ? null : (update[0] as SkipNode)
+    node.prev = update[0] === this.sentinel ? null : (update[0] as SkipNode)
     const after = node.next[0]
     if (after) after.prev = node
     else this.tail = node
@@ -110,7 +110,7 @@ export class SortedSet {
     const score = this.scores.get(member)
     if (score === undefined) return -1
     let rank = 0
-    let x = this.head
+    let x = this.sentinel
     for (let i = this.level - 1; i >= 0; i--) {
       for (
         let n = x.next[i];
@@ -120,7 +120,7 @@ export class SortedSet {
         rank += x.span[i] as number
         x = n
       }
-      if (x !== this.head && x.member === member) return rank - 1
+      if (x !== this.sentinel && x.member === member) return rank - 1
     }
     return -1
   }
@@ -128,7 +128,7 @@ export class SortedSet {
   /** ZCOUNT -inf score: how many members have a score of at most `score`. */
   countUpTo(score: number): number {
     let count = 0
-    let x = this.head
+    let x = this.sentinel
     for (let i = this.level - 1; i >= 0; i--) {
       for (let n = x.next[i]; n && n.score <= score; n = x.next[i]) {
         count += x.span[i] as number
@@ -141,8 +141,14 @@ export class SortedSet {
   /** ZRANGE 0 k-1: the first `k` members. */
   first(k: number): string[] {
     const out: string[] = []
-    for (let n = this.head.next[0] ?? null; n && out.length < k; n = n.next[0] ?? null) out.push(n.member)
+    for (let n = this.sentinel.next[0] ?? null; n && out.length < k; n = n.next[0] ?? null) out.push(n.member)
     return out
+  }
+
+  /** ZRANGE 0 0 WITHSCORES: the first member and its score. */
+  head(): [member: string, score: number] | undefined {
+    const first = this.sentinel.next[0]
+    return first ? [first.member, first.score] : undefined
   }
 
   /** ZRANGE -1 -1 WITHSCORES: the last member and its score. */
@@ -152,7 +158,7 @@ export class SortedSet {
 
   /** Members and scores in order (the set must not change while this is iterated). */
   *entries(): Generator<[member: string, score: number]> {
-    for (let n = this.head.next[0] ?? null; n; n = n.next[0] ?? null) yield [n.member, n.score]
+    for (let n = this.sentinel.next[0] ?? null; n; n = n.next[0] ?? null) yield [n.member, n.score]
   }
 
   /** ZRANGEBYSCORE min max LIMIT 0 limit (both ends inclusive). */
@@ -165,10 +171,10 @@ export class SortedSet {
 
   /** ZREVRANGEBYSCORE max -inf LIMIT 0 1: the last member with a score of at most `max`. */
   lastUpTo(max: number): [member: string, score: number] | undefined {
-    let x = this.head
+    let x = this.sentinel
     for (let i = this.level - 1; i >= 0; i--)
       for (let n = x.next[i]; n && n.score <= max; n = x.next[i]) x = n
-    return x === this.head ? undefined : [x.member, x.score]
+    return x === this.sentinel ? undefined : [x.member, x.score]
   }
 
   /** ZRANGEBYLEX "[prefix" "(prefix\uffff" LIMIT 0 limit among members of score `score` (a set whose
@@ -186,7 +192,7 @@ export class SortedSet {
 
   /** The first node at or after (score, member). */
   private seek(score: number, member: string): SkipNode | null {
-    let x = this.head
+    let x = this.sentinel
     for (let i = this.level - 1; i >= 0; i--)
       for (let n = x.next[i]; n && before(n, score, member); n = x.next[i]) x = n
     return x.next[0] ?? null
@@ -194,7 +200,7 @@ export class SortedSet {
 
   private unlink(member: string, score: number): void {
     const update = new Array<SkipNode>(this.level)
-    let x = this.head
+    let x = this.sentinel
     for (let i = this.level - 1; i >= 0; i--) {
       for (let n = x.next[i]; n && before(n, score, member); n = x.next[i]) x = n
       update[i] = x
@@ -211,6 +217,6 @@ export class SortedSet {
     const after = node.next[0]
     if (after) after.prev = node.prev
     else this.tail = node.prev
-    while (this.level > 1 && this.head.next[this.level - 1] === null) this.level--
+    while (this.level > 1 && this.sentinel.next[this.level - 1] === null) this.level--
   }
 }
