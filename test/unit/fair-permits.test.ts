@@ -132,6 +132,22 @@ describe('fair queue on the memory store', () => {
     expect(Math.abs(heavy - 2250)).toBeLessThanOrEqual(2)
   })
 
+  it('a flow that re-enters with one waiter after each admission gets no more than its share', () => {
+    let current = token({ flow: 'backlogFlow' })
+    acquire(current)
+    for (let i = 0; i < 20; i++) acquire(token({ flow: 'backlogFlow' }))
+    acquire(token({ flow: 'oneAtATime0' }))
+    let single = 0
+    for (let grant = 0; grant < 1000; grant++) {
+      current = release(current)[0] as string
+      const flow = flowOf(current) as string
+      if (flow === 'oneAtATime0') single++
+      acquire(token({ flow }))
+    }
+    expect(single).toBeLessThanOrEqual(501)
+    expect(single).toBeGreaterThanOrEqual(499)
+  })
+
   it('is work-conserving: a lone flow takes every permit, a newcomer starts at V', () => {
     const lone = Array.from({ length: 8 }, () => token({ flow: 'loneFlow000' }))
     expect(lone.slice(0, 4).map((t) => acquire(t, 4).granted)).toEqual([true, true, true, true])

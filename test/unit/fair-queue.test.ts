@@ -2,6 +2,7 @@
 // must order exactly as a Redis ZSET does (the differential test compares the two stores step by
 // step), and the discipline's arithmetic must be the design's integers.
 import { describe, expect, it } from 'vitest'
+import { FairQueue, REBASE_AT, SATURATED_BASE, classOffset } from '../../src/core/memory/fair-queue.js'
 import { SortedSet } from '../../src/core/memory/sorted-set.js'
 
 /** A deterministic generator, so a failure replays. */
@@ -70,5 +71,62 @@ describe('SortedSet', () => {
       expect(set.withPrefix(`${flow} `, 3)).toEqual(want.slice(0, 3))
       expect(set.withPrefix(`${flow} `, 1000)).toEqual(want)
     }
+  })
+})
+
+describe('FairQueue arithmetic', () => {
+  const d = (flow: string, priority = 6) => ({ weight: 1, priority, flow, flowWeight: 1, flowMax: 0 })
+  const offset = classOffset(6)
+
+  it('scores (4 - p) * 2^50 + S + ticket mod 32, with S = max(V, F) and F += w * 4096 / fw', () => {
+    const fair = new FairQueue()
+    expect(fair.enqueue('a1', d('a'), 1)).toBe(offset + 1)
+    expect(fair.enqueue('a2', d('a'), 2)).toBe(offset + 4096 + 2)
+    expect(fair.enqueue('b1', { ...d('b'), weight: 5, flowWeight: 3 }, 35)).toBe(offset + 3)
+    expect(fair.tags.score('6:b')).toBe(offset + Math.floor((5 * 4096) / 3))
+    expect(fair.enqueue('p', undefined, 36)).toBe(36)
+    fair.grant('a1', d('a'), offset + 1)
+    fair.endAdmission()
+    expect(fair.v[6]).toBe(1)
+    // A plain waiter sits in the standard class (offset 0), far behind critical, ahead of sheddable.
+    expect(fair.enqueue('s', d('s', 2), 37)).toBe(classOffset(2) + 5)
+    expect(fair.order.first(5)).toEqual(['b1', 'a2', 'p', 's'])
+  })
+
+  it('falls back to arrival order past the tag range, and rebases a quiet class to 0', () => {
+    const fair = new FairQueue()
+    fair.v[6] = SATURATED_BASE - 2 * 4096
+    fair.enqueue('a1', d('a'), 1)
+    fair.enqueue('a2', d('a'), 2) // S + cost reaches the saturation base
+    fair.enqueue('b1', d('b'), 3)
+    expect(fair.sat[6]).toBe(true)
+    expect(fair.order.first(3)).toEqual(['a1', 'a2', 'b1'])
+    expect(fair.order.score('b1')).toBe(offset + SATURATED_BASE + 3)
+    for (const [token, score] of [...fair.order.entries()]) fair.grant(token, d(token.slice(0, 1)), score)
+    fair.endAdmission()
+    expect(fair.sat[6]).toBe(false)
+    expect(fair.v[6]).toBe(0)
+    expect(fair.tags.size).toBe(0)
+  })
+
+  it('rebases 100 finish tags a call, and a waiter arriving meanwhile keeps its order', () => {
+    const fair = new FairQueue()
+    fair.v[6] = REBASE_AT
+    for (let i = 0; i < 250; i++) {
+      const flow = `f${i}`
+      fair.enqueue(flow, d(flow), i)
+      fair.grant(flow, d(flow), fair.order.score(flow) as number)
+    }
+    // No tag is at or below V yet; the class is quiet and V >= 2^40: V jumps to the largest tag, and
+    // 100 tags go per call until none is left, then V is 0.
+    const largest = fair.tags.last()?.[1] as number
+    fair.endAdmission()
+    expect(fair.tags.size).toBe(150)
+    expect(fair.v[6]).toBe(largest - offset)
+    fair.rebase()
+    fair.rebase()
+    expect(fair.tags.size).toBe(0)
+    expect(fair.v[6]).toBe(0)
+    expect(fair.enqueue('late', d('late'), 7)).toBe(offset + 7)
   })
 })
