@@ -25,11 +25,16 @@ export function createMemoryStore(options?: MemoryStoreOptions): Store {
   return new MemoryStore(keyPrefix('prefix', config.prefix))
 }
 
+interface Listener {
+  onGrant(grant: Grant): void
+  onShed: ((token: string) => void) | undefined
+}
+
 class MemoryStore implements Store {
   readonly kind = 'memory'
   readonly notificationsHealthy = true
-  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
-  readonly permits = new MemoryPermitSets((space, grants) => this.publish(space, grants))
+  private readonly listeners = new Map<string, Set<Listener>>()
+  readonly permits = new MemoryPermitSets((space, grants, shed) => this.publish(space, grants, shed))
   readonly rwlock = new MemoryRwLocks((space, grants) => this.publish(space, grants))
   readonly adaptive = new MemoryAdaptive()
   // Names whose leases simply ran out are forgotten by a sweep, as Redis expires their keys. The
@@ -45,16 +50,21 @@ class MemoryStore implements Store {
     return this.permits.sets.size + this.rwlock.size
   }
 
-  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+  async subscribe(
+    space: KeySpace,
+    onGrant: (grant: Grant) => void,
+    onShed?: (token: string) => void,
+  ): Promise<Unsubscribe> {
     let set = this.listeners.get(space.channel)
     if (!set) {
       set = new Set()
       this.listeners.set(space.channel, set)
     }
-    set.add(onGrant)
+    const listener: Listener = { onGrant, onShed }
+    set.add(listener)
     return () => {
       const current = this.listeners.get(space.channel)
-      if (current?.delete(onGrant) && current.size === 0) this.listeners.delete(space.channel)
+      if (current?.delete(listener) && current.size === 0) this.listeners.delete(space.channel)
     }
   }
 
@@ -71,13 +81,14 @@ class MemoryStore implements Store {
     this.adaptive.sweep(now)
   }
 
-  /** Tell the space's subscribers about grants: later, like a pub/sub message, never inside the
-   * caller's call stack. */
-  private publish(space: KeySpace, grants: Grant[]): void {
+  /** Tell the space's subscribers about grants and shed waiters (a fair queue's evictions): later,
+   * like a pub/sub message, never inside the caller's call stack. */
+  private publish(space: KeySpace, grants: Grant[], shed?: readonly string[]): void {
     const listeners = this.listeners.get(space.channel)
     if (!listeners) return
     setImmediate(() => {
-      for (const grant of grants) for (const listener of listeners) listener(grant)
+      for (const grant of grants) for (const listener of listeners) listener.onGrant(grant)
+      if (shed) for (const token of shed) for (const listener of listeners) listener.onShed?.(token)
     })
   }
 }
