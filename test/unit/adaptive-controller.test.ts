@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest'
 import {
   type ControllerState,
+  emptySummary,
   initialState,
   parseAdaptiveLimitOptions,
   type ResolvedAdaptiveLimitOptions,
@@ -461,5 +462,71 @@ describe('the change log counts changes held back, not steps', () => {
     expect(held.every((line) => line === undefined)).toBe(true)
     // (Before: changesNotLogged 9.)
     expect(log.stepped(10, 10_000)).toMatchObject({ from: 20, to: 10, changesNotLogged: 1 })
+  })
+})
+
+describe('slow start from a cold start, against a saturated upstream with a knee at C = 32', () => {
+  const C = 32
+
+  /** Windows 0..n-1 of clients that always offer more than the limit, stepped at the end of each
+   * window with `lag` (0: that window, once every replica reported it; 1: the window before, as a
+   * fleet's leader does when a replica is silent). A window runs at the limit in force; its most in
+   * flight is also the limit before (a step lands ~50 ms into the next window). */
+  function coldStart(initial: number, lag: 0 | 1, n = 24) {
+    const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial, windowMs: 500 })
+    let state = initialState(options)
+    const inForce: number[] = []
+    const summaries: WindowSummary[] = []
+    let exit: ControllerState | undefined
+    for (let k = 0; k < n; k++) {
+      const limit = state.limit
+      inForce.push(limit)
+      const summary = window(limit, C, 10, options.windowMs)
+      summaries.push({ ...summary, maxInFlight: Math.max(limit, inForce[k - 1] ?? 0) })
+      const stepped = lag === 0 ? summaries[k] : (summaries[k - 1] ?? emptySummary())
+      const before = state
+      state = step(state, stepped as WindowSummary, options, lag)
+      if (before.slowStart && !state.slowStart) exit = state
+    }
+    const above = inForce.filter((limit) => limit > 1.25 * C).length
+    // The first window from which every window runs within ±25 % of C.
+    const settled = inForce.findIndex((_, k) => inForce.slice(k).every((limit) => within(limit, C, 0.25)))
+    return { inForce, above, settled, exit }
+  }
+
+  it('from initial 8, windows stepped as soon as they end: 8, 16, 32, 64, then 32: one window above 1.25 C, within ±25 % from the 5th window on', () => {
+    const { inForce, above, settled, exit } = coldStart(8, 0)
+    expect(inForce.slice(0, 5), `${inForce}`).toEqual([8, 16, 32, 64, 32])
+    expect(above, `${inForce}`).toBe(1)
+    expect(settled, `${inForce}`).toBe(4)
+    // Out of slow start at the last clean limit, unsmoothed.
+    expect(exit?.estimate).toBe(32)
+    expect(exit?.good).toBe(32)
+  })
+
+  it('from the default initial 1: one window above 1.25 C, within ±25 % from the 8th window on', () => {
+    const { inForce, above, settled } = coldStart(1, 0)
+    expect(above, `${inForce}`).toBe(1)
+    expect(settled, `${inForce}`).toBe(7)
+  })
+
+  it('windows stepped a window late (a silent replica): two windows above 1.25 C (the step that sees the knee lands two windows on), within ±25 % from the 9th window on', () => {
+    const { inForce, above, settled, exit } = coldStart(8, 1)
+    expect(above, `${inForce}`).toBe(2)
+    expect(settled, `${inForce}`).toBe(8)
+    expect(exit?.estimate).toBe(32)
+  })
+
+  it('grows only from evidence: a window that queued a little holds, and growth is at most twice what was in flight', () => {
+    const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 16 })
+    const start: ControllerState = { ...initialState(options), baselineMs: 10 }
+    // Latency 10.5 ms against a baseline of 10: gradient 0.952, between 0.9 and 0.97: holds.
+    const queued = step(start, win(100, 0, 100 * 10.5, 16), options)
+    expect(queued.slowStart).toBe(true)
+    expect(queued.estimate).toBe(16)
+    // 15 of 16 in flight, clean: 30, not 32.
+    const clean = step(start, win(100, 0, 100 * 10, 15), options)
+    expect(clean.estimate).toBe(30)
+    expect(clean.good).toBe(16)
   })
 })

@@ -15,9 +15,12 @@
 //   climb when the upstream gets faster. (A fixed sqrt / 2 kept the limit 20-25 % above a capacity of
 //   16 in the bench, where the gateway's own share of each request's time already puts it ~14 %
 //   above.) Until the first window whose latency shows queueing (gradient below 0.9), the estimate
-//   doubles instead (TCP's slow start) after each window that ran near the limit in force (90 % of it
-//   in flight at once), so a limit starting at 1 finds a capacity of 32 in ~6 windows (~12 across a
-//   fleet, whose replicas learn each limit a window later), not ~40.
+//   doubles instead (TCP's slow start), only from evidence: after a window that ran near the limit in
+//   force (90 % of it in flight at once) with the latency within 3 % of the baseline, and to at most
+//   twice what was in flight; a window in between holds. So a limit starting at 1 finds a capacity of
+//   32 in ~6 windows, not ~40. A window at the capacity shows no queueing, so the doubling after it
+//   overshoots to ~2x; the window that shows it ends slow start at the last clean limit (`good`),
+//   unsmoothed, so the overshoot lasts one window.
 //   The baseline is the lowest window median since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at a quarter of the limit,
@@ -205,8 +208,12 @@ export interface ControllerState {
    * next step for a local limit, the one after it across a fleet (its windows are stepped a window
    * late: limit.ts). */
   probeAt?: number | undefined
-  /** gradient: no window has shown queueing yet: the estimate doubles each window. */
+  /** gradient: no window has shown queueing yet: the estimate doubles after each window that ran near
+   * the limit without queueing. */
   slowStart: boolean
+  /** gradient, in slow start: the largest limit whose window ran at 90 % of it or more with the
+   * latency within 3 % of the baseline (the last clean limit): where slow start ends. */
+  good?: number | undefined
   /** What the last step saw and did (metrics, the admin API, logs). */
   last?: StepReport | undefined
 }
@@ -263,6 +270,7 @@ export function step(
     baselineMs = probeWindow || baselineMs === undefined ? rttMs : Math.min(baselineMs, rttMs)
   }
   let slowStart = state.slowStart && gradientMode
+  let good = state.good
   const done = (next: number, report: Omit<StepReport, 'rttMs' | 'minRttMs'>): ControllerState => {
     const estimate = bounded(next, options)
     // A probe of the baseline every probeEvery windows: the next window runs at a quarter of the limit.
@@ -271,7 +279,7 @@ export function step(
     const limit = Math.round(bounded(probing ? estimate / 4 : estimate, options))
     const { count: requests, clients, clientsOver } = summary
     const last = { rttMs, minRttMs: baselineMs, requests, clients, clientsOver, ...report }
-    return { limit, estimate, baselineMs, steps, probing, probeAt, slowStart, last }
+    return { limit, estimate, baselineMs, steps, probing, probeAt, slowStart, good, last }
   }
   if (probeWindow) return done(state.estimate, { gradient: undefined, reason: 'probe' })
   if (summary.count === 0) return done(state.estimate, { gradient: undefined, reason: 'empty' })
@@ -295,8 +303,17 @@ export function step(
     // and doubling on it would overshoot by another doubling before the queueing shows.
     if (summary.maxInFlight < 0.9 * state.limit)
       return done(state.estimate, { gradient, reason: 'app-limited' })
-    return done(state.estimate * 2, { gradient, reason: 'slow-start' })
+    // Grow only from evidence: a window that queued a little (gradient 0.9 to 0.97) holds.
+    if (gradient < 0.97) return done(state.estimate, { gradient, reason: 'slow-start' })
+    good = Math.max(good ?? 0, state.limit)
+    // At most twice what was in flight: the window proved that much, no more.
+    return done(Math.min(2 * state.estimate, 2 * summary.maxInFlight), { gradient, reason: 'slow-start' })
   }
+  // The first window that queues ends slow start at the last clean limit, unsmoothed: the doubling
+  // that showed the knee is about twice the capacity, and a smoothed step from it overshoots for
+  // windows.
+  if (state.slowStart && good !== undefined)
+    return done(Math.min(good, state.estimate), { gradient, reason: 'gradient' })
   const headroom = (Math.sqrt(state.estimate) / 4) * (gradient >= 0.97 ? 2 : 1)
   const next = state.estimate * gradient + headroom
   if (appLimited && next > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
