@@ -529,4 +529,25 @@ describe('slow start from a cold start, against a saturated upstream with a knee
     expect(clean.estimate).toBe(30)
     expect(clean.good).toBe(16)
   })
+
+  it('leaves slow start unsmoothed, at the capacity the queueing window shows, never below the last clean limit', () => {
+    const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 16 })
+    const start: ControllerState = {
+      ...initialState(options),
+      baselineMs: 10,
+      good: 32,
+      limit: 64,
+      estimate: 64,
+    }
+    // 64 in flight at 20 ms: gradient 0.5, the capacity is 32.
+    const knee = step(start, win(100, 0, 100 * 20, 64), options)
+    expect([knee.slowStart, knee.estimate]).toEqual([false, 32])
+    // 50 in flight at 40 ms (the capacity fell meanwhile): gradient clamped to 0.5, 25; the last clean
+    // limit is 32.
+    const fell = step({ ...start, limit: 50, estimate: 50 }, win(100, 0, 100 * 40, 50), options)
+    expect([fell.slowStart, fell.estimate]).toEqual([false, 32])
+    // A noisy window at 64 (gradient 0.88): 56, not 32.
+    const noisy = step(start, win(100, 0, 100 * (10 / 0.88), 64), options)
+    expect(noisy.estimate).toBeCloseTo(56.32)
+  })
 })

@@ -19,8 +19,9 @@
 //   force (90 % of it in flight at once) with the latency within 3 % of the baseline, and to at most
 //   twice what was in flight; a window in between holds. So a limit starting at 1 finds a capacity of
 //   32 in ~6 windows, not ~40. A window at the capacity shows no queueing, so the doubling after it
-//   overshoots to ~2x; the window that shows it ends slow start at the last clean limit (`good`),
-//   unsmoothed, so the overshoot lasts one window.
+//   overshoots to ~2x; the window that shows it ends slow start unsmoothed, at estimate x gradient
+//   (about the capacity) and never below the last clean limit (`good`), so the overshoot lasts one
+//   window.
 //   The baseline is the lowest window median since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at a quarter of the limit,
@@ -309,11 +310,14 @@ export function step(
     // At most twice what was in flight: the window proved that much, no more.
     return done(Math.min(2 * state.estimate, 2 * summary.maxInFlight), { gradient, reason: 'slow-start' })
   }
-  // The first window that queues ends slow start at the last clean limit, unsmoothed: the doubling
-  // that showed the knee is about twice the capacity, and a smoothed step from it overshoots for
-  // windows.
-  if (state.slowStart && good !== undefined)
-    return done(Math.min(good, state.estimate), { gradient, reason: 'gradient' })
+  // The first window that queues ends slow start, unsmoothed (the doubling that showed the knee is up
+  // to twice the capacity, and a smoothed step from it overshoots for windows): at what its queueing
+  // says the capacity is (estimate x gradient), never below the last clean limit. (The last clean
+  // limit alone would halve the limit when a window's latency is noise, not the knee.)
+  if (state.slowStart && good !== undefined) {
+    const exit = Math.max(Math.min(good, state.estimate), state.estimate * gradient)
+    return done(exit, { gradient, reason: 'gradient' })
+  }
   const headroom = (Math.sqrt(state.estimate) / 4) * (gradient >= 0.97 ? 2 : 1)
   const next = state.estimate * gradient + headroom
   if (appLimited && next > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
