@@ -14,7 +14,8 @@
 --                    u = clients (units of enough requests), o = of them those over the drop share;
 --                    c<b> and s<b> = the count and the sum of latencies (µs) of histogram bucket b
 --                    (0 to 99); r:<replica id> = 1 for each replica whose report is in (one report
---                    counts once).
+--                    counts once), an empty one too; k = how many they are (the window is complete
+--                    once k reaches the replicas alive).
 --   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
 -- ARGV[1] is the bucket's wake-up channel (unused here). A window is named by its start, ms on the
 -- server clock (floor(time / length) x length) as each replica estimates it; the scripts check the

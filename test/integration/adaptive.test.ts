@@ -345,6 +345,65 @@ describe('a fleet on Redis', () => {
     30_000,
   )
 
+  it('two replicas: each window is stepped as soon as both reported it (lag 0), not from the leader’s report of the next window', async () => {
+    const windowMs = 500
+    const prefix = uniquePrefix().slice(0, -1)
+    const stores = [connectStandalone(), connectStandalone()].map((c) => createRedisStore(c, { prefix }))
+    opened.push(...stores)
+    const redis = connectStandalone()
+    opened.push({ close: () => redis.quit() })
+    const replicas = stores.map((store) => adaptiveSemaphore(store, 'prompt', { windowMs }))
+    const load = drive(replicas, new Upstream(8, 20), 16)
+    try {
+      await eventually(() => replicas.every((r) => r.adaptive?.status().replicas === 2), 5_000)
+      // Read the last window stepped 250 ms into each of 4 windows (the reports go ~50 ms after a
+      // window ends, the step right after them): it is the window that just ended.
+      const lags: number[] = []
+      const serverNow = async () => {
+        const [seconds, micros] = await redis.time()
+        return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+      }
+      for (let i = 0; i < 4; i++) {
+        await sleep(windowMs - ((await serverNow()) % windowMs) + 250)
+        const running = Math.floor((await serverNow()) / windowMs) * windowMs
+        const stepped = Number(await redis.hget(`${prefix}:{sem:prompt}:as`, 'w'))
+        lags.push((running - windowMs - stepped) / windowMs)
+      }
+      expect(lags).toEqual([0, 0, 0, 0])
+    } finally {
+      await load.stop()
+    }
+  }, 20_000)
+
+  it('a restarted replica starts from the fleet’s saved state, not from `initial`: no slow start again', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    const first = createRedisStore(connectStandalone(), { prefix })
+    opened.push(first)
+    const before = adaptiveSemaphore(first, 'restart', { initial: 1 })
+    const load = drive([before], new Upstream(8, 20), 24)
+    try {
+      await eventually(() => (before.adaptive?.status().limit ?? 0) >= 6, 10_000)
+    } finally {
+      await load.stop()
+    }
+    before.adaptive?.close()
+    const redis = connectStandalone()
+    opened.push({ close: () => redis.quit() })
+    const saved = JSON.parse((await redis.hget(`${prefix}:{sem:restart}:as`, 's')) as string) as {
+      limit: number
+      steps: number
+    }
+    expect(saved.limit).toBeGreaterThanOrEqual(6)
+    // The replica made again (a deploy), with windows of 10 s: its first report would come 10 s
+    // from now, so only its construction can bring the fleet's state this soon.
+    const second = createRedisStore(connectStandalone(), { prefix })
+    opened.push(second)
+    const after = adaptiveSemaphore(second, 'restart', { initial: 1, windowMs: 10_000 })
+    await eventually(() => after.adaptive?.status().limit === saved.limit, 2_000).catch(() => undefined)
+    expect(after.adaptive?.status()).toMatchObject({ limit: saved.limit, steps: saved.steps })
+    expect(after.permits).toBe(saved.limit) // its own permits too, should the fleet's limit expire
+  }, 30_000)
+
   it('the leader is killed (SIGKILL): another replica leads within the lease, 3 windows', async () => {
     const prefix = uniquePrefix().slice(0, -1)
     const child = await spawnReadyChild(new URL('../fixtures/adaptive-worker.ts', import.meta.url))

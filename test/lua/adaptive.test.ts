@@ -70,6 +70,7 @@ function fleet() {
     space,
     report,
     leave: (replica: string, window: number) => report(replica, window, 0, 0, 0, 0, '1'),
+    join: (replica: string, window: number) => report(replica, window, 0, 0, 0, 0, '2'),
     /** Step `window` from the state read when `based` was the last window stepped. */
     commit: (window: number, state: string, based: number) =>
       run(
@@ -110,7 +111,8 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
     // added up across replicas: the counts, the clients, and the latency histogram bucket by bucket.
     const a = await f.report('a', w + 1)
     expect(a[1]).toBe(1)
-    expect(a.slice(5)).toEqual([12, 1, 120_000, 7, 5, 1, 12, 1, 20, 40, 3, 30_000, 41, 7, 80_000])
+    expect(a[5]).toBe(1) // the window before the reported one: a lag of 1
+    expect(a.slice(6)).toEqual([12, 1, 120_000, 7, 5, 1, 12, 1, 20, 40, 3, 30_000, 41, 7, 80_000])
   })
 
   it('a leader that stops reporting loses its lease, and another replica leads from then on', async () => {
@@ -171,7 +173,7 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
     await f.report('a', w, 5, 1, 50_000, 3) // the same report again
     await f.report('b', w, 7, 0, 70_000, 4)
     const a = await f.report('a', w + 1)
-    expect(a.slice(5)).toEqual([12, 1, 120_000, 7, 0, 0]) // not 17, 2, 170_000, 10
+    expect(a.slice(5)).toEqual([1, 12, 1, 120_000, 7, 0, 0]) // not 17, 2, 170_000, 10
     expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)
     // Its reply lost, the leader's commit is sent again: saved (1), so the leader applies its step.
     expect(await f.commit(w, '{"limit":3}', -1)).toBe(1)
@@ -185,6 +187,50 @@ describe('adaptive-report.lua and adaptive-commit.lua', () => {
     expect(await f.commit(now + 10_000, '{"limit":3}', -1)).toBe(0) // would block every later step
     expect(await f.commit(now - 10, '{"limit":3}', -1)).toBe(0)
     expect(await f.redis.exists(f.space.key('as'))).toBe(0)
+  })
+
+  it('a window is stepped once every replica alive reported it: the report that completes it gets its sums back (lag 0), leader or not; an idle replica’s empty report counts', async () => {
+    const f = fleet()
+    const w = (await current()) - 1
+    for (const replica of ['a', 'b', 'c']) await f.join(replica, w)
+    expect(await f.commit(w - 1, '{"limit":3}', -1)).toBe(1) // the window before is stepped
+    const a = await f.report('a', w, 5, 0, 50_000, 3, '0', [2, 0, [[40, 5, 50_000]]])
+    expect(a.slice(1, 3)).toEqual([1, 3])
+    expect(a).toHaveLength(5) // a leads, but the window is not complete: nothing to step yet
+    expect(await f.report('b', w, 7, 1, 70_000, 4, '0', [3, 1, [[41, 6, 70_000]]])).toHaveLength(5)
+    // c had no request (an idle replica): its empty report completes the window, and c, which does
+    // not lead, is told it to step at once.
+    const c = await f.report('c', w)
+    expect(c[1]).toBe(0)
+    expect(c[5]).toBe(0) // the window reported: a lag of 0
+    expect(c.slice(6)).toEqual([12, 1, 120_000, 7, 5, 1, 40, 5, 50_000, 41, 6, 70_000])
+    expect(await f.commit(w, '{"limit":6}', w - 1)).toBe(1)
+    // The leader's next report has nothing left to step (the window before it was stepped), and the
+    // same report sent again does not hand the window out twice.
+    expect(await f.report('c', w)).toHaveLength(5)
+    expect(await f.report('a', w + 1)).toHaveLength(5)
+  })
+
+  it('a silent replica holds the window back: nobody steps it at once, the leader steps it from its report of the next window (lag 1)', async () => {
+    const f = fleet()
+    const w = (await current()) - 1
+    await f.join('a', w)
+    await f.join('b', w) // joins, then is silent
+    expect(await f.commit(w - 1, '{"limit":3}', -1)).toBe(1)
+    expect(await f.report('a', w, 5, 0, 50_000, 3)).toHaveLength(5)
+    const next = await f.report('a', w + 1)
+    expect(next.slice(1, 3)).toEqual([1, 2])
+    expect(next.slice(5, 12)).toEqual([1, 5, 0, 50_000, 3, 0, 0])
+  })
+
+  it('a replica that joins is counted and reads the saved state, and reports nothing', async () => {
+    const f = fleet()
+    const w = (await current()) - 1
+    expect(await f.commit(w, '{"limit":24}', -1)).toBe(1)
+    const joined = await f.join('x', w + 1)
+    expect(joined.slice(1)).toEqual([0, 1, w * WINDOW_MS, '{"limit":24}'])
+    expect(await f.redis.exists(f.space.key(`aw${(w + 1) * WINDOW_MS}`))).toBe(0)
+    expect(await f.redis.exists(f.space.key('as'), f.space.key('ar'))).toBe(2)
   })
 
   it('replicas silent for 3 windows are no longer counted; every key it writes expires', async () => {

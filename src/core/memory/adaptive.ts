@@ -74,6 +74,17 @@ export class MemoryAdaptive implements AdaptiveFamily {
         previous: undefined,
       }
     }
+    if (r.join) {
+      fleet.replicas.set(r.replica, now)
+      return {
+        now,
+        leads: false,
+        replicas: fleet.replicas.size,
+        stepped: fleet.stepped,
+        state: fleet.state,
+        previous: undefined,
+      }
+    }
     // A window that is not the one just ended (or running, or the one before): a clock not corrected
     // yet; its sums go nowhere and it does not lead (lua/adaptive-report.lua).
     const current = Math.floor(now / r.windowMs) * r.windowMs
@@ -88,9 +99,12 @@ export class MemoryAdaptive implements AdaptiveFamily {
       buckets: new Map(),
       from: new Set<string>(),
     }
-    // One report of a replica counts once (one sent again adds nothing).
-    if (timely && (r.requests > 0 || r.maxInFlight > 0) && !sums.from.has(r.replica)) {
+    // One report of a replica counts once (one sent again adds nothing); an empty one counts too, so
+    // that an idle replica does not hold the window back from being complete.
+    let reporters = 0
+    if (timely && !sums.from.has(r.replica)) {
       sums.from.add(r.replica)
+      reporters = sums.from.size
       if (r.requests > 0) {
         sums.requests += r.requests
         sums.drops += r.drops
@@ -118,16 +132,14 @@ export class MemoryAdaptive implements AdaptiveFamily {
       fleet.leaderUntil = now + r.leaderTtlMs
     }
     fleet.until = now + r.stateTtlMs
+    const replicas = fleet.replicas.size
+    const reply = { now, leads, replicas, stepped: fleet.stepped, state: fleet.state }
+    // This report completed the window (every replica alive reported it): its replica steps it now.
+    if (reporters > 0 && reporters >= replicas && fleet.stepped < r.window)
+      return { ...reply, previous: undefined, complete: windowOf(sums) }
     const pending = leads && fleet.stepped < r.window - r.windowMs
     const before = pending ? fleet.windows.get(r.window - r.windowMs) : undefined
-    return {
-      now,
-      leads,
-      replicas: fleet.replicas.size,
-      stepped: fleet.stepped,
-      state: fleet.state,
-      previous: pending ? windowOf(before) : undefined,
-    }
+    return { ...reply, previous: pending ? windowOf(before) : undefined }
   }
 
   async commit(space: KeySpace, step: AdaptiveStep): Promise<boolean> {

@@ -141,6 +141,9 @@ export interface AdaptiveReport extends AdaptiveWindow {
   stateTtlMs: number
   /** The replica leaves (closed): it is no longer counted, and gives up leadership. */
   leave?: boolean
+  /** The replica joins (constructed): it is counted from now on and reads the fleet's state; the
+   * window and its sums are not reported. */
+  join?: boolean
 }
 
 export interface AdaptiveReportReply {
@@ -155,8 +158,11 @@ export interface AdaptiveReportReply {
   /** The controller's state after that step (JSON), if any. */
   state: string | undefined
   /** When this replica leads and the window before the reported one was not stepped yet: the fleet's
-   * reports of it, merged. */
+   * reports of it, merged (it steps it a window late). Undefined when `complete` is given. */
   previous: AdaptiveWindow | undefined
+  /** When this report completed the reported window (every replica alive reported it) and it was not
+   * stepped yet: the fleet's reports of it, merged; this replica, leader or not, steps it at once. */
+  complete?: AdaptiveWindow | undefined
 }
 
 /** lua/rwlock-*.lua: a writer-preferring read/write lock per name. */

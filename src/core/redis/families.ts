@@ -203,29 +203,26 @@ export function adaptiveFamily(call: Caller): AdaptiveFamily {
           r.windowMs,
           r.leaderTtlMs,
           r.stateTtlMs,
-          r.leave ? '1' : '0',
+          r.leave ? '1' : r.join ? '2' : '0',
           r.clients,
           r.clientsOver,
           ...r.latency.flat(),
         ],
         withToken: false,
         pick: (reply) => {
-          const [now, leads, replicas, stepped, state, ...window] = reply as [
+          const [now, leads, replicas, stepped, state, lag, ...window] = reply as [
             number,
             number,
             number,
             number,
             string,
+            number | undefined,
             ...number[],
           ]
-          return {
-            now,
-            leads: leads === 1,
-            replicas,
-            stepped,
-            state: state === '' ? undefined : state,
-            previous: window.length === 0 ? undefined : windowOf(window),
-          }
+          const base = { now, leads: leads === 1, replicas, stepped, state: state === '' ? undefined : state }
+          // lag 0: the window reported, completed by this report; 1: the window before it (leader).
+          if (lag === 0) return { ...base, previous: undefined, complete: windowOf(window) }
+          return { ...base, previous: lag === 1 ? windowOf(window) : undefined }
         },
       }),
     commit: (space, step) =>

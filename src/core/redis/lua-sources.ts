@@ -57,7 +57,9 @@ return 1
 -- ARGV[4] requests  ARGV[5] drops  ARGV[6] latency sum µs  ARGV[7] most in flight at once
 -- ARGV[8] window ms  ARGV[9] leadership ttl ms  ARGV[10] state ttl ms
 -- ARGV[11] '1': the replica leaves (close()): it is no longer counted, and gives up leadership if it
---          leads, so that another leads from its next report instead of after the lease
+--          leads, so that another leads from its next report instead of after the lease;
+--          '2': the replica joins (its construction): it is counted from now on and reads the fleet's
+--          state, and reports nothing (ARGV[3..] unused): it starts from the saved state, not \`initial\`
 -- ARGV[12] clients (units of enough requests: src/primitives/adaptive/clients.ts)
 -- ARGV[13] of them, those over the drop share
 -- ARGV[14..] the latency histogram's non-empty buckets (src/primitives/adaptive/latency.ts), three
@@ -67,13 +69,19 @@ return 1
 -- caller has not corrected yet (its first report, a jump): its sums go nowhere and it does not lead
 -- (nor step a window on its wrong count); the reply's \`now\` corrects it.
 -- A report sent again (its reply lost, the call resent after a reconnect) adds nothing twice: C keeps
--- the replicas that reported into it.
+-- the replicas that reported into it, and counts them (k), an idle replica's empty report included.
+-- A window is complete once every replica alive reported it: the report that completes it gets its
+-- sums back and its replica steps it at once (adaptive-commit.lua saves one step per window, whoever
+-- sends it). A window left incomplete (a replica silent, or joined after it ended) is stepped by the
+-- leader from its report of the next window, as the window before.
 -- Cost: O(log r + b) for r replicas and b buckets reported (at most 100), plus O(k) for k replicas
--- silent for 3 windows, at most 100 a call; the leader's reply adds O(r + B) for the B buckets of the
--- window it steps (at most 100).
+-- silent for 3 windows, at most 100 a call; a reply with a window to step adds O(r + B) for the B
+-- buckets of that window (at most 100). A join: O(log r).
 -- Returns {now, leads (1 | 0), replicas alive, last window stepped (-1: none), state ('' none),
---          then, when the caller leads and the window before the reported one was not stepped yet:
---          that window's n, d, l, m, u, o, then its buckets: bucket, count, sum µs, ...}
+--          then, when there is a window to step: 1 (the window before the reported one: the caller
+--          leads and it was not stepped yet) or 0 (the reported one: this report completed it and it
+--          was not stepped yet), then that window's n, d, l, m, u, o, then its buckets: bucket, count,
+--          sum µs, ...}
 local replica, window = ARGV[2], tonumber(ARGV[3])
 local requests, drops, latency, most = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local window_ms, leader_ttl, state_ttl = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
@@ -85,9 +93,18 @@ if ARGV[11] == '1' then
   if f[2] == replica then redis.call('HDEL', S, 'l', 'lu') end
   return { NOW, 0, redis.call('ZCARD', R), tonumber(f[1] or '-1'), f[3] or '' }
 end
+if ARGV[11] == '2' then
+  redis.call('ZADD', R, NOW, replica)
+  redis.call('PEXPIREAT', R, NOW + state_ttl)
+  local f = redis.call('HMGET', S, 'w', 's')
+  return { NOW, 0, redis.call('ZCARD', R), tonumber(f[1] or '-1'), f[2] or '' }
+end
 local timely = window >= current - 2 * window_ms and window <= current
 
-if timely and (requests > 0 or most > 0) and redis.call('HSETNX', C, 'r:' .. replica, 1) == 1 then
+-- How many replicas reported this window, with this report (0: it counted before, or not at all).
+local reporters = 0
+if timely and redis.call('HSETNX', C, 'r:' .. replica, 1) == 1 then
+  reporters = redis.call('HINCRBY', C, 'k', 1)
   if requests > 0 then
     redis.call('HINCRBY', C, 'n', requests)
     if drops > 0 then redis.call('HINCRBY', C, 'd', drops) end
@@ -119,12 +136,21 @@ if leads then redis.call('HSET', S, 'l', replica, 'lu', NOW + leader_ttl) end
 redis.call('PEXPIREAT', S, NOW + state_ttl)
 local stepped = tonumber(f[1] or '-1')
 local out = { NOW, leads and 1 or 0, replicas, stepped, f[4] or '' }
-if leads and stepped < window - window_ms then
-  local before = redis.call('HMGET', V, 'n', 'd', 'l', 'm', 'u', 'o')
-  for i = 1, 6 do out[5 + i] = tonumber(before[i] or '0') end
+-- The window to step, if any: the one reported if this report completed it (lag 0), else the one
+-- before it if the caller leads (lag 1).
+local lag, sums_key = nil, nil
+if reporters > 0 and reporters >= replicas and stepped < window then
+  lag, sums_key = 0, C
+elseif leads and stepped < window - window_ms then
+  lag, sums_key = 1, V
+end
+if lag then
+  out[6] = lag
+  local before = redis.call('HMGET', sums_key, 'n', 'd', 'l', 'm', 'u', 'o')
+  for i = 1, 6 do out[6 + i] = tonumber(before[i] or '0') end
   -- The buckets, in order: c<bucket> = count, s<bucket> = sum µs.
   local counts, sums = {}, {}
-  local fields = redis.call('HGETALL', V)
+  local fields = redis.call('HGETALL', sums_key)
   for i = 1, #fields, 2 do
     local kind, bucket = string.sub(fields[i], 1, 1), tonumber(string.sub(fields[i], 2))
     if bucket and kind == 'c' then counts[bucket] = tonumber(fields[i + 1]) end
@@ -156,7 +182,8 @@ return out
 --                    u = clients (units of enough requests), o = of them those over the drop share;
 --                    c<b> and s<b> = the count and the sum of latencies (µs) of histogram bucket b
 --                    (0 to 99); r:<replica id> = 1 for each replica whose report is in (one report
---                    counts once).
+--                    counts once), an empty one too; k = how many they are (the window is complete
+--                    once k reaches the replicas alive).
 --   KEYS[4] V  HASH  the same, of the window before it (what the leader steps).
 -- ARGV[1] is the bucket's wake-up channel (unused here). A window is named by its start, ms on the
 -- server clock (floor(time / length) x length) as each replica estimates it; the scripts check the

@@ -224,6 +224,8 @@ export class AdaptiveLimit {
   private timer: NodeJS.Timeout | undefined
   private reporting = false
   private closed = false
+  /** The window timer fired once (it runs on the store's clock from then on). */
+  private ticked = false
   /** The store's clock minus Date.now(), from the last reply (fleet). */
   private offsetMs = 0
   private leader = false
@@ -257,7 +259,12 @@ export class AdaptiveLimit {
     this.remember(this.state)
     target.setOwn(this.state.limit)
     this.arm()
+    this.ready = options.scope === 'fleet' ? this.join() : Promise.resolve()
   }
+
+  /** Settles once a fleet limit has read the fleet's saved state (or failed to): from then on it runs
+   * at the fleet's last limit rather than `initial`. Never rejects. */
+  readonly ready: Promise<void>
 
   /** A request was admitted under the limit, holding `weight` permits: returns when (for
    * finished()). */
@@ -363,6 +370,44 @@ export class AdaptiveLimit {
     leaving().catch(() => undefined)
   }
 
+  /** Start from evidence: one call at construction that counts this replica and reads the fleet's
+   * saved state, applied at once, so that a restarted or newly deployed replica runs at the fleet's
+   * last limit, not at `initial` (which applies to a bucket never seen, or unseen for STATE_TTL_MS). */
+  private async join(): Promise<void> {
+    const { windowMs } = this.options
+    let reply: AdaptiveReportReply
+    try {
+      const asked = Date.now()
+      reply = await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
+        replica: this.replica,
+        window: Math.floor(this.storeNow() / windowMs) * windowMs,
+        requests: 0,
+        drops: 0,
+        latencyUs: 0,
+        maxInFlight: 0,
+        clients: 0,
+        clientsOver: 0,
+        latency: [],
+        windowMs,
+        leaderTtlMs: LEADER_WINDOWS * windowMs,
+        stateTtlMs: STATE_TTL_MS,
+        join: true,
+      })
+      this.offsetMs = reply.now - (asked + Date.now()) / 2
+    } catch {
+      return // the first report tries again
+    }
+    if (this.closed) return
+    this.replicas = reply.replicas
+    // The timer was armed on this process's clock: armed again on the store's, unless it fired.
+    if (!this.ticked) {
+      clearTimeout(this.timer)
+      this.arm()
+    }
+    const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
+    if (saved && saved.steps !== this.state.steps) this.apply(saved, false)
+  }
+
   /** The store's time now, as this process estimates it. */
   private storeNow(): number {
     return Date.now() + this.offsetMs
@@ -382,6 +427,7 @@ export class AdaptiveLimit {
 
   private tick(window: number): void {
     if (this.closed) return
+    this.ticked = true
     const summary = summarize(this.window, this.options.dropShare)
     this.window = liveWindow(this.inFlight)
     this.arm()
@@ -429,20 +475,23 @@ export class AdaptiveLimit {
     this.replicas = reply.replicas
     const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
     if (saved) this.apply(saved, false)
-    if (!reply.leads || !reply.previous) return
-    const previous: WindowSummary = {
-      count: reply.previous.requests,
-      drops: reply.previous.drops,
-      latency: LatencyHistogram.from(reply.previous.latency),
-      clients: reply.previous.clients,
-      clientsOver: reply.previous.clientsOver,
-      maxInFlight: reply.previous.maxInFlight,
+    // The window just ended, once every replica reported it (this report completed it: lag 0), else,
+    // when this replica leads, the one before it (lag 1).
+    const lag = reply.complete ? 0 : 1
+    const sums = reply.complete ?? (reply.leads ? reply.previous : undefined)
+    if (!sums) return
+    const stepped: WindowSummary = {
+      count: sums.requests,
+      drops: sums.drops,
+      latency: LatencyHistogram.from(sums.latency),
+      clients: sums.clients,
+      clientsOver: sums.clientsOver,
+      maxInFlight: sums.maxInFlight,
     }
-    // The window stepped is the one before the window just ended: a lag of one.
-    const next = step(saved ?? this.state, previous, this.options, 1)
+    const next = step(saved ?? this.state, stepped, this.options, lag)
     try {
       const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
-        window: window - windowMs,
+        window: window - lag * windowMs,
         based: reply.stepped,
         state: JSON.stringify(next),
         stateTtlMs: STATE_TTL_MS,
@@ -454,7 +503,7 @@ export class AdaptiveLimit {
       // commit) is not written over.
       await store.permits.setLimit(this.target.space, next.limit, next.limit, {
         ttlMs: LIMIT_WINDOWS * windowMs,
-        version: window - windowMs,
+        version: window - lag * windowMs,
       })
     } catch (error) {
       this.unreachable(error)
