@@ -259,7 +259,7 @@ export class AdaptiveLimit {
     this.remember(this.state)
     target.setOwn(this.state.limit)
     this.arm()
-    this.ready = options.scope === 'fleet' ? this.join() : Promise.resolve()
+    this.ready = options.scope === 'fleet' ? this.join().catch(() => undefined) : Promise.resolve()
   }
 
   /** Settles once a fleet limit has read the fleet's saved state (or failed to): from then on it runs
