@@ -411,7 +411,7 @@ export function adaptiveLimitOf(
   const client = clients.get(semaphore) as PermitClient
   return new AdaptiveLimit(
     options,
-    { store: home, space: client.space, setOwn: (n) => client.setPermits(n) },
+    { store: home, space: client.space, setOwn: (n) => client.setPermits(n), fair: client.fair },
     logger,
     name,
   )

@@ -53,7 +53,7 @@ import { randomBytes } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js'
 import type { KeySpace } from '../../core/keys.js'
 import { createMemoryStore } from '../../core/memory/store.js'
-import type { AdaptiveReportReply, Store } from '../../core/protocol/store.js'
+import type { AdaptiveReportReply, FairCall, Store } from '../../core/protocol/store.js'
 import {
   type AdaptiveLimitOptions,
   bounded,
@@ -197,6 +197,9 @@ export interface LimitTarget {
   space: KeySpace
   /** Ask for `limit` as this process's own permits from now on. */
   setOwn(limit: number): void
+  /** The bucket's fair call, if it is a fair queue (a semaphore with `overload`): a new limit then
+   * admits in the queue's order, not a plain call's (which stops at the first disciplined waiter). */
+  fair?: FairCall | undefined
 }
 
 /** Shared store -> the memory store of this process's local limits over it. */
@@ -501,10 +504,13 @@ export class AdaptiveLimit {
       this.apply(next, true)
       // Versioned by the window: a later step's limit already there (this process paused since its
       // commit) is not written over.
-      await store.permits.setLimit(this.target.space, next.limit, next.limit, {
-        ttlMs: LIMIT_WINDOWS * windowMs,
-        version: window - lag * windowMs,
-      })
+      await store.permits.setLimit(
+        this.target.space,
+        next.limit,
+        next.limit,
+        { ttlMs: LIMIT_WINDOWS * windowMs, version: window - lag * windowMs },
+        this.target.fair,
+      )
     } catch (error) {
       this.unreachable(error)
     }
@@ -523,12 +529,18 @@ export class AdaptiveLimit {
     }
     if (this.options.scope === 'local' && next.limit !== before) {
       void this.target.store.permits
-        .setLimit(this.target.space, next.limit, next.limit, {
-          ttlMs: LIMIT_WINDOWS * this.options.windowMs,
-          // Versioned by this process's monotonic clock: a limit made again (a reload) writes over
-          // the one it replaces.
-          version: Math.floor(performance.timeOrigin + performance.now()),
-        })
+        .setLimit(
+          this.target.space,
+          next.limit,
+          next.limit,
+          {
+            ttlMs: LIMIT_WINDOWS * this.options.windowMs,
+            // Versioned by this process's monotonic clock: a limit made again (a reload) writes over
+            // the one it replaces.
+            version: Math.floor(performance.timeOrigin + performance.now()),
+          },
+          this.target.fair,
+        )
         .catch(() => undefined)
     }
     if (stepped) this.logChange(next)
