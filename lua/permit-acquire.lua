@@ -16,6 +16,9 @@
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, ARGV[7] maxQueued (0 = no bound),
+-- tokens from ARGV[8]; a disciplined token is ordered by class, flow tag and arrival, a capped flow
+-- takes at once only within its cap, and a full queue evicts a strictly lower class or refuses.
 -- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
 -- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
@@ -25,10 +28,16 @@
 -- then `now` (look again at once).
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders =
 --         permits held of the name right after, for RateLimit headers and metrics) | {0, position,
---         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
+--         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)
+--         | fair only: {0, -2, nextExpiry} shed (the token was evicted: a resent call), {0, -3,
+--         nextExpiry} refused (the queue holds maxQueued waiters of its class or higher)}
+-- Fair cost: as above, plus per token enqueued ZSCORE T, ZADD T, ZRANK Q and at most one eviction
+-- (ZRANGE Q -1 -1, ZREM Q W, ZADD X): O(log n); an uncapped weight-1 token of a name nobody holds or
+-- waits for and without shed marks is a lone holder (the same 3 commands); see lib/fair.lua.
 local ttl, mode, waiter_ttl = tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5])
 local op = ARGV[6] ~= '' and ARGV[6] or nil
-local tokens = { unpack(ARGV, 7) }
+local max_queued = D and tonumber(ARGV[7]) or 0
+local tokens = { unpack(ARGV, D and 8 or 7) }
 local n = #tokens
 local out = { NOW }
 
@@ -47,7 +56,12 @@ local function take(picked, count, alone)
   for _, i in ipairs(picked) do
     -- One SET ... GET reads and writes the fence for a single grant; a batch reads once, writes once.
     fence = #picked == 1 and take_fence(exp) or next_fence(exp)
-    used = used + add_hold(holds, exp_s, tokens[i])
+    local w = add_hold(holds, exp_s, tokens[i])
+    used = used + w
+    if D then
+      local d = fq.disc(tokens[i])
+      if d then fq.take(d, exp) end
+    end
     out[i + 1] = { 1, fence, exp, used }
   end
   save_fence()
@@ -67,9 +81,22 @@ end
 
 -- Fast paths: nobody waits and nobody holds in H, so any limit (always >= 1) has room for one
 -- permit, and no token can be a resend, unless F keeps a lone holder (lib/permits.lua).
-local state = redis.call('EXISTS', Q, Q, H)
-if state == 0 then
+local state, has_x, has_k
+if not D then
+  state = redis.call('EXISTS', Q, Q, H)
+else
+  -- A fair call counts X (shed marks: a resend must find its mark, never a permit) and K (parked
+  -- waiters) too: either sends the call down the general path.
+  state = redis.call('EXISTS', Q, Q, H, X, X, X, X, K, K, K, K, K, K, K, K)
+  has_x, has_k = state % 8 >= 4, state >= 8
+  state = state % 4
+end
+if state == 0 and (not D or not (has_x or has_k)) then
   local single = n == 1 and weight(tokens[1]) == 1
+  if single and D then
+    local d = fq.disc(tokens[1])
+    single = not d or d.max == 0 -- a capped flow counts its holds (the general path)
+  end
   if single and not op then
     -- A lone holder: F alone, one SET. It fails when F is there: a lone holder (another token's, or
     -- this one's, resent) or a fence ahead of the clock.
@@ -85,6 +112,8 @@ if state == 0 then
     take({ 1 }, 0, true)
     return out
   end
+elseif state == 0 then
+  if expand(redis.call('GET', F)) then state = 1 end
 end
 -- Re-entry while nobody waits: a reentrant owner that holds asks again. One more acquisition of its
 -- hold (a member of A, O(log n) however many it holds), or its own acquisition once more (a resend):
@@ -119,6 +148,11 @@ local permits = limit(ARGV[3])
 -- from live holders only; with none expired this costs one ZRANGE of the cached first expiry. One call
 -- per token would purge up to 100; a batch may need n.
 count = live_holders(count, math.max(100, n))
+if D then
+  if count == 0 and has_k then fq.heal() end
+  if fq.moved() > 0 then queued = true end
+  if has_x then fq.prune_marks() end
+end
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a token of this call may be among them).
   purge_waiters()
@@ -127,10 +161,27 @@ if queued then
   queued = redis.call('EXISTS', Q) == 1
 end
 
+-- The answers of a fair call: its changes to D written, its shed lines published.
+local function finish()
+  if D then
+    fq.flush()
+    fq.publish()
+  end
+  return out
+end
+
 -- Tokens that already hold or wait (a resent call, or another acquisition of a reentrant owner);
 -- the others are fresh.
 local held = count > 0 and redis.call('ZMSCORE', H, unpack(tokens)) or {}
 local waiting = queued and redis.call('ZMSCORE', Q, unpack(tokens)) or {}
+-- A fair call's resends: parked waiters (M k:) and evicted tokens (X).
+local parked, marks = {}, {}
+if has_k then
+  local fields = {}
+  for i, tok in ipairs(tokens) do fields[i] = 'k:' .. tok end
+  parked = redis.call('HMGET', M, unpack(fields))
+end
+if has_x then marks = redis.call('ZMSCORE', X, unpack(tokens)) end
 local beat = NOW + waiter_ttl
 local fresh = {}
 for i, tok in ipairs(tokens) do
@@ -170,35 +221,48 @@ for i, tok in ipairs(tokens) do
       end
     end
     out[i + 1] = { 0, position, backlog and NOW or next_expiry() }
+  elseif parked[i] then
+    out[i + 1] = { 0, redis.call('ZCOUNT', Q, '-inf', parked[i]), backlog and NOW or next_expiry() }
+  elseif marks[i] and tonumber(marks[i]) > NOW then
+    out[i + 1] = { 0, -2, backlog and NOW or next_expiry() }
   else
     fresh[#fresh + 1] = i
   end
 end
-if #fresh == 0 then return out end
+if #fresh == 0 then return finish() end
 
 local first = 1
 if not queued and count < permits then
   -- In order, as many as their weights fit. Queueing, the first that does not fit queues, and so do the
   -- rest behind it (FIFO); trying, each is on its own, as one call per token would be.
   local room, picked, rest = permits - count, {}, {}
+  local blocked = false
   for k = 1, #fresh do
-    local w = weight(tokens[fresh[k]])
-    if w <= room and (mode ~= '1' or #rest == 0) then
+    local tok = tokens[fresh[k]]
+    local w = weight(tok)
+    local d = D and fq.disc(tok)
+    if d and d.max > 0 and w <= room and not fq.may_take(d, w) then
+      -- At its flow's cap (or behind its flow's parked waiters): it queues, and parks at the head;
+      -- other flows are not held up by it.
+      rest[#rest + 1] = fresh[k]
+    elseif w <= room and (mode ~= '1' or not blocked) then
       picked[#picked + 1] = fresh[k]
       room = room - w
+      if d and d.max > 0 then fq.hold_ahead(d, w) end
     else
       rest[#rest + 1] = fresh[k]
+      blocked = true
     end
   end
   if #picked > 0 then take(picked, count, false) end
-  if #rest == 0 then return out end
+  if #rest == 0 then return finish() end
   fresh = rest
 end
 
 -- fresh[first..] found no free permit.
 if mode ~= '1' then
   for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, backlog and NOW or next_expiry() } end
-  return out
+  return finish()
 end
 local joining = #fresh - first + 1
 local ticket = redis.call('HINCRBY', M, 'n', joining) - joining
@@ -207,6 +271,54 @@ local ahead = queued and redis.call('ZCARD', Q) or 0
 -- to the full ttl; a waiter that died in the queue gives it back within waiter_ttl, not ttl.
 local spec = int(math.min(ttl, waiter_ttl)) .. (op and (' ' .. op) or '')
 local tickets, beats, specs = {}, {}, {}
+if D then
+  -- A fair queue: each token in order gets its score (lib/fair.lua), after at most one eviction when
+  -- Q is full; its position is its rank once it joined.
+  local length = ahead
+  for k = first, #fresh do
+    local i = fresh[k]
+    local tok = tokens[i]
+    local d = fq.disc(tok)
+    local t = ticket + k - first + 1
+    local refused = false
+    if d and max_queued > 0 and length >= max_queued then
+      local tail = redis.call('ZRANGE', Q, -1, -1)[1]
+      local td = tail and fq.disc(tail)
+      if td and td.p < d.p and length - 1 < max_queued then
+        fq.evict(tail, td, waiter_ttl)
+        length = length - 1
+      else
+        refused = true
+      end
+    end
+    if refused then
+      out[i + 1] = { 0, -3, backlog and NOW or next_expiry() }
+    else
+      redis.call('ZADD', Q, int(d and fq.enqueue(d, t) or t), tok)
+      length = length + 1
+      beats[#beats + 1] = beat
+      beats[#beats + 1] = tok
+      specs[#specs + 1] = 't:' .. tok
+      specs[#specs + 1] = spec
+      out[i + 1] = { 0, redis.call('ZRANK', Q, tok), backlog and NOW or next_expiry() }
+    end
+  end
+  if #beats > 0 then
+    redis.call('ZADD', W, unpack(beats))
+    redis.call('HSET', M, unpack(specs))
+    if queued then
+      redis.call('PEXPIREAT', Q, beat, 'GT')
+      redis.call('PEXPIREAT', W, beat, 'GT')
+      redis.call('PEXPIREAT', M, beat, 'GT')
+    else
+      redis.call('PEXPIREAT', Q, beat)
+      redis.call('PEXPIREAT', W, beat)
+      expire_at_least(M, beat)
+    end
+    fq.keep(beat)
+  end
+  return finish()
+end
 for k = first, #fresh do
   local i = fresh[k]
   local tok = tokens[i]

@@ -13,10 +13,15 @@
 -- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then `now` (look again at once).
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV. A parked waiter (at its
+-- flow's cap) is queued, at the place its score has in Q, and heart-beaten; an evicted one is {-2}.
+-- Fair cost: as above, plus O(log n) per wait not found in Q, and the fair bookkeeping of admit().
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
---          | {-1} unknown (evicted or expired: the caller must queue again)}
+--          | {-1} unknown (evicted or expired: the caller must queue again) | fair only: {-2} shed
+--          (evicted by a higher class: never granted)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
 local count = live_holders(redis.call('ZCARD', H))
+if D and count == 0 then fq.heal() end
 purge_waiters()
 admit(permits, count)
 local beat = NOW + waiter_ttl
@@ -39,10 +44,23 @@ for i = 4, #ARGV, 2 do
       local _, ops = parse_spec(redis.call('HGET', M, 't:' .. tok))
       if not has_op(ops, op) then rank = nil end
     end
+    local shed = false
+    if not rank and D and op == '' then
+      -- A fair queue: parked at its flow's cap (still waiting), or evicted (shed).
+      local score = fq.parked(tok)
+      if score then
+        rank = redis.call('ZCOUNT', Q, '-inf', int(score))
+      else
+        local mark = redis.call('ZSCORE', X, tok)
+        shed = mark and tonumber(mark) > NOW
+      end
+    end
     if rank then
       redis.call('ZADD', W, 'GT', beat, tok) -- never shortens the beat of a call with a longer one
       out[#out + 1] = { 0, rank }
       queued = true
+    elseif shed then
+      out[#out + 1] = { -2 }
     else
       out[#out + 1] = { -1 }
     end
@@ -53,7 +71,16 @@ if queued then
   redis.call('PEXPIREAT', Q, beat, 'GT')
   redis.call('PEXPIREAT', W, beat, 'GT')
   redis.call('PEXPIREAT', M, beat, 'GT')
+  if D then
+    redis.call('PEXPIREAT', K, beat, 'GT')
+    fq.keep(beat)
+  end
 end
 out[2] = backlog and NOW or next_expiry()
+if D then
+  fq.flush()
+  if redis.call('EXISTS', Q, K) == 0 then settle(nil) end
+  return out
+end
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out

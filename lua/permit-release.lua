@@ -17,6 +17,12 @@
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
 -- made: the rest is left to the next call, and a reply's nextExpiry is then `now` (look again at
 -- once).
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV. A capped flow's holder
+-- that leaves puts back up to its weight of its flow's parked waiters (ZRANGEBYLEX, ZREM K, ZADD Q); a
+-- parked waiter leaves K; a waiter that leaves updates the counts (and refunds its flow's tag when it
+-- was the flow's last); an evicted token has nothing to give back (0). Fair cost: as above, plus
+-- O(w log n) per capped holder of weight w, O(log n) per waiter leaving, and the fair bookkeeping of
+-- admit() (lib/fair.lua).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:
@@ -100,7 +106,35 @@ end
 if #members > 0 then redis.call('ZREM', H, unpack(members)) end
 
 local has_q, has_m, has_h, has_a = presence()
+local has_k = false
+if D then
+  has_k = redis.call('EXISTS', K) == 1
+  if has_k then
+    if #freed > 0 then fq.released(freed) end
+    if not has_h then fq.heal() end
+  end
+  if fq.moved() > 0 then has_q = true end
+end
 if has_a then sweep_acquisitions() end
+if has_k and #others > 0 then
+  -- Parked waiters that give up leave K (their counts, and their flow's refund: lib/fair.lua).
+  local fields = {}
+  for j, i in ipairs(others) do fields[j] = 'k:' .. tokens[i] end
+  local parked = redis.call('HMGET', M, unpack(fields))
+  local gone, specs = {}, {}
+  for j, i in ipairs(others) do
+    if parked[j] then
+      gone[#gone + 1] = tokens[i]
+      specs[#specs + 1] = 't:' .. tokens[i]
+      out[i + 1] = 3
+    end
+  end
+  if #gone > 0 then
+    fq.departed(gone)
+    redis.call('ZREM', W, unpack(gone))
+    redis.call('HDEL', M, unpack(specs))
+  end
+end
 if has_q and #others > 0 then
   -- A waiter whose heartbeat lapsed is not waiting any more: nothing to dequeue (as in memory).
   purge_waiters()
@@ -116,6 +150,7 @@ if has_q and #others > 0 then
       out[i + 1] = 3
     end
   end
+  if D and #gone > 0 then fq.departed(gone) end
   if #gone > 0 then
     redis.call('ZREM', Q, unpack(gone))
     redis.call('ZREM', W, unpack(gone))
@@ -129,10 +164,12 @@ if has_q then
   local permits = limit(ARGV[2])
   local count = live_holders(redis.call('ZCARD', H))
   out[1] = admit(permits, count)
+  if D then fq.flush() end
   -- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
   if redis.call('EXISTS', Q) == 1 then return out end
   settle(nil)
   return out
 end
 settle(freed, has_m, has_h, has_a)
+if D then fq.flush() end
 return out

@@ -13,6 +13,8 @@
 -- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV; admit() runs the
+-- discipline (its fair bookkeeping: lib/fair.lua).
 -- Returns {live holders, now, 1 when the limit was written | 0 when an override kept it}
 local permits = tonumber(ARGV[2])
 local written = 1
@@ -31,12 +33,18 @@ elseif current and not adaptive then
   redis.call('DEL', P)
 end
 local count = live_holders(redis.call('ZCARD', H))
+if D and count == 0 then fq.heal() end
 if redis.call('EXISTS', Q) == 1 then
   purge_waiters()
   local _, _, admitted = admit(limit(ARGV[3]), count)
   count = count + admitted
 end
-if redis.call('EXISTS', Q) == 0 then settle(nil) end
+if D then
+  fq.flush()
+  if redis.call('EXISTS', Q, K) == 0 then settle(nil) end
+elseif redis.call('EXISTS', Q) == 0 then
+  settle(nil)
+end
 if count == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then count = 1 end

@@ -54,13 +54,22 @@
 -- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
 -- never overtaken by light ones, G5).
 local H, Q, W, M, P, F, A -- this call's keys, set by begin()
+-- A fair queue's call (11 KEYS, lib/fair.lua): D T K X; nil on a plain call, which never touches them.
+local D, T, K, X
 local CHANNEL
+-- The fair queue's helpers, made by lib/fair.lua (the next prelude).
+local fq = {}
 
 -- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
   local star = string.find(tok, '*', 1, true)
   if not star then return 1 end
   local w = tonumber(string.sub(tok, star + 1))
+  if not w then
+    -- A fair token (lib/fair.lua): the digits up to its discipline.
+    local dot = string.find(tok, '.', star + 1, true)
+    w = dot and tonumber(string.sub(tok, star + 1, dot - 1))
+  end
   if not w or w < 1 or w > 1000 or w ~= math.floor(w) then return 1 end
   return w
 end
@@ -284,6 +293,7 @@ local function live_holders(count, most)
   if #expired == 0 then return count end
   redis.call('ZREM', H, unpack(expired))
   drop_holder_fields(expired)
+  if D then fq.released(expired) end
   if #expired < most then return count - #expired end
   local live = redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
   if count - #expired > live then backlog = true end
@@ -305,6 +315,7 @@ local function purge_waiters(dead)
     dead_left = dead_left - #dead
     if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then backlog = true end
   end
+  if D then fq.departed(dead) end
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
   local fields = {}
@@ -325,7 +336,11 @@ local function admit(permits, count)
   -- lapsed is not waiting any more (G5): one that the purge did not reach is dropped here, never
   -- handed a permit (it would keep it min(ttl, waiter ttl) and then pass it on to the next dead one).
   -- Read in batches growing from 16, so that a heavy head that blocks costs O(1), not O(room).
+  -- On a fair call (lib/fair.lua) the order is Q's scores as well: a capped waiter at its flow's cap is
+  -- parked on the way, and a plain call stops at the first disciplined waiter (it would grant it
+  -- without the fair bookkeeping; the fair waiters' own calls admit it).
   local head, dead = {}, {}
+  local discs, scored, parked, park_scores, park_beats = {}, {}, {}, {}, {}
   local from, want = 0, math.min(most, 16)
   local stop = false
   while not stop and #head < most do
@@ -333,22 +348,53 @@ local function admit(permits, count)
       backlog = true
       break
     end
-    local batch = redis.call('ZRANGE', Q, from, from + want - 1)
+    local batch, scores
+    if D then
+      local flat = redis.call('ZRANGE', Q, from, from + want - 1, 'WITHSCORES')
+      batch, scores = {}, {}
+      for k = 1, #flat, 2 do
+        batch[#batch + 1] = flat[k]
+        scores[#scores + 1] = tonumber(flat[k + 1])
+      end
+    else
+      batch = redis.call('ZRANGE', Q, from, from + want - 1)
+    end
     if #batch == 0 then break end
     from = from + #batch
     local beats = redis.call('ZMSCORE', W, unpack(batch))
     for i, tok in ipairs(batch) do
       if beats[i] and tonumber(beats[i]) > NOW then
         local w = weight(tok)
-        if w > room then
+        local d = D and fq.disc(tok)
+        local star = not D and string.find(tok, '*', 1, true)
+        if star and string.find(tok, '.', star, true) then
           stop = true
           break
         end
-        head[#head + 1] = tok
-        room = room - w
-        if room == 0 or #head >= most then
+        if d and fq.over(d, w) then
+          if #parked >= 1000 then
+            backlog = true
+            stop = true
+            break
+          end
+          parked[#parked + 1] = tok
+          park_scores[#park_scores + 1] = scores[i]
+          park_beats[#park_beats + 1] = tonumber(beats[i])
+        elseif w > room then
           stop = true
           break
+        else
+          head[#head + 1] = tok
+          if d then
+            discs[#head] = d
+            scored[#head] = scores[i]
+            fq.hold_ahead(d, w)
+          end
+          room = room - w
+          if room == 0 or #head >= most then
+            stop = true
+            break
+          end
         end
       else
         dead[#dead + 1] = tok
@@ -357,7 +403,11 @@ local function admit(permits, count)
     want = math.max(1, math.min(most - #head, want * 2))
   end
   if #dead > 0 then purge_waiters(dead) end
-  if #head == 0 then return '', {}, 0 end
+  if #parked > 0 then fq.park(parked, park_scores, park_beats) end
+  if #head == 0 then
+    if D then fq.flush() end
+    return '', {}, 0
+  end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
   local specs = redis.call('HMGET', M, unpack(spec_fields))
@@ -369,6 +419,7 @@ local function admit(permits, count)
     local exp = NOW + ttl
     local fence = next_fence(exp)
     taken = taken + add_hold(holds, exp, tok)
+    if discs[i] then fq.grant(discs[i], scored[i], exp) end
     fields[#fields + 1] = 'g:' .. tok
     fields[#fields + 1] = int(fence)
     local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
@@ -413,6 +464,7 @@ local function admit(permits, count)
   redis.call('ZREM', W, unpack(head))
   first_expiry = nil
   save_fence()
+  if D then fq.flush() end
   local message = table.concat(lines, '\n')
   redis.call('PUBLISH', CHANNEL, message)
   return message, granted, taken
@@ -433,6 +485,11 @@ local function settle(left, has_m, has_h, has_a)
   if not last then
     if has_m ~= false then redis.call('DEL', M) end
     if has_a ~= false then redis.call('DEL', A) end
+    if D then
+      -- A fair queue's state goes with it (X stays: a shed mark outlives an idle bucket).
+      fq.discard()
+      redis.call('DEL', D, T, K)
+    end
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     -- One GETDEL: the token is almost always behind the clock by now; one run ahead (many fences in
     -- one microsecond, or a clock stepped back) is put back until the clock passes it. A Redis user
@@ -462,12 +519,19 @@ local function settle(left, has_m, has_h, has_a)
     if left and #left > 0 then drop_holder_fields(left) end
     redis.call('PEXPIREAT', M, tonumber(last))
   end
+  if D then
+    fq.flush()
+    redis.call('PEXPIREAT', D, tonumber(last))
+    redis.call('PEXPIREAT', T, tonumber(last))
+  end
 end
 
 -- Every permit script starts here: the call's keys, channel and clock, and the state above reset.
 local function begin(keys, argv)
   read_clock()
   H, Q, W, M, P, F, A = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+  D, T, K, X = keys[8], keys[9], keys[10], keys[11]
+  if D then fq.reset() end
   CHANNEL = argv[1]
   fence_last, fence_dirty, fence_until = nil, false, 0
   first_expiry = nil

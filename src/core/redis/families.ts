@@ -6,6 +6,7 @@ import type {
   AcquireRequest,
   AdaptiveFamily,
   AdaptiveWindow,
+  FairCall,
   PermitFamily,
   RwAcquireRequest,
   RwLockFamily,
@@ -14,6 +15,7 @@ import {
   acquireRow,
   acquireRowTakes,
   acquisitionArgs,
+  fairStats,
   recheckReply,
   releaseResult,
   releaseRow,
@@ -81,13 +83,18 @@ type Caller = <T>(spec: CallSpec & { pick: (reply: unknown, i: number) => T }) =
 export function permitFamily(
   call: Caller,
   deliver: (channel: string, message: string) => void,
+  /** A fair queue's KEYS (lua/lib/fair.lua: the plain seven, then D T K X). */
+  fairKeys: (space: KeySpace) => readonly string[],
 ): PermitFamily {
+  // A fair call (a semaphore with `overload`) names 11 keys; a plain call the family's 7, exactly as
+  // before fair queues (its KEYS, ARGV and Lua path are unchanged).
+  const keysOf = (space: KeySpace, fair: FairCall | undefined) => (fair ? fairKeys(space) : undefined)
   // Grants (and queue places) whose reply came too late are handed straight back: nothing is lost.
   const lateAcquire = (call: ScriptCall, reply: unknown, i: number) => {
     if (!acquireRowTakes(reply, i)) return
     const r = call.request as AcquireRequest
     family
-      .release(call.space, r.token, r.permits, r.op)
+      .release(call.space, r.token, r.permits, r.op, r.fair)
       .catch((error: unknown) => debug('late release failed: %o', error))
   }
   // Wake our own waiters now; the same grants still arrive by pub/sub for every process (the wait
@@ -99,7 +106,7 @@ export function permitFamily(
   const undoAcquire = (call: ScriptCall): GiveBack => {
     const r = call.request as AcquireRequest
     return {
-      release: () => family.release(call.space, r.token, r.permits, r.op),
+      release: () => family.release(call.space, r.token, r.permits, r.op, r.fair),
       withinMs: heldAtMost(r),
     }
   }
@@ -108,24 +115,32 @@ export function permitFamily(
       call({
         script: 'tgPermitAcquire',
         space,
-        head: [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
+        keys: keysOf(space, r.fair),
+        head: r.fair
+          ? [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? '', r.fair.maxQueued]
+          : [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
         withToken: true,
         token: r.token,
-        // A reentrant owner's call never shares a call (its one token carries an acquisition id).
-        merge: r.op === undefined ? `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}` : undefined,
+        // A reentrant owner's call never shares a call (its one token carries an acquisition id). Fair
+        // and plain calls never merge (their KEYS differ); classes and flows do (they are in the tokens).
+        merge:
+          r.op !== undefined
+            ? undefined
+            : `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}${r.fair ? ` f${r.fair.maxQueued}` : ''}`,
         request: r,
         pick: acquireRow,
         late: lateAcquire,
         undo: undoAcquire,
       }),
-    release: (space, token, permits, op) =>
+    release: (space, token, permits, op, fair) =>
       call({
         script: 'tgPermitRelease',
         space,
+        keys: keysOf(space, fair),
         head: [permits, op ?? ''],
         withToken: true,
         token,
-        merge: op === undefined ? `r ${permits}` : undefined,
+        merge: op === undefined ? `r ${permits}${fair ? ' f' : ''}` : undefined,
         pick: releaseRow,
         onReply: released,
       }),
@@ -140,10 +155,11 @@ export function permitFamily(
           return { now, expiresAt }
         },
       }),
-    recheck: (space, permits, waiterTtlMs, waits) =>
+    recheck: (space, permits, waiterTtlMs, waits, fair) =>
       call({
         script: 'tgPermitRecheck',
         space,
+        keys: keysOf(space, fair),
         head: [permits, waiterTtlMs, ...acquisitionArgs(waits)],
         withToken: false,
         pick: recheckReply,
@@ -159,10 +175,20 @@ export function permitFamily(
           return { holders, queued, limit: limit || undefined, adaptive: adaptive || undefined }
         },
       }),
-    setLimit: (space, permits, own, adaptive) =>
+    inspectFair: (space, fair, flows = []) =>
+      call({
+        script: 'tgPermitInspect',
+        space,
+        keys: fairKeys(space),
+        head: [...flows],
+        withToken: false,
+        pick: (reply) => fairStats(reply, flows),
+      }),
+    setLimit: (space, permits, own, adaptive, fair) =>
       call({
         script: 'tgPermitSetLimit',
         space,
+        keys: keysOf(space, fair),
         head: adaptive ? [permits ?? 0, own, 'a', adaptive.ttlMs, adaptive.version] : [permits ?? 0, own],
         withToken: false,
         pick: (reply) => (reply as number[])[2] !== 0,

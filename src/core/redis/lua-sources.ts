@@ -6,6 +6,7 @@ export type LuaFile =
   | 'adaptive-report.lua'
   | 'lib/adaptive.lua'
   | 'lib/common.lua'
+  | 'lib/fair.lua'
   | 'lib/permits.lua'
   | 'lib/rwlock.lua'
   | 'permit-acquire.lua'
@@ -262,6 +263,366 @@ local function drop_op(list, op)
   return table.concat(kept, ' ')
 end
 `,
+  'lib/fair.lua': `-- lua/lib/fair.lua: third prelude of the permit scripts (after lib/common.lua and lib/permits.lua):
+-- the discipline of a fair queue, a semaphore with \`overload\` (src/core/fair.ts; its memory twin is
+-- src/core/memory/fair-queue.ts, the same integer arithmetic). Only fair calls run it: they pass 11
+-- KEYS, and begin() sets D T K X; a plain call (7 KEYS) leaves them nil and never comes here.
+--
+-- The discipline travels in the token: \`<id>*<w>.<p>.<f>.<fw>.<max>\` (weight, priority 0..7, flow id
+-- or '-', flow weight 1..100, flow cap; 0 = none). A token that does not parse is plain.
+--
+-- Order. One ZSET Q still orders the queue; a disciplined waiter's score is
+--   (4 - p) * 2^50 + S + (ticket mod 32)
+-- so ZRANGE Q is: higher class first (strict priority), then the smallest start tag S (start-time fair
+-- queuing between the flows of a class, by flow weight), then arrival. A plain waiter's score is its
+-- ticket: the standard class (p = 4 sits at offset 0). Every score is an exact integer below 2^53,
+-- written with int().
+--
+-- Tags (per class p). A request of w permits in a flow of weight fw costs c = floor(w * 4096 / fw).
+-- V = D v<p>, the largest S + j admitted from the class. A flow's last finish tag F is T "<p>:<f>"
+-- (score (4 - p) * 2^50 + F). On enqueue S = max(V, F), then F = S + c: a newly active flow starts at V,
+-- a backlogged one after its own earlier requests. A flow whose last waiter of the class leaves
+-- without service (gives up, dies, is evicted) loses its T entry: the refund (its flood's charge is
+-- forgiven once it has nobody waiting). After an admission F is kept (a flow that keeps exactly one
+-- waiter never re-enters at V ahead of backlogged flows). T entries at or below the V a call started
+-- from are dead weight (max(V, F) = V): each call that grants from a class removes at most 16 of them,
+-- so T holds the flows with waiters and the recently served, and no call's cost depends on how many
+-- flows were ever seen.
+--
+-- Per-flow cap (max > 0). D h<g>:<f> counts the permits flow f holds (g = D hg, the generation: when a
+-- fair call finds H gone, every lease ran out, so every count is stale: hg moves on and the old fields
+-- read as 0). A capped waiter that reaches the head at its cap is parked: out of Q into K, member
+-- "<f> <score + 3 * 2^50, 16 digits> <tok>" (score 0: K orders by bytes, so ZRANGEBYLEX is a flow's
+-- oldest in O(log n)), M k:<tok> = its score. A holder of f that leaves (release, expiry purge) unparks
+-- up to what it freed back into Q with the original score. Nothing scans K.
+--
+-- Eviction (maxQueued > 0, ARGV[7] of permit-acquire). A fresh disciplined token that finds ZCARD Q >=
+-- maxQueued evicts Q's tail if it is disciplined and of a strictly lower class, else it is refused
+-- ({0, -3, nextExpiry}). The evicted token goes to X (score: NOW + 2 * waiter ttl), one line "<tok> x"
+-- is published, a re-check of it answers {-2} and a resent acquire {0, -2, nextExpiry}, never queued:
+-- a token in X is in none of Q, W, K, so no grant names it (exactly once, G12).
+--
+-- D HASH: v<p> V of class p; n<p> waiters of class p (Q and K); q<p>:<f> waiters of flow f in class
+-- p; h<g>:<f> permits held by capped flow f; k:<f> parked waiters of f; x<p> evictions of class p;
+-- hg the generation of the h fields. A count that reaches 0 is deleted. settle() deletes D, T, K
+-- with M once nothing is held or queued (X stays: a shed mark outlives an idle bucket).
+--
+-- Left out of this version: the rebase and saturation of tags (design 2.2). V only grows; the 2^50
+-- range of a class holds 2^38 weight-1 permits admitted from its queue (31 days at 10^5 queued
+-- permits/s without the class ever emptying: settle() starts every tag again from 0 when the bucket
+-- goes idle).
+--
+-- Cost (fair calls, on top of the plain path's): per token enqueued ZSCORE T + ZADD T + ZRANK Q, and at
+-- most one eviction (O(log n)); per call that grants: one HGET and at most one HSET of V per class,
+-- one HINCRBY per count changed, at most 16 T entries pruned; per capped grant or release a count and
+-- at most w unparks (ZRANGEBYLEX, ZREM, ZADD); at most 1000 parkings, 100 shed marks pruned and 100
+-- waiters unparked after H ran out, per call. Nothing scans flows, T, K or X.
+local SPAN = 1125899906842624 -- 2^50
+local UNIT = 4096
+local TIES = 32
+local FAIR_TOKEN = '^.-%*(%d+)%.(%d)%.([%w_-]+)%.(%d+)%.(%d+)$'
+
+-- This call's state (reset by begin() on a fair call): V per class (now, and as the call found it),
+-- count deltas for D in order, the T members refunded when their count reaches 0, cached cap counts,
+-- the h generation, shed lines, and how long D and T must live at least.
+local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved
+
+function fq.reset()
+  vals, vold, deltas, order, refunds, held = {}, {}, {}, {}, {}, {}
+  hgen = nil
+  shed = {}
+  keep = 0
+  moved = 0
+end
+
+-- How many parked waiters this call put back into Q.
+function fq.moved()
+  return moved
+end
+
+-- A token's discipline {w, p, f, fw, max, off}, or nil for a plain token.
+function fq.disc(tok)
+  local w, p, f, fw, max = string.match(tok, FAIR_TOKEN)
+  if not w then return nil end
+  w, p, fw, max = tonumber(w), tonumber(p), tonumber(fw), tonumber(max)
+  if w < 1 or w > 1000 or p > 7 or fw < 1 or fw > 100 then return nil end
+  return { w = w, p = p, f = f, fw = fw, max = max, off = (4 - p) * SPAN }
+end
+
+function fq.keep(at)
+  if at > keep then keep = at end
+end
+
+local function bump(field, by)
+  local d = deltas[field]
+  if d == nil then
+    order[#order + 1] = field
+    d = 0
+  end
+  deltas[field] = d + by
+end
+
+local function vget(p)
+  local v = vals[p]
+  if v == nil then
+    v = tonumber(redis.call('HGET', D, 'v' .. p) or '0')
+    vals[p], vold[p] = v, v
+  end
+  return v
+end
+
+local function gen()
+  if hgen == nil then hgen = redis.call('HGET', D, 'hg') or '0' end
+  return hgen
+end
+
+-- Permits capped flow f holds (this call's changes included).
+function fq.held(f)
+  local h = held[f]
+  if h == nil then
+    h = tonumber(redis.call('HGET', D, 'h' .. gen() .. ':' .. f) or '0')
+    held[f] = h
+  end
+  return h
+end
+
+local function hold(d, by)
+  held[d.f] = fq.held(d.f) + by
+  bump('h' .. gen() .. ':' .. d.f, by)
+end
+
+-- A waiter of discipline d leaves without service: the counts, and the refund of its flow's tag.
+local function depart(d)
+  bump('n' .. d.p, -1)
+  local q = 'q' .. d.p .. ':' .. d.f
+  bump(q, -1)
+  refunds[q] = d.p .. ':' .. d.f
+end
+
+-- Enqueue: the tag of a disciplined fresh token with ticket \`ticket\`; returns its Q score.
+function fq.enqueue(d, ticket)
+  local member = d.p .. ':' .. d.f
+  local last = redis.call('ZSCORE', T, member)
+  local s = vget(d.p)
+  if last then s = math.max(s, tonumber(last) - d.off) end
+  redis.call('ZADD', T, int(d.off + s + math.floor(d.w * UNIT / d.fw)), member)
+  bump('n' .. d.p, 1)
+  bump('q' .. d.p .. ':' .. d.f, 1)
+  return d.off + s + ticket % TIES
+end
+
+-- admit() picks disciplined waiter d of w permits: a capped flow's count goes up at once, so the
+-- call's later heads see it.
+function fq.hold_ahead(d, w)
+  if d.max > 0 then hold(d, w) end
+end
+
+-- admit() grants disciplined waiter d (score \`score\`, lease until \`exp\`): V and the counts.
+function fq.grant(d, score, exp)
+  local v = vget(d.p)
+  if score - d.off > v then vals[d.p] = score - d.off end
+  bump('n' .. d.p, -1)
+  bump('q' .. d.p .. ':' .. d.f, -1)
+  if d.max > 0 then fq.keep(exp) end
+end
+
+-- take(): a fresh disciplined token granted at once (a capped flow's count went up as it was picked).
+function fq.take(d, exp)
+  if d.max > 0 then fq.keep(exp) end
+end
+
+-- Whether waiter d may hold w more permits: uncapped, or within its flow's cap (a request heavier
+-- than the cap runs once its flow holds nothing, never parked for ever).
+function fq.over(d, w)
+  if d.max == 0 then return false end
+  local h = fq.held(d.f)
+  return h > 0 and h + w > d.max
+end
+
+-- Whether a fresh capped token may take w permits at once: its flow has room and nobody parked.
+function fq.may_take(d, w)
+  if d.max == 0 then return true end
+  if fq.over(d, w) then return false end
+  return tonumber(redis.call('HGET', D, 'k:' .. d.f) or '0') == 0
+end
+
+local function park_member(f, score, tok)
+  return f .. ' ' .. string.format('%016.0f', score + 3 * SPAN) .. ' ' .. tok
+end
+
+-- admit() parks live capped heads at their cap (\`toks\`, their \`scores\` and heartbeats \`beats\`); they
+-- left Q's ranks only now, so the ranks admit() read stay valid.
+function fq.park(toks, scores, beats)
+  local members, fields = {}, {}
+  local last = 0
+  for i, tok in ipairs(toks) do
+    local d = fq.disc(tok)
+    members[#members + 1] = 0
+    members[#members + 1] = park_member(d.f, scores[i], tok)
+    fields[#fields + 1] = 'k:' .. tok
+    fields[#fields + 1] = int(scores[i])
+    bump('k:' .. d.f, 1)
+    last = math.max(last, beats[i])
+  end
+  redis.call('ZREM', Q, unpack(toks))
+  redis.call('ZADD', K, unpack(members))
+  redis.call('HSET', M, unpack(fields))
+  expire_at_least(K, last)
+end
+
+-- Parked waiters members (K members) back into Q with their scores.
+local function unpark_members(members)
+  if #members == 0 then return 0 end
+  local adds, fields = {}, {}
+  for i, member in ipairs(members) do
+    local a = string.find(member, ' ', 1, true)
+    local b = string.find(member, ' ', a + 1, true)
+    local f, tok = string.sub(member, 1, a - 1), string.sub(member, b + 1)
+    adds[#adds + 1] = int(tonumber(string.sub(member, a + 1, b - 1)) - 3 * SPAN)
+    adds[#adds + 1] = tok
+    fields[i] = 'k:' .. tok
+    bump('k:' .. f, -1)
+  end
+  redis.call('ZREM', K, unpack(members))
+  redis.call('ZADD', Q, unpack(adds))
+  redis.call('HDEL', M, unpack(fields))
+  expire_at_least(Q, NOW + 1000) -- W's beats push it further at once (their heartbeat ttl)
+  moved = moved + #members
+  return #members
+end
+
+-- A holder of capped flow d.f gave back w permits: its oldest parked waiters that now fit go back.
+function fq.unpark(d, w)
+  hold(d, -w)
+  local room = math.min(w, d.max - fq.held(d.f))
+  if room <= 0 then return 0 end
+  if tonumber(redis.call('HGET', D, 'k:' .. d.f) or '0') <= 0 then return 0 end
+  return unpark_members(redis.call('ZRANGEBYLEX', K, '[' .. d.f .. ' ', '(' .. d.f .. '!', 'LIMIT', 0, room))
+end
+
+-- Released or expired holder tokens (H members; \`#k\` members are not tokens): capped flows' counts go
+-- down and their parked waiters come back. Returns how many came back.
+function fq.released(toks)
+  local back = 0
+  for _, tok in ipairs(toks) do
+    local d = fq.disc(tok)
+    if d and d.max > 0 then back = back + fq.unpark(d, d.w) end
+  end
+  return back
+end
+
+-- Nothing is held (H is gone): every count of held permits is stale, and parked waiters wait for
+-- nothing. A new generation of counts, and up to 100 parked waiters back into Q (admit() parks those
+-- still over their cap). Returns how many came back.
+function fq.heal()
+  if redis.call('EXISTS', K) == 0 then return 0 end
+  hgen = tostring(redis.call('HINCRBY', D, 'hg', 1))
+  held = {}
+  local members = redis.call('ZRANGE', K, 0, 99)
+  local back = unpark_members(members)
+  if #members == 100 then backlog = true end
+  return back
+end
+
+-- Waiters that left without service (\`toks\`: dead, or giving up): their counts and refunds; parked
+-- ones leave K. Plain tokens are skipped.
+function fq.departed(toks)
+  local fair, fields = {}, {}
+  for _, tok in ipairs(toks) do
+    local d = fq.disc(tok)
+    if d then
+      fair[#fair + 1] = { tok, d }
+      fields[#fields + 1] = 'k:' .. tok
+    end
+  end
+  if #fair == 0 then return end
+  local parked = redis.call('HMGET', M, unpack(fields))
+  local members = {}
+  for i, entry in ipairs(fair) do
+    depart(entry[2])
+    if parked[i] then
+      members[#members + 1] = park_member(entry[2].f, tonumber(parked[i]), entry[1])
+      bump('k:' .. entry[2].f, -1)
+    end
+  end
+  if #members > 0 then
+    redis.call('ZREM', K, unpack(members))
+    redis.call('HDEL', M, unpack(fields))
+  end
+end
+
+-- Parked waiter \`tok\`'s score, or nil.
+function fq.parked(tok)
+  local score = redis.call('HGET', M, 'k:' .. tok)
+  return score and tonumber(score)
+end
+
+-- Evict waiter \`tok\` (discipline d) for a higher class: out of Q and W, marked in X for two heartbeat
+-- ttls, one "<tok> x" line.
+function fq.evict(tok, d, waiter_ttl)
+  redis.call('ZREM', Q, tok)
+  redis.call('ZREM', W, tok)
+  redis.call('HDEL', M, 't:' .. tok)
+  depart(d)
+  bump('x' .. d.p, 1)
+  local until_ = NOW + 2 * waiter_ttl
+  redis.call('ZADD', X, until_, tok)
+  expire_at_least(X, until_)
+  shed[#shed + 1] = tok .. ' x'
+end
+
+-- Shed marks that ran out go, at most 100 a call.
+function fq.prune_marks()
+  local gone = redis.call('ZRANGEBYSCORE', X, '-inf', NOW, 'LIMIT', 0, 100)
+  if #gone > 0 then redis.call('ZREM', X, unpack(gone)) end
+end
+
+-- Publish this call's shed lines (one message).
+function fq.publish()
+  if #shed == 0 then return end
+  redis.call('PUBLISH', CHANNEL, table.concat(shed, '\\n'))
+  shed = {}
+end
+
+-- Write this call's changes to D: V per class (and prune T below the V the call started from), the
+-- counts (a count at 0 goes, with its flow's T entry when a waiter left without service), and D's and
+-- T's expiry. Idempotent: a second flush writes only what changed since.
+function fq.flush()
+  local vs = {}
+  for p, v in pairs(vals) do
+    if v ~= vold[p] then
+      vs[#vs + 1] = 'v' .. p
+      vs[#vs + 1] = int(v)
+      local off = (4 - p) * SPAN
+      local dead = redis.call('ZRANGEBYSCORE', T, int(off), int(off + vold[p]), 'LIMIT', 0, 16)
+      if #dead > 0 then redis.call('ZREM', T, unpack(dead)) end
+      vold[p] = v
+    end
+  end
+  if #vs > 0 then redis.call('HSET', D, unpack(vs)) end
+  for _, field in ipairs(order) do
+    local by = deltas[field]
+    if by ~= 0 then
+      if redis.call('HINCRBY', D, field, by) <= 0 then
+        redis.call('HDEL', D, field)
+        if refunds[field] then redis.call('ZREM', T, refunds[field]) end
+      end
+    end
+  end
+  deltas, order, refunds = {}, {}, {}
+  if keep > 0 then
+    expire_at_least(D, keep)
+    expire_at_least(T, keep)
+    keep = 0
+  end
+end
+
+-- settle() deletes D: this call's pending changes go with it.
+function fq.discard()
+  deltas, order, refunds = {}, {}, {}
+  keep = 0
+end
+`,
   'lib/permits.lua': `-- lua/lib/permits.lua: shared prelude of every permit-*.lua script, after lib/common.lua (both are
 -- prepended when the script is registered, so each registered script stays one self-contained EVALSHA).
 --
@@ -318,13 +679,22 @@ end
 -- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
 -- never overtaken by light ones, G5).
 local H, Q, W, M, P, F, A -- this call's keys, set by begin()
+-- A fair queue's call (11 KEYS, lib/fair.lua): D T K X; nil on a plain call, which never touches them.
+local D, T, K, X
 local CHANNEL
+-- The fair queue's helpers, made by lib/fair.lua (the next prelude).
+local fq = {}
 
 -- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
 local function weight(tok)
   local star = string.find(tok, '*', 1, true)
   if not star then return 1 end
   local w = tonumber(string.sub(tok, star + 1))
+  if not w then
+    -- A fair token (lib/fair.lua): the digits up to its discipline.
+    local dot = string.find(tok, '.', star + 1, true)
+    w = dot and tonumber(string.sub(tok, star + 1, dot - 1))
+  end
   if not w or w < 1 or w > 1000 or w ~= math.floor(w) then return 1 end
   return w
 end
@@ -548,6 +918,7 @@ local function live_holders(count, most)
   if #expired == 0 then return count end
   redis.call('ZREM', H, unpack(expired))
   drop_holder_fields(expired)
+  if D then fq.released(expired) end
   if #expired < most then return count - #expired end
   local live = redis.call('ZCOUNT', H, '(' .. int(NOW), '+inf')
   if count - #expired > live then backlog = true end
@@ -569,6 +940,7 @@ local function purge_waiters(dead)
     dead_left = dead_left - #dead
     if dead_left <= 0 and redis.call('ZCOUNT', W, '-inf', NOW) > #dead then backlog = true end
   end
+  if D then fq.departed(dead) end
   redis.call('ZREM', Q, unpack(dead))
   redis.call('ZREM', W, unpack(dead))
   local fields = {}
@@ -589,7 +961,11 @@ local function admit(permits, count)
   -- lapsed is not waiting any more (G5): one that the purge did not reach is dropped here, never
   -- handed a permit (it would keep it min(ttl, waiter ttl) and then pass it on to the next dead one).
   -- Read in batches growing from 16, so that a heavy head that blocks costs O(1), not O(room).
+  -- On a fair call (lib/fair.lua) the order is Q's scores as well: a capped waiter at its flow's cap is
+  -- parked on the way, and a plain call stops at the first disciplined waiter (it would grant it
+  -- without the fair bookkeeping; the fair waiters' own calls admit it).
   local head, dead = {}, {}
+  local discs, scored, parked, park_scores, park_beats = {}, {}, {}, {}, {}
   local from, want = 0, math.min(most, 16)
   local stop = false
   while not stop and #head < most do
@@ -597,22 +973,53 @@ local function admit(permits, count)
       backlog = true
       break
     end
-    local batch = redis.call('ZRANGE', Q, from, from + want - 1)
+    local batch, scores
+    if D then
+      local flat = redis.call('ZRANGE', Q, from, from + want - 1, 'WITHSCORES')
+      batch, scores = {}, {}
+      for k = 1, #flat, 2 do
+        batch[#batch + 1] = flat[k]
+        scores[#scores + 1] = tonumber(flat[k + 1])
+      end
+    else
+      batch = redis.call('ZRANGE', Q, from, from + want - 1)
+    end
     if #batch == 0 then break end
     from = from + #batch
     local beats = redis.call('ZMSCORE', W, unpack(batch))
     for i, tok in ipairs(batch) do
       if beats[i] and tonumber(beats[i]) > NOW then
         local w = weight(tok)
-        if w > room then
+        local d = D and fq.disc(tok)
+        local star = not D and string.find(tok, '*', 1, true)
+        if star and string.find(tok, '.', star, true) then
           stop = true
           break
         end
-        head[#head + 1] = tok
-        room = room - w
-        if room == 0 or #head >= most then
+        if d and fq.over(d, w) then
+          if #parked >= 1000 then
+            backlog = true
+            stop = true
+            break
+          end
+          parked[#parked + 1] = tok
+          park_scores[#park_scores + 1] = scores[i]
+          park_beats[#park_beats + 1] = tonumber(beats[i])
+        elseif w > room then
           stop = true
           break
+        else
+          head[#head + 1] = tok
+          if d then
+            discs[#head] = d
+            scored[#head] = scores[i]
+            fq.hold_ahead(d, w)
+          end
+          room = room - w
+          if room == 0 or #head >= most then
+            stop = true
+            break
+          end
         end
       else
         dead[#dead + 1] = tok
@@ -621,7 +1028,11 @@ local function admit(permits, count)
     want = math.max(1, math.min(most - #head, want * 2))
   end
   if #dead > 0 then purge_waiters(dead) end
-  if #head == 0 then return '', {}, 0 end
+  if #parked > 0 then fq.park(parked, park_scores, park_beats) end
+  if #head == 0 then
+    if D then fq.flush() end
+    return '', {}, 0
+  end
   local spec_fields = {}
   for i, tok in ipairs(head) do spec_fields[i] = 't:' .. tok end
   local specs = redis.call('HMGET', M, unpack(spec_fields))
@@ -633,6 +1044,7 @@ local function admit(permits, count)
     local exp = NOW + ttl
     local fence = next_fence(exp)
     taken = taken + add_hold(holds, exp, tok)
+    if discs[i] then fq.grant(discs[i], scored[i], exp) end
     fields[#fields + 1] = 'g:' .. tok
     fields[#fields + 1] = int(fence)
     local line = tok .. ' ' .. int(fence) .. ' ' .. int(exp)
@@ -677,6 +1089,7 @@ local function admit(permits, count)
   redis.call('ZREM', W, unpack(head))
   first_expiry = nil
   save_fence()
+  if D then fq.flush() end
   local message = table.concat(lines, '\\n')
   redis.call('PUBLISH', CHANNEL, message)
   return message, granted, taken
@@ -697,6 +1110,11 @@ local function settle(left, has_m, has_h, has_a)
   if not last then
     if has_m ~= false then redis.call('DEL', M) end
     if has_a ~= false then redis.call('DEL', A) end
+    if D then
+      -- A fair queue's state goes with it (X stays: a shed mark outlives an idle bucket).
+      fq.discard()
+      redis.call('DEL', D, T, K)
+    end
     -- Keep the last fencing token only until the clock has passed it (G7 across idle periods).
     -- One GETDEL: the token is almost always behind the clock by now; one run ahead (many fences in
     -- one microsecond, or a clock stepped back) is put back until the clock passes it. A Redis user
@@ -726,12 +1144,19 @@ local function settle(left, has_m, has_h, has_a)
     if left and #left > 0 then drop_holder_fields(left) end
     redis.call('PEXPIREAT', M, tonumber(last))
   end
+  if D then
+    fq.flush()
+    redis.call('PEXPIREAT', D, tonumber(last))
+    redis.call('PEXPIREAT', T, tonumber(last))
+  end
 end
 
 -- Every permit script starts here: the call's keys, channel and clock, and the state above reset.
 local function begin(keys, argv)
   read_clock()
   H, Q, W, M, P, F, A = keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+  D, T, K, X = keys[8], keys[9], keys[10], keys[11]
+  if D then fq.reset() end
   CHANNEL = argv[1]
   fence_last, fence_dirty, fence_until = nil, false, 0
   first_expiry = nil
@@ -1058,6 +1483,9 @@ end
 -- ARGV[4] mode: 0 = try (never queue, never join a wait), 1 = queue when no permit is free
 -- ARGV[5] waiter heartbeat ttl ms  ARGV[6] acquisition id of a reentrant owner's call ('' = none:
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, ARGV[7] maxQueued (0 = no bound),
+-- tokens from ARGV[8]; a disciplined token is ordered by class, flow tag and arrival, a capped flow
+-- takes at once only within its cap, and a full queue evicts a strictly lower class or refuses.
 -- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
 -- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
@@ -1067,10 +1495,16 @@ end
 -- then \`now\` (look again at once).
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders =
 --         permits held of the name right after, for RateLimit headers and metrics) | {0, position,
---         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)}
+--         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)
+--         | fair only: {0, -2, nextExpiry} shed (the token was evicted: a resent call), {0, -3,
+--         nextExpiry} refused (the queue holds maxQueued waiters of its class or higher)}
+-- Fair cost: as above, plus per token enqueued ZSCORE T, ZADD T, ZRANK Q and at most one eviction
+-- (ZRANGE Q -1 -1, ZREM Q W, ZADD X): O(log n); an uncapped weight-1 token of a name nobody holds or
+-- waits for and without shed marks is a lone holder (the same 3 commands); see lib/fair.lua.
 local ttl, mode, waiter_ttl = tonumber(ARGV[2]), ARGV[4], tonumber(ARGV[5])
 local op = ARGV[6] ~= '' and ARGV[6] or nil
-local tokens = { unpack(ARGV, 7) }
+local max_queued = D and tonumber(ARGV[7]) or 0
+local tokens = { unpack(ARGV, D and 8 or 7) }
 local n = #tokens
 local out = { NOW }
 
@@ -1089,7 +1523,12 @@ local function take(picked, count, alone)
   for _, i in ipairs(picked) do
     -- One SET ... GET reads and writes the fence for a single grant; a batch reads once, writes once.
     fence = #picked == 1 and take_fence(exp) or next_fence(exp)
-    used = used + add_hold(holds, exp_s, tokens[i])
+    local w = add_hold(holds, exp_s, tokens[i])
+    used = used + w
+    if D then
+      local d = fq.disc(tokens[i])
+      if d then fq.take(d, exp) end
+    end
     out[i + 1] = { 1, fence, exp, used }
   end
   save_fence()
@@ -1109,9 +1548,22 @@ end
 
 -- Fast paths: nobody waits and nobody holds in H, so any limit (always >= 1) has room for one
 -- permit, and no token can be a resend, unless F keeps a lone holder (lib/permits.lua).
-local state = redis.call('EXISTS', Q, Q, H)
-if state == 0 then
+local state, has_x, has_k
+if not D then
+  state = redis.call('EXISTS', Q, Q, H)
+else
+  -- A fair call counts X (shed marks: a resend must find its mark, never a permit) and K (parked
+  -- waiters) too: either sends the call down the general path.
+  state = redis.call('EXISTS', Q, Q, H, X, X, X, X, K, K, K, K, K, K, K, K)
+  has_x, has_k = state % 8 >= 4, state >= 8
+  state = state % 4
+end
+if state == 0 and (not D or not (has_x or has_k)) then
   local single = n == 1 and weight(tokens[1]) == 1
+  if single and D then
+    local d = fq.disc(tokens[1])
+    single = not d or d.max == 0 -- a capped flow counts its holds (the general path)
+  end
   if single and not op then
     -- A lone holder: F alone, one SET. It fails when F is there: a lone holder (another token's, or
     -- this one's, resent) or a fence ahead of the clock.
@@ -1127,6 +1579,8 @@ if state == 0 then
     take({ 1 }, 0, true)
     return out
   end
+elseif state == 0 then
+  if expand(redis.call('GET', F)) then state = 1 end
 end
 -- Re-entry while nobody waits: a reentrant owner that holds asks again. One more acquisition of its
 -- hold (a member of A, O(log n) however many it holds), or its own acquisition once more (a resend):
@@ -1161,6 +1615,11 @@ local permits = limit(ARGV[3])
 -- from live holders only; with none expired this costs one ZRANGE of the cached first expiry. One call
 -- per token would purge up to 100; a batch may need n.
 count = live_holders(count, math.max(100, n))
+if D then
+  if count == 0 and has_k then fq.heal() end
+  if fq.moved() > 0 then queued = true end
+  if has_x then fq.prune_marks() end
+end
 if queued then
   -- Drop the dead, hand free permits to the head of the queue (a token of this call may be among them).
   purge_waiters()
@@ -1169,10 +1628,27 @@ if queued then
   queued = redis.call('EXISTS', Q) == 1
 end
 
+-- The answers of a fair call: its changes to D written, its shed lines published.
+local function finish()
+  if D then
+    fq.flush()
+    fq.publish()
+  end
+  return out
+end
+
 -- Tokens that already hold or wait (a resent call, or another acquisition of a reentrant owner);
 -- the others are fresh.
 local held = count > 0 and redis.call('ZMSCORE', H, unpack(tokens)) or {}
 local waiting = queued and redis.call('ZMSCORE', Q, unpack(tokens)) or {}
+-- A fair call's resends: parked waiters (M k:) and evicted tokens (X).
+local parked, marks = {}, {}
+if has_k then
+  local fields = {}
+  for i, tok in ipairs(tokens) do fields[i] = 'k:' .. tok end
+  parked = redis.call('HMGET', M, unpack(fields))
+end
+if has_x then marks = redis.call('ZMSCORE', X, unpack(tokens)) end
 local beat = NOW + waiter_ttl
 local fresh = {}
 for i, tok in ipairs(tokens) do
@@ -1212,35 +1688,48 @@ for i, tok in ipairs(tokens) do
       end
     end
     out[i + 1] = { 0, position, backlog and NOW or next_expiry() }
+  elseif parked[i] then
+    out[i + 1] = { 0, redis.call('ZCOUNT', Q, '-inf', parked[i]), backlog and NOW or next_expiry() }
+  elseif marks[i] and tonumber(marks[i]) > NOW then
+    out[i + 1] = { 0, -2, backlog and NOW or next_expiry() }
   else
     fresh[#fresh + 1] = i
   end
 end
-if #fresh == 0 then return out end
+if #fresh == 0 then return finish() end
 
 local first = 1
 if not queued and count < permits then
   -- In order, as many as their weights fit. Queueing, the first that does not fit queues, and so do the
   -- rest behind it (FIFO); trying, each is on its own, as one call per token would be.
   local room, picked, rest = permits - count, {}, {}
+  local blocked = false
   for k = 1, #fresh do
-    local w = weight(tokens[fresh[k]])
-    if w <= room and (mode ~= '1' or #rest == 0) then
+    local tok = tokens[fresh[k]]
+    local w = weight(tok)
+    local d = D and fq.disc(tok)
+    if d and d.max > 0 and w <= room and not fq.may_take(d, w) then
+      -- At its flow's cap (or behind its flow's parked waiters): it queues, and parks at the head;
+      -- other flows are not held up by it.
+      rest[#rest + 1] = fresh[k]
+    elseif w <= room and (mode ~= '1' or not blocked) then
       picked[#picked + 1] = fresh[k]
       room = room - w
+      if d and d.max > 0 then fq.hold_ahead(d, w) end
     else
       rest[#rest + 1] = fresh[k]
+      blocked = true
     end
   end
   if #picked > 0 then take(picked, count, false) end
-  if #rest == 0 then return out end
+  if #rest == 0 then return finish() end
   fresh = rest
 end
 
 -- fresh[first..] found no free permit.
 if mode ~= '1' then
   for k = first, #fresh do out[fresh[k] + 1] = { 0, -1, backlog and NOW or next_expiry() } end
-  return out
+  return finish()
 end
 local joining = #fresh - first + 1
 local ticket = redis.call('HINCRBY', M, 'n', joining) - joining
@@ -1249,6 +1738,54 @@ local ahead = queued and redis.call('ZCARD', Q) or 0
 -- to the full ttl; a waiter that died in the queue gives it back within waiter_ttl, not ttl.
 local spec = int(math.min(ttl, waiter_ttl)) .. (op and (' ' .. op) or '')
 local tickets, beats, specs = {}, {}, {}
+if D then
+  -- A fair queue: each token in order gets its score (lib/fair.lua), after at most one eviction when
+  -- Q is full; its position is its rank once it joined.
+  local length = ahead
+  for k = first, #fresh do
+    local i = fresh[k]
+    local tok = tokens[i]
+    local d = fq.disc(tok)
+    local t = ticket + k - first + 1
+    local refused = false
+    if d and max_queued > 0 and length >= max_queued then
+      local tail = redis.call('ZRANGE', Q, -1, -1)[1]
+      local td = tail and fq.disc(tail)
+      if td and td.p < d.p and length - 1 < max_queued then
+        fq.evict(tail, td, waiter_ttl)
+        length = length - 1
+      else
+        refused = true
+      end
+    end
+    if refused then
+      out[i + 1] = { 0, -3, backlog and NOW or next_expiry() }
+    else
+      redis.call('ZADD', Q, int(d and fq.enqueue(d, t) or t), tok)
+      length = length + 1
+      beats[#beats + 1] = beat
+      beats[#beats + 1] = tok
+      specs[#specs + 1] = 't:' .. tok
+      specs[#specs + 1] = spec
+      out[i + 1] = { 0, redis.call('ZRANK', Q, tok), backlog and NOW or next_expiry() }
+    end
+  end
+  if #beats > 0 then
+    redis.call('ZADD', W, unpack(beats))
+    redis.call('HSET', M, unpack(specs))
+    if queued then
+      redis.call('PEXPIREAT', Q, beat, 'GT')
+      redis.call('PEXPIREAT', W, beat, 'GT')
+      redis.call('PEXPIREAT', M, beat, 'GT')
+    else
+      redis.call('PEXPIREAT', Q, beat)
+      redis.call('PEXPIREAT', W, beat)
+      expire_at_least(M, beat)
+    end
+    fq.keep(beat)
+  end
+  return finish()
+end
 for k = first, #fresh do
   local i = fresh[k]
   local tok = tokens[i]
@@ -1277,21 +1814,66 @@ return out
   'permit-inspect.lua': `-- lua/permit-inspect.lua: live holders and queue length of one name, without a scan.
 -- KEYS  H Q W M P F A (see lib/permits.lua)
 -- ARGV[1] channel
--- Cost: O(log n).
--- Returns {holders, queued, permits override (0 = none), now, adaptive limit (0 = none)}
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, ARGV[2..] flow ids to read.
+-- Cost: O(log n); a fair call O(log n + f) for f flows asked (one HMGET).
+-- Returns {holders, queued, permits override (0 = none), now, adaptive limit (0 = none)}; a fair call
+--         then: waiters of class 0..7 (8 numbers), parked waiters, evictions of class 0..7 (8
+--         numbers), saturated classes (bits: 0, tags are not rebased yet), 1 when a plain token is
+--         among the first or last 4 waiters (some process uses the name without \`overload\`), then per
+--         flow asked: its waiters (every class), permits held (capped flows), parked waiters
 local holders = redis.call('ZCOUNT', H, '(' .. NOW, '+inf')
 if holders == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then holders = 1 end
 end
 local permits, adaptive = parse_limit(redis.call('GET', P))
-return {
+local out = {
   holders,
   redis.call('ZCOUNT', W, '(' .. NOW, '+inf'),
   (permits and not adaptive) and permits or 0,
   NOW,
   adaptive and permits or 0,
 }
+if not D then return out end
+local fields = { 'hg' }
+for p = 0, 7 do
+  fields[#fields + 1] = 'n' .. p
+  fields[#fields + 1] = 'x' .. p
+end
+for i = 2, #ARGV do
+  for p = 0, 7 do fields[#fields + 1] = 'q' .. p .. ':' .. ARGV[i] end
+  fields[#fields + 1] = 'k:' .. ARGV[i]
+end
+local values = redis.call('HMGET', D, unpack(fields))
+local function at(i)
+  return tonumber(values[i] or '0')
+end
+for p = 0, 7 do out[#out + 1] = at(2 + 2 * p) end
+out[#out + 1] = redis.call('ZCARD', K)
+for p = 0, 7 do out[#out + 1] = at(3 + 2 * p) end
+out[#out + 1] = 0
+local mixed = 0
+local sample = redis.call('ZRANGE', Q, 0, 3)
+for _, tok in ipairs(redis.call('ZRANGE', Q, -4, -1)) do sample[#sample + 1] = tok end
+for _, tok in ipairs(sample) do
+  if not fq.disc(tok) then mixed = 1 end
+end
+out[#out + 1] = mixed
+local held = {}
+if #ARGV >= 2 then
+  local names = {}
+  for i = 2, #ARGV do names[#names + 1] = 'h' .. (values[1] or '0') .. ':' .. ARGV[i] end
+  held = redis.call('HMGET', D, unpack(names))
+end
+for i = 2, #ARGV do
+  local base = 17 + (i - 2) * 9
+  local waiting = 0
+  for p = 1, 8 do waiting = waiting + at(base + p) end
+  out[#out + 1] = waiting
+  out[#out + 1] = tonumber(held[i - 1] or '0')
+  out[#out + 1] = at(base + 9)
+end
+return out
 `,
   'permit-recheck.lua': `-- lua/permit-recheck.lua: one process's batched heartbeat for its waiters on one name, and the
 -- fallback for a lost wake-up: purges the dead, hands out free permits, reports each wait's state.
@@ -1308,10 +1890,15 @@ return {
 -- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then \`now\` (look again at once).
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV. A parked waiter (at its
+-- flow's cap) is queued, at the place its score has in Q, and heart-beaten; an evicted one is {-2}.
+-- Fair cost: as above, plus O(log n) per wait not found in Q, and the fair bookkeeping of admit().
 -- Returns {now, nextExpiry, then per wait: {1, fence, expiresAt} granted | {0, position} queued
---          | {-1} unknown (evicted or expired: the caller must queue again)}
+--          | {-1} unknown (evicted or expired: the caller must queue again) | fair only: {-2} shed
+--          (evicted by a higher class: never granted)}
 local permits, waiter_ttl = limit(ARGV[2]), tonumber(ARGV[3])
 local count = live_holders(redis.call('ZCARD', H))
+if D and count == 0 then fq.heal() end
 purge_waiters()
 admit(permits, count)
 local beat = NOW + waiter_ttl
@@ -1334,10 +1921,23 @@ for i = 4, #ARGV, 2 do
       local _, ops = parse_spec(redis.call('HGET', M, 't:' .. tok))
       if not has_op(ops, op) then rank = nil end
     end
+    local shed = false
+    if not rank and D and op == '' then
+      -- A fair queue: parked at its flow's cap (still waiting), or evicted (shed).
+      local score = fq.parked(tok)
+      if score then
+        rank = redis.call('ZCOUNT', Q, '-inf', int(score))
+      else
+        local mark = redis.call('ZSCORE', X, tok)
+        shed = mark and tonumber(mark) > NOW
+      end
+    end
     if rank then
       redis.call('ZADD', W, 'GT', beat, tok) -- never shortens the beat of a call with a longer one
       out[#out + 1] = { 0, rank }
       queued = true
+    elseif shed then
+      out[#out + 1] = { -2 }
     else
       out[#out + 1] = { -1 }
     end
@@ -1348,8 +1948,17 @@ if queued then
   redis.call('PEXPIREAT', Q, beat, 'GT')
   redis.call('PEXPIREAT', W, beat, 'GT')
   redis.call('PEXPIREAT', M, beat, 'GT')
+  if D then
+    redis.call('PEXPIREAT', K, beat, 'GT')
+    fq.keep(beat)
+  end
 end
 out[2] = backlog and NOW or next_expiry()
+if D then
+  fq.flush()
+  if redis.call('EXISTS', Q, K) == 0 then settle(nil) end
+  return out
+end
 if redis.call('EXISTS', Q) == 0 then settle(nil) end
 return out
 `,
@@ -1372,6 +1981,12 @@ return out
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
 -- made: the rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at
 -- once).
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV. A capped flow's holder
+-- that leaves puts back up to its weight of its flow's parked waiters (ZRANGEBYLEX, ZREM K, ZADD Q); a
+-- parked waiter leaves K; a waiter that leaves updates the counts (and refunds its flow's tag when it
+-- was the flow's last); an evicted token has nothing to give back (0). Fair cost: as above, plus
+-- O(w log n) per capped holder of weight w, O(log n) per waiter leaving, and the fair bookkeeping of
+-- admit() (lib/fair.lua).
 -- Returns {grants, then per token a code}: code 1 when the token's permit was freed, 2 when only one
 --         of the owner's acquisitions was dropped, 3 when the token (or one acquisition) was waiting
 --         and left the queue, 0 when there was nothing to give back (already released or expired:
@@ -1455,7 +2070,35 @@ end
 if #members > 0 then redis.call('ZREM', H, unpack(members)) end
 
 local has_q, has_m, has_h, has_a = presence()
+local has_k = false
+if D then
+  has_k = redis.call('EXISTS', K) == 1
+  if has_k then
+    if #freed > 0 then fq.released(freed) end
+    if not has_h then fq.heal() end
+  end
+  if fq.moved() > 0 then has_q = true end
+end
 if has_a then sweep_acquisitions() end
+if has_k and #others > 0 then
+  -- Parked waiters that give up leave K (their counts, and their flow's refund: lib/fair.lua).
+  local fields = {}
+  for j, i in ipairs(others) do fields[j] = 'k:' .. tokens[i] end
+  local parked = redis.call('HMGET', M, unpack(fields))
+  local gone, specs = {}, {}
+  for j, i in ipairs(others) do
+    if parked[j] then
+      gone[#gone + 1] = tokens[i]
+      specs[#specs + 1] = 't:' .. tokens[i]
+      out[i + 1] = 3
+    end
+  end
+  if #gone > 0 then
+    fq.departed(gone)
+    redis.call('ZREM', W, unpack(gone))
+    redis.call('HDEL', M, unpack(specs))
+  end
+end
 if has_q and #others > 0 then
   -- A waiter whose heartbeat lapsed is not waiting any more: nothing to dequeue (as in memory).
   purge_waiters()
@@ -1471,6 +2114,7 @@ if has_q and #others > 0 then
       out[i + 1] = 3
     end
   end
+  if D and #gone > 0 then fq.departed(gone) end
   if #gone > 0 then
     redis.call('ZREM', Q, unpack(gone))
     redis.call('ZREM', W, unpack(gone))
@@ -1484,12 +2128,14 @@ if has_q then
   local permits = limit(ARGV[2])
   local count = live_holders(redis.call('ZCARD', H))
   out[1] = admit(permits, count)
+  if D then fq.flush() end
   -- While waiters remain, their heartbeats keep every key alive: settling only matters once none do.
   if redis.call('EXISTS', Q) == 1 then return out end
   settle(nil)
   return out
 end
 settle(freed, has_m, has_h, has_a)
+if D then fq.flush() end
 return out
 `,
   'permit-renew.lua': `-- lua/permit-renew.lua: extend live leases (batched: one call renews every due lease of one name).
@@ -1601,6 +2247,8 @@ return out
 -- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
+-- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV; admit() runs the
+-- discipline (its fair bookkeeping: lib/fair.lua).
 -- Returns {live holders, now, 1 when the limit was written | 0 when an override kept it}
 local permits = tonumber(ARGV[2])
 local written = 1
@@ -1619,12 +2267,18 @@ elseif current and not adaptive then
   redis.call('DEL', P)
 end
 local count = live_holders(redis.call('ZCARD', H))
+if D and count == 0 then fq.heal() end
 if redis.call('EXISTS', Q) == 1 then
   purge_waiters()
   local _, _, admitted = admit(limit(ARGV[3]), count)
   count = count + admitted
 end
-if redis.call('EXISTS', Q) == 0 then settle(nil) end
+if D then
+  fq.flush()
+  if redis.call('EXISTS', Q, K) == 0 then settle(nil) end
+elseif redis.call('EXISTS', Q) == 0 then
+  settle(nil)
+end
 if count == 0 then
   local _, lone_exp = parse_lone(redis.call('GET', F)) -- a lone holder (lib/permits.lua)
   if lone_exp and lone_exp > NOW then count = 1 end

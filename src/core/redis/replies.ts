@@ -3,6 +3,7 @@
 import type {
   AcquireReply,
   Acquisition,
+  FairPermitStats,
   RecheckReply,
   ReleaseResult,
   RwAcquireReply,
@@ -40,13 +41,20 @@ export function acquireRow(reply: unknown, i: number): AcquireReply {
     return { granted: true, fence, expiresAt, holders, now }
   }
   const [, position, nextExpiry] = row as [number, number, number]
+  // A fair queue's rows: -2 shed (a resend of an evicted token), -3 refused (maxQueued).
+  if (position === SHED_ROW) return { granted: false, shed: 'evicted', now }
+  if (position === REFUSED_ROW) return { granted: false, shed: 'queue-full', now }
   return { granted: false, position, nextExpiry, now }
 }
 
-/** Whether a late acquire row holds or queues something that must be given back. */
+const SHED_ROW = -2
+const REFUSED_ROW = -3
+
+/** Whether a late acquire row holds or queues something that must be given back (a shed or refused
+ * row took nothing). */
 export function acquireRowTakes(reply: unknown, i: number): boolean {
   const [code, position] = (reply as unknown[])[i + 1] as number[]
-  return code === 1 || position !== -1
+  return code === 1 || (position as number) >= 0
 }
 
 /** The i-th token's code of a (batched) permit-release reply: {grants, code per token}. */
@@ -71,5 +79,41 @@ export function recheckReply(reply: unknown): RecheckReply {
 function waiterState(row: number[]): WaiterState {
   if (row[0] === 1) return { state: 'granted', fence: row[1] as number, expiresAt: row[2] as number }
   if (row[0] === 0) return { state: 'queued', position: row[1] as number }
+  if (row[0] === SHED_ROW) return { state: 'shed' }
   return { state: 'gone' }
+}
+
+/** permit-inspect of a fair queue: the plain five, then n0..n7, parked, x0..x7, saturated bits,
+ * mixed, and per flow asked [waiting, held, parked] (lua/permit-inspect.lua). */
+export function fairStats(reply: unknown, flows: readonly string[]): FairPermitStats {
+  const r = reply as number[]
+  const [holders, queued, limit, , adaptive] = r as [number, number, number, number, number]
+  const classes: Record<number, number> = {}
+  const evicted: Record<number, number> = {}
+  for (let p = 0; p < 8; p++) {
+    const waiting = r[5 + p] as number
+    const shed = r[14 + p] as number
+    if (waiting > 0) classes[p] = waiting
+    if (shed > 0) evicted[p] = shed
+  }
+  const bits = r[22] as number
+  const saturated: number[] = []
+  for (let p = 0; p < 8; p++) if (bits & (1 << p)) saturated.push(p)
+  const perFlow: FairPermitStats['flows'] = {}
+  flows.forEach((flow, i) => {
+    const at = 24 + 3 * i
+    perFlow[flow] = { waiting: r[at] as number, held: r[at + 1] as number, parked: r[at + 2] as number }
+  })
+  return {
+    holders,
+    queued,
+    limit: limit || undefined,
+    adaptive: adaptive || undefined,
+    classes,
+    parked: r[13] as number,
+    evicted,
+    saturated,
+    mixed: r[23] === 1,
+    flows: perFlow,
+  }
 }

@@ -17,7 +17,7 @@ import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 
 /** Preludes of each family of scripts, prepended in this order (they declare the helpers and begin()). */
 const PRELUDES = {
-  permits: ['lib/common.lua', 'lib/permits.lua'],
+  permits: ['lib/common.lua', 'lib/permits.lua', 'lib/fair.lua'],
   rwlock: ['lib/common.lua', 'lib/rwlock.lua'],
   adaptive: ['lib/common.lua', 'lib/adaptive.lua'],
 } as const satisfies Record<string, readonly LuaFile[]>

@@ -74,6 +74,8 @@ const GIVE_BACK_RETRY_MAX_MS = 2000
 
 /** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
 const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f', 'a'] as const
+/** A fair queue's calls pass four more (lua/lib/fair.lua: D T K X), after the plain seven. */
+const FAIR_PARTS = [...PERMIT_PARTS, 'd', 't', 'k', 'x'] as const
 const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 
 /**
@@ -140,7 +142,7 @@ class RedisStore implements Store {
    * 'error' events are left to the user, who may rely on ioredis printing them). */
   private connectionError: Error | undefined
 
-  readonly permits: PermitFamily = permitFamily((spec) => this.call(spec), this.deliver.bind(this))
+  readonly permits: PermitFamily = permitFamily((spec) => this.call(spec), this.deliver.bind(this), fairKeys)
   readonly rwlock: RwLockFamily = rwLockFamily((spec) => this.call(spec))
   readonly adaptive: AdaptiveFamily = adaptiveFamily((spec) => this.call(spec))
 
@@ -572,7 +574,7 @@ class QueuedCall implements ScriptCall {
   }
 }
 
-const keyCache = new WeakMap<KeySpace, { permit?: string[]; rw?: string[] }>()
+const keyCache = new WeakMap<KeySpace, { permit?: string[]; rw?: string[]; fair?: string[] }>()
 
 /** The KEYS of a space's scripts, built once per space (they are on every call's hot path): every key
  * a permit set (rw false) or a read/write lock (rw true) may have. */
@@ -584,6 +586,16 @@ export function scriptKeys(space: KeySpace, rw: boolean): string[] {
   }
   if (rw) return (cached.rw ??= RW_PARTS.map((part) => space.key(part)))
   return (cached.permit ??= PERMIT_PARTS.map((part) => space.key(part)))
+}
+
+/** The KEYS of a fair queue's permit calls (the plain seven, then D T K X), built once per space. */
+export function fairKeys(space: KeySpace): string[] {
+  let cached = keyCache.get(space)
+  if (!cached) {
+    cached = {}
+    keyCache.set(space, cached)
+  }
+  return (cached.fair ??= FAIR_PARTS.map((part) => space.key(part)))
 }
 
 async function quit(client: Redis | Cluster): Promise<void> {
