@@ -176,7 +176,7 @@ local held = count > 0 and redis.call('ZMSCORE', H, unpack(tokens)) or {}
 local waiting = queued and redis.call('ZMSCORE', Q, unpack(tokens)) or {}
 -- A fair call's resends: parked waiters (M k:) and evicted tokens (X).
 local parked, marks = {}, {}
-if has_k then
+if has_k or (D and fq.parks() > 0) then
   local fields = {}
   for i, tok in ipairs(tokens) do fields[i] = 'k:' .. tok end
   parked = redis.call('HMGET', M, unpack(fields))

@@ -109,10 +109,9 @@ local has_q, has_m, has_h, has_a = presence()
 local has_k = false
 if D then
   has_k = redis.call('EXISTS', K) == 1
-  if has_k then
-    if #freed > 0 then fq.released(freed) end
-    if not has_h then fq.heal() end
-  end
+  -- Capped flows' holds go down (and their parked waiters come back) whether or not any is parked.
+  if #freed > 0 then fq.released(freed) end
+  if has_k and not has_h then fq.heal() end
   if fq.moved() > 0 then has_q = true end
 end
 if has_a then sweep_acquisitions() end

@@ -60,7 +60,7 @@ local FAIR_TOKEN = '^.-%*(%d+)%.(%d)%.([%w_-]+)%.(%d+)%.(%d+)$'
 -- This call's state (reset by begin() on a fair call): V per class (now, and as the call found it),
 -- count deltas for D in order, the T members refunded when their count reaches 0, cached cap counts,
 -- the h generation, shed lines, and how long D and T must live at least.
-local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved
+local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved, parks
 
 function fq.reset()
   vals, vold, deltas, order, refunds, held = {}, {}, {}, {}, {}, {}
@@ -68,11 +68,17 @@ function fq.reset()
   shed = {}
   keep = 0
   moved = 0
+  parks = 0
 end
 
 -- How many parked waiters this call put back into Q.
 function fq.moved()
   return moved
+end
+
+-- How many waiters this call parked.
+function fq.parks()
+  return parks
 end
 
 -- A token's discipline {w, p, f, fw, max, off}, or nil for a plain token.
@@ -199,6 +205,7 @@ function fq.park(toks, scores, beats)
     bump('k:' .. d.f, 1)
     last = math.max(last, beats[i])
   end
+  parks = parks + #toks
   redis.call('ZREM', Q, unpack(toks))
   redis.call('ZADD', K, unpack(members))
   redis.call('HSET', M, unpack(fields))

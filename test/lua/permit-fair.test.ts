@@ -169,6 +169,26 @@ describe('fair queue (standalone)', () => {
     expect(await b.holders()).toEqual([capped[2], capped[3], tok('o1', { flow: 'other' })].sort())
   })
 
+  it("a capped flow's count goes down on release when nobody of it is parked", async () => {
+    const b = bucket(connectStandalone(), 5)
+    const [c0, c1, c2] = ['c0', 'c1', 'c2'].map((id) => tok(id, { flow: 'free', max: 1 }))
+    expect(granted(await b.acquire(tok('o', { flow: 'other' })))).toBe(true) // keeps the bucket busy
+    expect(granted(await b.acquire(c0!))).toBe(true)
+    await b.release(c0!)
+    expect(granted(await b.acquire(c1!))).toBe(true)
+    expect(granted(await b.acquire(c2!))).toBe(false)
+  })
+
+  it('a resent acquire of a waiter its own call parks answers its place, and does not queue it twice', async () => {
+    const b = bucket(connectStandalone(), 5)
+    const [c0, c1] = ['c0', 'c1'].map((id) => tok(id, { flow: 'free', max: 1 }))
+    expect(granted(await b.acquire(c0!))).toBe(true)
+    expect(position(await b.acquire(c1!))).toBe(0) // queued: parked by the next call that admits
+    expect(position(await b.acquire(c1!))).toBe(0)
+    expect(await b.queue()).toEqual([])
+    expect(await b.redis.zcard(b.space.key('k'))).toBe(1)
+  })
+
   it('eviction: a critical arrival sheds the newest sheddable once; its resend and re-check answer shed; no grant names it', async () => {
     const b = bucket(connectStandalone(), 1, { maxQueued: 2 })
     const sub = b.redis.duplicate()

@@ -325,7 +325,7 @@ local FAIR_TOKEN = '^.-%*(%d+)%.(%d)%.([%w_-]+)%.(%d+)%.(%d+)$'
 -- This call's state (reset by begin() on a fair call): V per class (now, and as the call found it),
 -- count deltas for D in order, the T members refunded when their count reaches 0, cached cap counts,
 -- the h generation, shed lines, and how long D and T must live at least.
-local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved
+local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved, parks
 
 function fq.reset()
   vals, vold, deltas, order, refunds, held = {}, {}, {}, {}, {}, {}
@@ -333,11 +333,17 @@ function fq.reset()
   shed = {}
   keep = 0
   moved = 0
+  parks = 0
 end
 
 -- How many parked waiters this call put back into Q.
 function fq.moved()
   return moved
+end
+
+-- How many waiters this call parked.
+function fq.parks()
+  return parks
 end
 
 -- A token's discipline {w, p, f, fw, max, off}, or nil for a plain token.
@@ -464,6 +470,7 @@ function fq.park(toks, scores, beats)
     bump('k:' .. d.f, 1)
     last = math.max(last, beats[i])
   end
+  parks = parks + #toks
   redis.call('ZREM', Q, unpack(toks))
   redis.call('ZADD', K, unpack(members))
   redis.call('HSET', M, unpack(fields))
@@ -1643,7 +1650,7 @@ local held = count > 0 and redis.call('ZMSCORE', H, unpack(tokens)) or {}
 local waiting = queued and redis.call('ZMSCORE', Q, unpack(tokens)) or {}
 -- A fair call's resends: parked waiters (M k:) and evicted tokens (X).
 local parked, marks = {}, {}
-if has_k then
+if has_k or (D and fq.parks() > 0) then
   local fields = {}
   for i, tok in ipairs(tokens) do fields[i] = 'k:' .. tok end
   parked = redis.call('HMGET', M, unpack(fields))
@@ -2073,10 +2080,9 @@ local has_q, has_m, has_h, has_a = presence()
 local has_k = false
 if D then
   has_k = redis.call('EXISTS', K) == 1
-  if has_k then
-    if #freed > 0 then fq.released(freed) end
-    if not has_h then fq.heal() end
-  end
+  -- Capped flows' holds go down (and their parked waiters come back) whether or not any is parked.
+  if #freed > 0 then fq.released(freed) end
+  if has_k and not has_h then fq.heal() end
   if fq.moved() > 0 then has_q = true end
 end
 if has_a then sweep_acquisitions() end
