@@ -39,13 +39,13 @@ class Bucket {
   ) {
     this.space = keySpace(uniquePrefix().slice(0, -1), 'sem', 'fair')
   }
-  acquire(token: string, enqueue = true): Promise<AcquireReply> {
+  acquire(token: string, enqueue = true, ttlMs = 10_000, waiterTtlMs = 5_000): Promise<AcquireReply> {
     return this.permits.acquire(this.space, {
       token,
-      ttlMs: 10_000,
+      ttlMs,
       permits: this.limit,
       enqueue,
-      waiterTtlMs: 5_000,
+      waiterTtlMs,
       fair: this.fair,
     })
   }
@@ -84,6 +84,7 @@ function bucket(redis: Redis | Cluster, limit: number, fair?: FairCall): Bucket 
 }
 
 const granted = (r: AcquireReply) => r.granted
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const position = (r: AcquireReply) => ('position' in r ? r.position : undefined)
 
 describe.each([
@@ -189,6 +190,49 @@ describe('fair queue (standalone)', () => {
     expect(await b.redis.zcard(b.space.key('k'))).toBe(1)
   })
 
+  it("a capped holder whose lease ran out gives its flow's place to a parked waiter", async () => {
+    for (const keepBusy of [true, false]) {
+      // Busy: another holder keeps H, and the purge of the expired one unparks. Idle: H itself ran
+      // out, every count is stale, and the re-check unparks.
+      const b = bucket(connectStandalone(), 5)
+      if (keepBusy) await b.acquire(tok('o', { flow: 'other' }))
+      const [c0, c1] = ['c0', 'c1'].map((id) => tok(id, { flow: 'free', max: 1 }))
+      expect(granted(await b.acquire(c0!, true, 200))).toBe(true)
+      await b.acquire(c1!)
+      await b.acquire(c1!) // parks it
+      expect(await b.redis.zcard(b.space.key('k'))).toBe(1)
+      await sleep(300)
+      const [state] = (await b.recheck(c1!)).states
+      expect(state).toMatchObject({ state: 'granted' })
+      expect(await b.redis.zcard(b.space.key('k'))).toBe(0)
+    }
+  })
+
+  it('a dead waiter leaves its counts, and its flow gets the refund', async () => {
+    const b = bucket(connectStandalone(), 1)
+    await b.acquire(tok('h0'))
+    const dead = Array.from({ length: 5 }, (_, i) => tok(`d${i}`, { flow: 'd' }))
+    for (const t of dead) await b.acquire(t, true, 10_000, 200)
+    await b.acquire(tok('live', { flow: 'l' }))
+    await sleep(300)
+    await b.recheck(tok('live', { flow: 'l' }))
+    const stats = await b.permits.inspectFair!(b.space, b.fair, [flowId('d'), flowId('l')])
+    expect(stats.classes).toEqual({ 4: 1 })
+    expect(stats.flows[flowId('d')]).toEqual({ waiting: 0, held: 0, parked: 0 })
+    expect(await b.redis.zscore(b.space.key('t'), `4:${flowId('d')}`)).toBeNull()
+  })
+
+  it('a plain call never grants a disciplined waiter (it stops at it; the fair calls admit it)', async () => {
+    const b = bucket(connectStandalone(), 1)
+    await b.acquire(tok('h0'))
+    await b.acquire(tok('w1', { flow: 'x' }))
+    // A process without `overload` releases the holder: no grant, the waiter stays queued.
+    await b.permits.release(b.space, tok('h0'), 1)
+    expect(await b.holders()).toEqual([])
+    const [state] = (await b.recheck(tok('w1', { flow: 'x' }))).states
+    expect(state).toMatchObject({ state: 'granted' })
+  })
+
   it('eviction: a critical arrival sheds the newest sheddable once; its resend and re-check answer shed; no grant names it', async () => {
     const b = bucket(connectStandalone(), 1, { maxQueued: 2 })
     const sub = b.redis.duplicate()
@@ -225,7 +269,7 @@ describe('fair queue (standalone)', () => {
         holder = next
         if (i < 18) await b.acquire(tok(`f${i}`, { p: 4 }))
       }
-      await new Promise((resolve) => setTimeout(resolve, 50))
+      await sleep(50)
       const { grants, shed } = messages
         .map(parseMessage)
         .reduce((all, m) => ({ grants: [...all.grants, ...m.grants], shed: [...all.shed, ...m.shed] }), {
