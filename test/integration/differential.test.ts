@@ -14,13 +14,15 @@ import {
   createSemaphore,
   type Lease,
   LockUpgradeError,
+  ShedError,
   type Store,
 } from '../../src/index.js'
+import { flowId } from '../../src/core/fair.js'
 import type { AdaptiveReport } from '../../src/core/protocol/store.js'
 import { sleep, storeFor } from '../helpers/contract.js'
 import { uniquePrefix } from '../helpers/redis.js'
 
-type Family = 'rmutex' | 'sem' | 'rw'
+type Family = 'rmutex' | 'sem' | 'rw' | 'fair'
 const NAME = 'diff'
 const STEPS = 40
 // Seed 8 (first: the Cluster runs only the first) makes memory and Redis differ when a release made
@@ -45,6 +47,8 @@ interface Side {
 }
 
 /** The lock objects of one family on one store, by actor name. `M` is mortal: short, never renewed. */
+const mortalOptions = () => ({ ttlMs: 200, autoRenew: false })
+
 function actorsOf(family: Family, store: Store): Record<string, Side> {
   const long = { ttlMs: 5000 }
   const mortal = { ttlMs: 200, autoRenew: false }
@@ -67,6 +71,29 @@ function actorsOf(family: Family, store: Store): Record<string, Side> {
         tryAcquire: () => heavy.tryAcquire({ weight: 2 }),
       },
       M: createSemaphore(store, NAME, { permits: 2, ...mortal }),
+    }
+  }
+  if (family === 'fair') {
+    // A fair queue (README "Overload") of 2 permits: three classes, three flows (b weighs 2, c capped
+    // at 1 permit), a weight-2 request, and a fleet bound of 3 waiters that evicts lower classes.
+    const overload = { flowWeights: { b: 2 }, flowMax: { c: 1 }, maxQueued: 3 }
+    const sem = createSemaphore(store, NAME, { permits: 2, ...long, overload })
+    const side = (priority: 'critical' | 'standard' | 'sheddable', flow: string, weight = 1): Side => ({
+      acquire: (options) => sem.acquire({ ...options, priority, flow, weight }),
+      tryAcquire: () => sem.tryAcquire({ priority, flow, weight }),
+    })
+    const mortal = createSemaphore(store, NAME, { permits: 2, ...mortalOptions(), overload })
+    return {
+      Ca: side('critical', 'a'),
+      Sa: side('sheddable', 'a'),
+      Sb: side('sheddable', 'b'),
+      Nb: side('standard', 'b'),
+      Nc: side('standard', 'c'),
+      W: side('standard', 'a', 2),
+      M: {
+        acquire: (o) => mortal.acquire({ ...o, flow: 'a' }),
+        tryAcquire: () => mortal.tryAcquire({ flow: 'a' }),
+      },
     }
   }
   const a = createReadWriteLock(store, NAME, { owner: 'A', ...long })
@@ -102,7 +129,9 @@ class Run {
   track(call: Call, pending: Promise<Lease | undefined>): void {
     // A fresh owner (F, and every semaphore call) is its own; the others are fixed owners.
     call.owner =
-      this.family === 'sem' || call.actor.startsWith('F') ? `#${this.calls.length}` : call.actor.slice(0, 1)
+      this.family === 'sem' || this.family === 'fair' || call.actor.startsWith('F')
+        ? `#${this.calls.length}`
+        : call.actor.slice(0, 1)
     this.calls.push(call)
     pending.then(
       (lease) => {
@@ -115,9 +144,11 @@ class Run {
             ? 'timeout'
             : error instanceof LockUpgradeError
               ? `refused:${error.reason}`
-              : call.abort?.signal.aborted
-                ? 'aborted'
-                : `error:${(error as Error).name}`
+              : error instanceof ShedError
+                ? `shed:${error.reason}`
+                : call.abort?.signal.aborted
+                  ? 'aborted'
+                  : `error:${(error as Error).name}`
       },
     )
   }
@@ -140,11 +171,21 @@ class Run {
 
   async stats(): Promise<string> {
     // The reentrant mutex keeps the mutex's keys (one name is one lock).
-    const kind = this.family === 'rmutex' ? 'mutex' : this.family
+    // A fair queue is a semaphore's permit set.
+    const kind = this.family === 'rmutex' ? 'mutex' : this.family === 'fair' ? 'sem' : this.family
     const space = keySpace(this.store.prefix, kind, NAME)
     if (this.family === 'rw') {
       const s = await this.store.rwlock.inspect(space)
       return `readers=${s.readers} writer=${s.writer} queued=${s.queued}`
+    }
+    if (this.family === 'fair') {
+      const flows = ['a', 'b', 'c'].map(flowId)
+      const s = await this.store.permits.inspectFair!(space, { maxQueued: 3 }, flows)
+      const perFlow = flows.map((f) => {
+        const x = s.flows[f]
+        return `${x?.waiting ?? 0}/${x?.held ?? 0}/${x?.parked ?? 0}`
+      })
+      return `holders=${s.holders} queued=${s.queued} classes=${JSON.stringify(s.classes)} parked=${s.parked} evicted=${JSON.stringify(s.evicted)} flows=${perFlow.join(',')}`
     }
     const s = await this.store.permits.inspect(space)
     return `holders=${s.holders} queued=${s.queued}`
@@ -172,7 +213,9 @@ function sequence(family: Family, seed: number): { label: string; apply(run: Run
       ? ['A', 'B', 'F']
       : family === 'sem'
         ? ['S', 'T', 'W']
-        : ['Ar', 'Aw', 'Br', 'Bw', 'Fr', 'Fw']
+        : family === 'fair'
+          ? ['Ca', 'Sa', 'Sb', 'Nb', 'Nc', 'W']
+          : ['Ar', 'Aw', 'Br', 'Bw', 'Fr', 'Fw']
   const steps: { label: string; apply(run: Run): Promise<void> }[] = []
   for (let i = 0; i < STEPS; i++) {
     const roll = random()
@@ -329,7 +372,7 @@ async function cleanUp(run: Run): Promise<void> {
 
 for (const kind of ['standalone', 'cluster'] as const) {
   describe(`memory and Redis agree step by step [${kind}]`, () => {
-    for (const family of ['rmutex', 'sem', 'rw'] as Family[]) {
+    for (const family of ['rmutex', 'sem', 'rw', 'fair'] as Family[]) {
       const seeds = kind === 'cluster' ? SEEDS.slice(0, 1) : SEEDS
       for (const seed of seeds) {
         it(`G11 G12: ${family}, seed ${seed}`, async () => {
@@ -347,7 +390,7 @@ for (const kind of ['standalone', 'cluster'] as const) {
               const where = `at step ${i} (${step.label}); seed ${seed} (TOLLGATE_DIFF_SEED=${seed})`
               if (m !== r) throw new Error(`memory and ${kind} differ ${where}\n${log.join('\n')}`)
               // Both agree; they must also agree with what the calls add up to (no lost or extra count).
-              if (!m.startsWith(`${expected} |`))
+              if (!m.startsWith(`${expected} ${family === 'fair' ? 'classes=' : '|'}`))
                 throw new Error(`the stores disagree with the calls ${where}\n${log.join('\n')}`)
             }
             if (process.env.TOLLGATE_DIFF_PRINT) console.log(`${family} seed ${seed}\n${log.join('\n')}`)

@@ -17,7 +17,7 @@ import type {
   Store,
   Unsubscribe,
 } from '../protocol/store.js'
-import { parseGrants } from '../protocol/store.js'
+import { parseMessage } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
 import { Coalescer } from './coalescer.js'
 import { Reload } from './reload.js'
@@ -106,6 +106,12 @@ export function createRedisStore(client: Redis | Cluster | string, options?: Red
   return new RedisStore(redis, owned, prefix, commandTimeoutMs)
 }
 
+/** One subscriber of a channel: its grants, and a fair queue's shed tokens. */
+interface Listener {
+  onGrant(grant: Grant): void
+  onShed: ((token: string) => void) | undefined
+}
+
 class RedisStore implements Store {
   readonly kind = 'redis'
   /** True after close(): every call then fails with StoreUnavailableError. */
@@ -126,7 +132,7 @@ class RedisStore implements Store {
   /** Wake-ups: one subscriber connection. On Cluster, PUBLISH from a script reaches every node, so
    * one subscribed connection to any node hears all grants. */
   private readonly subscriptions: Subscriptions
-  private readonly listeners = new Map<string, Set<(grant: Grant) => void>>()
+  private readonly listeners = new Map<string, Set<Listener>>()
   /** Give-backs under way (giveBack()). */
   private givingBack = 0
   /** The server's version check (checkVersion()), and whether it passed. */
@@ -173,7 +179,11 @@ class RedisStore implements Store {
     return this.subscriptions.healthy
   }
 
-  async subscribe(space: KeySpace, onGrant: (grant: Grant) => void): Promise<Unsubscribe> {
+  async subscribe(
+    space: KeySpace,
+    onGrant: (grant: Grant) => void,
+    onShed?: (token: string) => void,
+  ): Promise<Unsubscribe> {
     if (this.closed) return () => {} // no new connection after close(); waiters fail on their next call
     const channel = space.channel
     let set = this.listeners.get(channel)
@@ -181,10 +191,11 @@ class RedisStore implements Store {
       set = new Set()
       this.listeners.set(channel, set)
     }
-    set.add(onGrant)
+    const listener: Listener = { onGrant, onShed }
+    set.add(listener)
     const unsubscribe = () => {
       const current = this.listeners.get(channel)
-      if (!current?.delete(onGrant) || current.size > 0) return
+      if (!current?.delete(listener) || current.size > 0) return
       this.listeners.delete(channel)
       this.subscriptions.remove(channel)
     }
@@ -200,11 +211,14 @@ class RedisStore implements Store {
     await Promise.allSettled([this.subscriptions.close(), this.owned ? quit(this.redis) : undefined])
   }
 
-  /** Hand a grant message to this process's listeners of a channel. */
+  /** Hand a name's message to this process's listeners of its channel: its grants, then a fair
+   * queue's shed tokens. */
   deliver(channel: string, message: string): void {
     const set = this.listeners.get(channel)
     if (!set) return
-    for (const grant of parseGrants(message)) for (const listener of set) listener(grant)
+    const { grants, shed } = parseMessage(message)
+    for (const grant of grants) for (const listener of set) listener.onGrant(grant)
+    for (const token of shed) for (const listener of set) listener.onShed?.(token)
   }
 
   /** Queue a script call of a name (sent at once or with its turn's batch, see coalescer.ts). */
