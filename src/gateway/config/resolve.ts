@@ -7,12 +7,15 @@ import { readConfigFile } from './file.js'
 import type { GatewayFlags } from './flags.js'
 import type { ConcurrencyInput, GatewayFile, RwLockInput } from './schema.js'
 import { ConfigError } from '../../core/errors.js'
+import { priorityName, priorityNumber, type Priority } from '../../core/fair.js'
 import { parseAdaptiveOptions, type ResolvedAdaptiveOptions } from '../../primitives/adaptive/limit.js'
 import {
   type ConcurrencyConfig,
+  type FlowConfig,
   GATEWAY_DEFAULTS,
   type GatewayConfig,
   GatewayConfigError,
+  type PriorityConfig,
   type RouteConfig,
   type RwLockConfig,
   type RedisAuth,
@@ -316,6 +319,7 @@ function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issue
             base.concurrency,
           )
     if (concurrency?.per === 'global') globalBuckets.push({ index, concurrency })
+    else if (concurrency && concurrency.maxQueued > 0 && !isFair(concurrency)) unfairBound(index, issues)
     if (concurrency && concurrency.weight > concurrency.permits)
       issues.push({
         path: `${at}.concurrency.weight`,
@@ -337,17 +341,78 @@ function routesOf(file: GatewayFile, flags: GatewayFlags, base: Inherited, issue
   })
   // per: global is one bucket for several routes: they must agree on what it is.
   const first = globalBuckets[0]
-  // (Each route keeps its own weight: what its requests count for in the shared bucket.)
-  const bucketOf = (c: ConcurrencyConfig | undefined) => JSON.stringify(c && { ...c, weight: undefined })
+  // (Each route keeps its own weight: what its requests count for in the shared bucket; and its own
+  // priority and waits, as a critical and a sheddable route share one limit.)
+  const bucketOf = (c: ConcurrencyConfig | undefined) =>
+    JSON.stringify(c && { ...c, weight: undefined, priority: undefined, maxWaitMs: undefined })
   for (const other of globalBuckets.slice(1)) {
-    if (bucketOf(other.concurrency) !== bucketOf(first?.concurrency)) {
+    const at = `routes[${other.index}].concurrency`
+    const [mine, theirs] = [other.concurrency, first!.concurrency]
+    if (JSON.stringify(mine.flow) !== JSON.stringify(theirs.flow)) {
       issues.push({
-        path: `routes[${other.index}].concurrency`,
-        message: `per: global routes share one bucket, so their concurrency settings must equal those of routes[${first?.index}]`,
+        path: `${at}.flow`,
+        message: `per: global routes share one bucket, so their flow settings must equal those of routes[${first!.index}] (priority and maxWaitMs may differ)`,
+      })
+    } else if (mine.maxQueued !== theirs.maxQueued) {
+      issues.push({
+        path: `${at}.maxQueued`,
+        message: `per: global routes share one bucket, so maxQueued must equal that of routes[${first!.index}] (${theirs.maxQueued || 'none'})`,
+      })
+    } else if (bucketOf(mine) !== bucketOf(theirs)) {
+      issues.push({
+        path: at,
+        message: `per: global routes share one bucket, so their concurrency settings must equal those of routes[${first!.index}]`,
       })
     }
   }
+  if (first && first.concurrency.maxQueued > 0 && !globalBuckets.some((g) => isFair(g.concurrency)))
+    unfairBound(first.index, issues)
+  if (globalBuckets.length > 1 && issues.length === 0) sharedWaits(globalBuckets, issues)
   return routes
+}
+
+/** A bucket whose requests carry a priority or a flow is a fair queue. */
+export const isFair = (concurrency: ConcurrencyConfig) =>
+  concurrency.priority !== undefined || concurrency.flow !== undefined
+
+function unfairBound(index: number, issues: Issues): void {
+  issues.push({
+    path: `routes[${index}].concurrency.maxQueued`,
+    message:
+      'only with priority or flow: maxQueued bounds a fair queue across the fleet (maxQueue bounds each replica)',
+  })
+}
+
+/** The waits of a per: global bucket, by class: each route's requests wait as long as that route
+ * says, so two routes that can send one class must agree on its wait. */
+function sharedWaits(routes: { index: number; concurrency: ConcurrencyConfig }[], issues: Issues): void {
+  const waits = new Map<number, { ms: number; index: number }>()
+  for (const { index, concurrency } of routes) {
+    for (const [priority, ms] of classWaits(concurrency)) {
+      const seen = waits.get(priority)
+      if (seen === undefined) waits.set(priority, { ms, index })
+      else if (seen.ms !== ms) {
+        issues.push({
+          path: `routes[${index}].concurrency`,
+          message: `per: global routes share one queue: its ${priorityName(priority)} requests wait ${seen.ms} ms by routes[${seen.index}] but ${ms} ms here; give the class one maxWaitMs (or a different class)`,
+        })
+        return
+      }
+    }
+  }
+}
+
+/** The classes a route's requests can have, each with how long it waits (ms). */
+export function classWaits(concurrency: ConcurrencyConfig): Map<number, number> {
+  const priority = concurrency.priority
+  const waits = new Map<number, number>()
+  if (!priority) return waits.set(4, concurrency.maxWaitMs)
+  const waitOf = (p: number) => priority.maxWaitMs[p] ?? concurrency.maxWaitMs
+  const classes = new Set([priority.default, ...Object.values(priority.tenants)])
+  // A trusted header can name any class.
+  if (priority.header !== undefined) for (let p = 0; p <= 7; p++) classes.add(p)
+  for (const p of classes) waits.set(p, waitOf(p))
+  return waits
 }
 
 function resolveConcurrency(
@@ -388,10 +453,18 @@ function resolveConcurrency(
     if (Object.keys(input.overrides ?? {}).length > 0)
       issues.push({ path: `${at}.overrides`, message: 'an adaptive limit is one bucket: no overrides' })
   }
+  const per = input.per ?? d.per
+  const priority = resolvePriority(input.priority, at, issues)
+  const flow = resolveFlow(input.flow, per, at, issues)
+  if ((input.keepAliveMs ?? 0) > 0 && (priority || flow))
+    issues.push({
+      path: `${at}.keepAliveMs`,
+      message: `not beside ${priority ? 'priority' : 'flow'}: a kept permit would serve this replica's next request past the queue's order (set keepAliveMs: 0)`,
+    })
   return {
     adaptive,
     permits: input.permits ?? d.permits,
-    per: input.per ?? d.per,
+    per,
     tenantHeader: (input.tenantHeader ?? d.tenantHeader).toLowerCase(),
     maxWaitMs: input.maxWaitMs ?? d.maxWaitMs,
     maxQueue: input.maxQueue ?? d.maxQueue,
@@ -400,6 +473,74 @@ function resolveConcurrency(
     keepAliveMs: input.keepAliveMs ?? d.keepAliveMs,
     weight: input.weight ?? 1,
     overrides: { ...input.overrides },
+    priority,
+    flow,
+    maxQueued: input.maxQueued ?? 0,
+  }
+}
+
+const classOf = (value: Priority) => priorityNumber(value)
+
+function resolvePriority(
+  input: ConcurrencyInput['priority'],
+  at: string,
+  issues: Issues,
+): PriorityConfig | undefined {
+  if (input === undefined) return undefined
+  if (typeof input !== 'object')
+    return { header: undefined, tenants: {}, default: classOf(input), maxWaitMs: {} }
+  if (input.header !== undefined && input.trustHeader !== true)
+    issues.push({
+      path: `${at}.priority.trustHeader`,
+      message: `required (true) beside header: a client could claim critical by sending ${input.header}; set it only where a proxy in front sets or strips that header`,
+    })
+  if (input.trustHeader === true && input.header === undefined)
+    issues.push({
+      path: `${at}.priority.header`,
+      message: 'required beside trustHeader: which header to trust',
+    })
+  const tenants: Record<string, number> = {}
+  for (const [tenant, value] of Object.entries(input.tenants ?? {})) tenants[tenant] = classOf(value)
+  const maxWaitMs: Record<number, number> = {}
+  for (const [key, ms] of Object.entries(input.maxWaitMs ?? {}))
+    maxWaitMs[classOf(/^\d+$/.test(key) ? Number(key) : (key as Priority))] = ms
+  return {
+    header: input.header?.toLowerCase(),
+    tenants,
+    default: classOf(input.default ?? 'standard'),
+    maxWaitMs,
+  }
+}
+
+/** Flows are metric labels (docs/gateway.md): a config names this many at most. */
+const MAX_NAMED_FLOWS = 100
+
+function resolveFlow(
+  input: ConcurrencyInput['flow'],
+  per: string,
+  at: string,
+  issues: Issues,
+): FlowConfig | undefined {
+  if (input === undefined) return undefined
+  const from = input.from.startsWith('header:') ? 'header' : (input.from as 'tenant' | 'ip')
+  if (from === per)
+    issues.push({
+      path: `${at}.flow.from`,
+      message: `not with per: ${per}: flows share one bucket, and per: ${per} makes one bucket per ${per}; choose per: route (or global) to share the limit fairly, or keep per: ${per} without flow`,
+    })
+  const weights = { ...input.weights }
+  const maxFor = { ...input.maxFor }
+  if (new Set([...Object.keys(weights), ...Object.keys(maxFor)]).size > MAX_NAMED_FLOWS)
+    issues.push({
+      path: `${at}.flow`,
+      message: `expected at most ${MAX_NAMED_FLOWS} flows named in weights and maxFor (each named flow is a metric series)`,
+    })
+  return {
+    from,
+    header: from === 'header' ? input.from.slice('header:'.length).toLowerCase() : undefined,
+    weights,
+    max: input.max ?? 0,
+    maxFor,
   }
 }
 

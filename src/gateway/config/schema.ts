@@ -2,6 +2,13 @@
 // the field validators the flags share. Issues come back as `path: expected ...`.
 import proxyaddr from 'proxy-addr'
 import { z } from 'zod'
+import {
+  MAX_FLOW_NAME,
+  MAX_FLOW_WEIGHT,
+  MAX_PRIORITY,
+  MIN_PRIORITY,
+  PRIORITY_CLASSES,
+} from '../../core/fair.js'
 import { isCanonicalPrefix, normalizeHost } from '../http/target.js'
 import { GatewayConfigError, type TrustProxy } from './types.js'
 
@@ -151,6 +158,62 @@ export const adaptiveSchema = z.strictObject({
   scope: z.enum(['fleet', 'local'], { error: 'expected fleet or local' }).optional(),
 })
 
+const CLASS = `expected critical, standard, sheddable or an integer from ${MIN_PRIORITY} to ${MAX_PRIORITY}`
+/** A priority class: a name (core/fair.ts PRIORITY_CLASSES) or its number. */
+export const priorityClass = z.union(
+  [
+    z.enum(Object.keys(PRIORITY_CLASSES) as [keyof typeof PRIORITY_CLASSES]),
+    intIn(MIN_PRIORITY, MAX_PRIORITY, CLASS),
+  ],
+  { error: CLASS },
+)
+const flowName = z
+  .string()
+  .min(1, { error: 'expected a non-empty flow name' })
+  .max(MAX_FLOW_NAME, { error: `expected a flow name of at most ${MAX_FLOW_NAME} characters` })
+const byClass = <T extends z.ZodType>(value: T) =>
+  z.record(z.string(), value, { error: 'expected a map of class -> value' }).superRefine((map, context) => {
+    for (const key of Object.keys(map))
+      if (!priorityClass.safeParse(/^\d+$/.test(key) ? Number(key) : key).success)
+        context.addIssue({ code: 'custom', path: [key], message: `${CLASS} as a class` })
+  })
+/** `priority`: one class for every request of the route, or where each request's class comes from. */
+const prioritySchema = z.union(
+  [
+    priorityClass,
+    z.strictObject({
+      header: headerName.optional(),
+      trustHeader: bool.optional(),
+      tenants: z
+        .record(z.string().min(1, { error: 'expected a non-empty tenant id' }), priorityClass, {
+          error: 'expected a map of tenant -> class',
+        })
+        .optional(),
+      default: priorityClass.optional(),
+      maxWaitMs: byClass(maxWait).optional(),
+    }),
+  ],
+  { error: `${CLASS}, or an object with header, trustHeader, tenants, default, maxWaitMs` },
+)
+const FLOW_FROM = 'expected tenant, ip or header:<name>'
+/** `flow`: where a request's flow comes from, and the flows' weights and caps. */
+const flowSchema = z.strictObject({
+  from: z
+    .string({ error: FLOW_FROM })
+    .refine((from) => from === 'tenant' || from === 'ip' || /^header:[!#$%&'*+.^`|~\w-]+$/.test(from), {
+      error: FLOW_FROM,
+    }),
+  weights: z
+    .record(flowName, intIn(1, MAX_FLOW_WEIGHT, `expected an integer from 1 to ${MAX_FLOW_WEIGHT}`), {
+      error: 'expected a map of flow -> weight',
+    })
+    .optional(),
+  max: positiveInt(1_000_000).optional(),
+  maxFor: z
+    .record(flowName, positiveInt(1_000_000), { error: 'expected a map of flow -> permits' })
+    .optional(),
+})
+
 const concurrencySchema = z.strictObject({
   permits: positiveInt(1_000_000).optional(),
   adaptive: orFalse(adaptiveSchema, 'an adaptive object').optional(),
@@ -167,6 +230,9 @@ const concurrencySchema = z.strictObject({
       error: 'expected a map of bucket -> permits',
     })
     .optional(),
+  priority: prioritySchema.optional(),
+  flow: flowSchema.optional(),
+  maxQueued: positiveInt(100_000_000).optional(),
 })
 const rwlockSchema = z.strictObject({
   resourcePattern: regexSource.optional(),

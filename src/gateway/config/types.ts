@@ -39,6 +39,42 @@ export interface ConcurrencyConfig {
   weight: number
   /** An adaptive limit instead of `permits` (README "Adaptive limits"); undefined: `permits`. */
   adaptive: ResolvedAdaptiveOptions | undefined
+  /** The priority class of the route's requests (docs/gateway.md, "Priorities and fair shares");
+   * undefined: every request is standard and the bucket is FIFO (unless `flow` is set). */
+  priority: PriorityConfig | undefined
+  /** The fair share of the route's requests between flows inside its bucket; undefined: none. */
+  flow: FlowConfig | undefined
+  /** Waiters of the bucket across the fleet at most: past it an arrival evicts a waiter of a strictly
+   * lower class, else it is refused (queue_full); 0 = no bound. */
+  maxQueued: number
+}
+
+/** Where a request's priority class (0..7, core/fair.ts) comes from: the header when trusted and
+ * readable, else the tenant's class, else `default`. */
+export interface PriorityConfig {
+  /** Lower-case header name whose value (a class name or 0..7) sets the class; undefined: none. */
+  header: string | undefined
+  /** Class by tenant id (the value of `tenantHeader`), own keys only. */
+  tenants: Readonly<Record<string, number>>
+  /** The class of a request nothing else classes. */
+  default: number
+  /** How long a request of a class may wait (class number -> ms); a class not listed waits
+   * `maxWaitMs`. */
+  maxWaitMs: Readonly<Record<number, number>>
+}
+
+/** Where a request's flow comes from, and the flows' weights and caps. */
+export interface FlowConfig {
+  /** tenant: the value of `tenantHeader`; ip: the client address; header: the value of `header`. */
+  from: 'tenant' | 'ip' | 'header'
+  /** Lower-case header name for `from: header`. */
+  header: string | undefined
+  /** Share weight by flow name (1..100; others 1). */
+  weights: Readonly<Record<string, number>>
+  /** Permits any one flow may hold at once; 0 = no cap. */
+  max: number
+  /** Permits a named flow may hold at once (over `max`). */
+  maxFor: Readonly<Record<string, number>>
 }
 
 export interface RwLockConfig {
