@@ -4,6 +4,7 @@
 import type { AbortSignalLike } from '../core/abort.js'
 import { randomFillSync } from 'node:crypto'
 import { whenLost } from '../core/client/lease.js'
+import { DEFAULT_PRIORITY } from '../core/fair.js'
 import type {
   Admission,
   AdmitResult,
@@ -17,9 +18,9 @@ import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'
 import { countHeader, upstreamRequestHeaders } from './http/headers.js'
 import type { Forwarded, Outgoing, UpstreamError } from './http/proxy.js'
-import { type LiveRoute, matchRoute, type RequestFacts } from './routes.js'
+import { type LiveRoute, matchRoute, OTHER_FLOW, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './http/target.js'
-import { statusClass } from './ops/metrics.js'
+import { type FairMetrics, statusClass } from './ops/metrics.js'
 import { boundSend } from './http/send-bound.js'
 import type { ClientRequest, ClientResponse } from './http/front.js'
 import { trustOf } from './http/trust.js'
@@ -166,9 +167,12 @@ export function understand(ctx: GatewayContext, req: ClientRequest): Understood 
     headers: req.headers,
     clientAddress: trustOf(config).clientAddress(req),
     weight: 1,
+    priority: DEFAULT_PRIORITY,
+    flow: undefined,
+    flowLabel: OTHER_FLOW,
   }
   const route = matchRoute(ctx.routes, method, target.match, host)
-  if (route?.config.concurrency) facts.weight = route.config.concurrency.weight
+  if (route?.config.concurrency) route.decide(facts)
   return {
     ok: true,
     config,
@@ -202,6 +206,7 @@ export function admitChain(
 ): ChainResult | Promise<ChainResult> {
   const admissions = exchange.route!.admissions
   const taken: Taken = { headers: {}, fencingToken: undefined }
+  fairOf(ctx, exchange)?.arrived(facts)
   for (let i = 0; i < admissions.length; i++) {
     const admission = admissions[i] as Admission<RequestFacts>
     let bucket: Bucket
@@ -214,10 +219,10 @@ export function admitChain(
       throw error // a bug (e.g. a throwing key function): answered with 500 by the caller
     }
     if (!result) return admitRest(ctx, facts, exchange, signal, abort, taken, i, bucket)
-    const ended = take(ctx, exchange, admission, result, taken, signal, abort)
+    const ended = take(ctx, facts, exchange, admission, result, taken, signal, abort)
     if (ended) return ended
   }
-  return admitted(ctx, exchange, taken)
+  return admitted(ctx, facts, exchange, taken)
 }
 
 /** admitChain() from admission `from` on (whose bucket is `bucket`), waiting where it must. */
@@ -233,6 +238,8 @@ async function admitRest(
 ): Promise<ChainResult> {
   const admissions = exchange.route!.admissions
   exchange.admitting = true
+  const fair = fairOf(ctx, exchange)
+  fair?.waiting(facts, 1)
   try {
     for (let i = from; i < admissions.length; i++) {
       const admission = admissions[i] as Admission<RequestFacts>
@@ -244,18 +251,26 @@ async function admitRest(
         release(ctx, exchange) // what earlier admissions of the chain took goes back
         throw error // a bug (e.g. a throwing key function): answered with 500 by the caller
       }
-      const ended = take(ctx, exchange, admission, result, taken, signal, abort)
+      const ended = take(ctx, facts, exchange, admission, result, taken, signal, abort)
       if (ended) return ended
     }
   } finally {
     exchange.admitting = false
+    fair?.waiting(facts, -1)
   }
-  return admitted(ctx, exchange, taken)
+  return admitted(ctx, facts, exchange, taken)
+}
+
+/** The route's counts by class and flow, if its cap is a fair queue. */
+function fairOf(ctx: GatewayContext, exchange: Exchange): FairMetrics | undefined {
+  const route = exchange.route!
+  return route.fair ? ctx.metrics.route(route.config.name).fair() : undefined
 }
 
 /** One admission's answer: held, or the chain ends (rejected, or the client left). */
 function take(
   ctx: GatewayContext,
+  facts: RequestFacts,
   exchange: Exchange,
   admission: Admission<RequestFacts>,
   result: AdmitResult,
@@ -268,6 +283,7 @@ function take(
   if (result.outcome === 'rejected') {
     const { reason } = result.rejection
     metrics.rejected.inc({ route: name, reason })
+    fairOf(ctx, exchange)?.rejected(facts, reason)
     if (reason === 'store_unavailable') metrics.storeErrors.inc({ route: name })
     release(ctx, exchange)
     return signal.aborted
@@ -300,10 +316,11 @@ function take(
   return undefined
 }
 
-function admitted(ctx: GatewayContext, exchange: Exchange, taken: Taken): ChainResult {
+function admitted(ctx: GatewayContext, facts: RequestFacts, exchange: Exchange, taken: Taken): ChainResult {
   if (exchange.held.length > 0) {
     const bound = ctx.metrics.route(exchange.route!.config.name)
     bound.admitted++
+    if (exchange.route!.fair) bound.fair().admitted(facts)
     bound.waitSeconds.observe(exchange.waitMs / 1000)
     bound.inFlight++
     exchange.inFlight = true

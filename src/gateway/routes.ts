@@ -1,11 +1,13 @@
 // Routes with what serving them needs: matching on the canonical path (target.ts), and the admissions
 // a request takes in order (the read/write lock of its resource, then its concurrency permit).
+import { DEFAULT_PRIORITY, PRIORITY_CLASSES, priorityName } from '../core/fair.js'
 import type { Store } from '../core/protocol/store.js'
 import type { Admission } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
-import { firstValue, normalizeKey } from '../admission/keys.js'
-import type { Logger } from '../admission/options.js'
+import { DEFAULT_BUCKET, firstValue, normalizeKey } from '../admission/keys.js'
+import type { Logger, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config/index.js'
+import { classWaits, isFair } from './config/resolve.js'
 import { resourceOf, underPrefix } from './http/target.js'
 
 /** What admission needs to know about a request: decided once, before routing. */
@@ -19,17 +21,38 @@ export interface RequestFacts {
   clientAddress: string | undefined
   /** The permits the request counts for in its route's concurrency cap (the route's `weight`). */
   weight: number
+  /** Its priority class in its route's fair queue, 0..7 (core/fair.ts; standard without `priority`). */
+  priority: number
+  /** Its flow in its route's fair queue (a tenant id, an address...); undefined: the default flow. */
+  flow: string | undefined
+  /** The metric label of its flow: its name when the config names it (flow.weights, flow.maxFor),
+   * else 'other', so a hostile header never adds a series. */
+  flowLabel: string
 }
+
+/** A request's weight, priority and flow in its route's cap, decided once (decide()). */
+export type Discipline = Pick<RequestFacts, 'weight' | 'priority' | 'flow' | 'flowLabel'>
+
+/** The flow label of every request of a flow the config does not name. */
+export const OTHER_FLOW = 'other'
 
 export interface LiveRoute {
   config: RouteConfig
   admissions: Admission<RequestFacts>[]
   /** The concurrency cap's admission (its buckets' semaphores), if the route has one. */
   concurrency: Admission<RequestFacts> | undefined
+  /** Set the request's weight, priority and flow in this route's cap (once, when it is routed). */
+  decide(facts: RequestFacts): void
+  /** Its cap is a fair queue (priority or flow, its own or a shared per: global route's): its
+   * requests are counted by class and flow. */
+  fair: boolean
 }
+
+const PLAIN: Discipline = { weight: 1, priority: DEFAULT_PRIORITY, flow: undefined, flowLabel: OTHER_FLOW }
 
 export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger): LiveRoute[] {
   let global: Admission<RequestFacts> | undefined
+  const globals = config.routes.flatMap((r) => (r.concurrency?.per === 'global' ? [r.concurrency] : []))
   return config.routes.map((route) => {
     const admissions: Admission<RequestFacts>[] = []
     if (route.rwlock) admissions.push(rwlockFor(route, route.rwlock, config, store, logger))
@@ -37,14 +60,89 @@ export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger)
     let cap: Admission<RequestFacts> | undefined
     if (concurrency?.per === 'global') {
       // One bucket for every global route; each route's requests count their own route's weight.
-      const weighted = config.routes.some((r) => r.concurrency?.per === 'global' && r.concurrency.weight > 1)
-      cap = global ??= semaphoreFor('global', concurrency, config, store, logger, weighted)
+      const weighted = globals.some((c) => c.weight > 1)
+      cap = global ??= semaphoreFor('global', concurrency, config, store, logger, weighted, globals)
     } else if (concurrency) {
-      cap = semaphoreFor(route.name, concurrency, config, store, logger, concurrency.weight > 1)
+      cap = semaphoreFor(route.name, concurrency, config, store, logger, concurrency.weight > 1, [
+        concurrency,
+      ])
     }
     if (cap) admissions.push(cap)
-    return { config: route, admissions, concurrency: cap }
+    const discipline = concurrency ? disciplineOf(concurrency) : () => PLAIN
+    return {
+      config: route,
+      admissions,
+      concurrency: cap,
+      fair:
+        concurrency !== undefined &&
+        (concurrency.per === 'global' ? globals.some(isFair) : isFair(concurrency)),
+      decide(facts) {
+        const decided = discipline(facts)
+        facts.weight = decided.weight
+        facts.priority = decided.priority
+        facts.flow = decided.flow
+        facts.flowLabel = decided.flowLabel
+      },
+    }
   })
+}
+
+/** How a route's requests get their weight, class and flow. A header's value counts as its first
+ * value, normalised as a bucket key (keys.ts); a value that names no class takes the next source (the
+ * tenant's class, then the default), never an error: a client cannot fail its request this way. */
+export function disciplineOf(concurrency: ConcurrencyConfig): (facts: RequestFacts) => Discipline {
+  const { weight, priority, flow, tenantHeader } = concurrency
+  if (!priority && !flow) {
+    const plain = { ...PLAIN, weight }
+    return () => plain
+  }
+  const byTenant = priority !== undefined && Object.keys(priority.tenants).length > 0
+  const tenantOf = (facts: RequestFacts) => normalizeKey(firstValue(facts.headers[tenantHeader]))
+  const classOf = (facts: RequestFacts): number => {
+    if (!priority) return DEFAULT_PRIORITY
+    if (priority.header !== undefined) {
+      const found = classNamed(normalizeKey(firstValue(facts.headers[priority.header])))
+      if (found !== undefined) return found
+    }
+    if (byTenant) {
+      const tenant = tenantOf(facts)
+      // Own keys only: a tenant id like 'constructor' must not find Object.prototype members.
+      if (Object.hasOwn(priority.tenants, tenant)) return priority.tenants[tenant] as number
+    }
+    return priority.default
+  }
+  const flowOf = (facts: RequestFacts): string | undefined => {
+    if (!flow) return undefined
+    const key =
+      flow.from === 'tenant'
+        ? tenantOf(facts)
+        : flow.from === 'ip'
+          ? normalizeKey(facts.clientAddress)
+          : normalizeKey(firstValue(facts.headers[flow.header as string]))
+    return key === DEFAULT_BUCKET ? undefined : key
+  }
+  const named = (name: string | undefined) =>
+    name !== undefined &&
+    flow !== undefined &&
+    (Object.hasOwn(flow.weights, name) || Object.hasOwn(flow.maxFor, name))
+  return (facts) => {
+    const name = flowOf(facts)
+    return {
+      weight,
+      priority: classOf(facts),
+      flow: name,
+      flowLabel: named(name) ? (name as string) : OTHER_FLOW,
+    }
+  }
+}
+
+/** A header's class: a class name (any case) or a number from 0 to 7; undefined for anything else. */
+function classNamed(value: string): number | undefined {
+  if (/^[0-7]$/.test(value)) return Number(value)
+  const name = value.toLowerCase()
+  return Object.hasOwn(PRIORITY_CLASSES, name)
+    ? PRIORITY_CLASSES[name as keyof typeof PRIORITY_CLASSES]
+    : undefined
 }
 
 /**
@@ -75,6 +173,8 @@ function semaphoreFor(
   /** Some route of this cap has a weight: read it per request (else every request counts 1, and
    * pays nothing for weights). */
   weighted: boolean,
+  /** Every route's concurrency of this cap (per: global routes share one). */
+  shared: readonly ConcurrencyConfig[],
 ): Admission<RequestFacts> {
   const { per, overrides } = concurrency
   const header = concurrency.tenantHeader
@@ -103,12 +203,41 @@ function semaphoreFor(
       failOpen: concurrency.failOpen,
       weight: weighted ? (req: RequestFacts) => req.weight : undefined,
       logger,
+      ...fairOptions(concurrency, shared),
     },
     concurrency.keepAliveMs,
   )
   // The dashboard lists the busiest buckets of a keyed route from its first request.
   if (key && config.admin) admission.trackBuckets()
   return admission
+}
+
+/** The admission options of a fair queue (src/admission: README "Overload"), none for a plain one:
+ * each request's class and flow as decide() set them, the flows' weights and caps, the fleet-wide
+ * bound, and each class's wait (the routes sharing a per: global queue agree on them: resolve.ts). */
+function fairOptions(
+  concurrency: ConcurrencyConfig,
+  shared: readonly ConcurrencyConfig[],
+): Partial<SemaphoreMiddlewareOptions<RequestFacts>> {
+  if (!shared.some(isFair)) return {}
+  const flow = shared.find((c) => c.flow)?.flow
+  const waits: Record<string, number> = { standard: concurrency.maxWaitMs }
+  for (const c of shared) for (const [p, ms] of classWaits(c)) waits[priorityName(p)] = ms
+  const maxFor = flow?.maxFor ?? {}
+  const max = flow?.max ?? 0
+  const options = {
+    priority: (req: RequestFacts) => req.priority,
+    flow: (req: RequestFacts) => req.flow,
+    overload: {
+      flowWeights: { ...flow?.weights },
+      // Own keys only, as the tenants' permits: a flow named 'constructor' gets `max`.
+      flowMax: (name: string) => (Object.hasOwn(maxFor, name) ? maxFor[name] : max > 0 ? max : undefined),
+      ...(concurrency.maxQueued > 0 ? { maxQueued: concurrency.maxQueued } : {}),
+    },
+    maxWaitMs: waits,
+  }
+  // i38-E merges the typed option
+  return options as unknown as Partial<SemaphoreMiddlewareOptions<RequestFacts>>
 }
 
 /** GET/HEAD/OPTIONS share the read lock of the request's resource, other methods take its write lock.

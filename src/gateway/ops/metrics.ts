@@ -8,6 +8,7 @@
 // gateway's own cost per request in profiles (docs/gateway.md, "Performance").
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { REJECT_REASONS } from '../../admission/options.js'
+import { priorityName } from '../../core/fair.js'
 import { HistogramSeries, histogramValues, type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
@@ -66,6 +67,80 @@ export interface RouteMetrics {
   inFlight: number
   /** Responses by status class, 1xx to 9xx at index 1 to 9 (index 0: anything else). */
   readonly responses: Float64Array
+  /** The route's counts by priority class and flow (a route with priority or flow: created on first
+   * use, so a plain route pays nothing). */
+  fair(): FairMetrics
+  /** Set once fair() was called. */
+  fairSeries: FairMetrics | undefined
+}
+
+/** What a request of a class, and of a flow, came to (this replica's). */
+export interface ClassCounts {
+  admitted: number
+  rejected: Record<string, number>
+  /** Waiting for admission here right now. */
+  waiting: number
+}
+
+/** One request's class and flow, as routes.ts decide() set them. */
+export interface FairFacts {
+  priority: number
+  /** The flow's name (request data), for the busiest flows only: never a label. */
+  flow: string | undefined
+  /** The flow's label: a name from the config, or 'other'. */
+  flowLabel: string
+}
+
+/** Flow names remembered per second for the busiest flows at most (each second, whatever arrives). */
+const MAX_FLOW_ARRIVALS = 1000
+
+/** A route's counts by class (at most 8) and by flow label (bounded by the config: routes.ts). */
+export class FairMetrics {
+  readonly classes = new Map<number, ClassCounts>()
+  readonly flows = new Map<string, { admitted: number; rejected: number }>()
+  /** Requests per flow name since takeArrivals() (the dashboard's busiest flows). */
+  private arrivals = new Map<string, number>()
+
+  private classOf(priority: number): ClassCounts {
+    let counts = this.classes.get(priority)
+    if (!counts) this.classes.set(priority, (counts = { admitted: 0, rejected: {}, waiting: 0 }))
+    return counts
+  }
+
+  private flowOf(label: string): { admitted: number; rejected: number } {
+    let counts = this.flows.get(label)
+    if (!counts) this.flows.set(label, (counts = { admitted: 0, rejected: 0 }))
+    return counts
+  }
+
+  arrived(facts: FairFacts): void {
+    if (facts.flow === undefined) return
+    const seen = this.arrivals.get(facts.flow)
+    if (seen !== undefined) this.arrivals.set(facts.flow, seen + 1)
+    else if (this.arrivals.size < MAX_FLOW_ARRIVALS) this.arrivals.set(facts.flow, 1)
+  }
+
+  waiting(facts: FairFacts, delta: 1 | -1): void {
+    this.classOf(facts.priority).waiting += delta
+  }
+
+  admitted(facts: FairFacts): void {
+    this.classOf(facts.priority).admitted++
+    this.flowOf(facts.flowLabel).admitted++
+  }
+
+  rejected(facts: FairFacts, reason: string): void {
+    const counts = this.classOf(facts.priority)
+    counts.rejected[reason] = (counts.rejected[reason] ?? 0) + 1
+    this.flowOf(facts.flowLabel).rejected++
+  }
+
+  /** Requests per flow name since the last call. */
+  takeArrivals(): Map<string, number> {
+    const taken = this.arrivals
+    this.arrivals = new Map()
+    return taken
+  }
 }
 
 /**
@@ -295,6 +370,10 @@ export function createMetrics(
           admitted: 0,
           inFlight: 0,
           responses: new Float64Array(STATUS_CLASSES.length),
+          fairSeries: undefined,
+          fair() {
+            return (this.fairSeries ??= new FairMetrics())
+          },
         }
         boundRoutes.set(name, bound)
       }
@@ -306,6 +385,68 @@ export function createMetrics(
     },
   }
   const boundRoutes = new Map<string, RouteMetrics>()
+  // Fair routes' series by class and flow, read at scrape time. Labels: the class's name ('critical',
+  // or p<n>: 8 at most) and the flow's label (a name from the config, or 'other').
+  const fairRoutes = function* () {
+    for (const [route, bound] of boundRoutes) if (bound.fairSeries) yield [route, bound.fairSeries] as const
+  }
+  new Counter({
+    name: 'tollgate_class_admitted_total',
+    help: 'Requests that got a permit, by priority class (routes with priority or flow)',
+    labelNames: ['route', 'class'],
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, fair] of fairRoutes())
+        for (const [p, counts] of fair.classes) this.inc({ route, class: priorityName(p) }, counts.admitted)
+    },
+  })
+  new Counter({
+    name: 'tollgate_class_rejected_total',
+    help: 'Requests rejected without a permit, by priority class and reason (shed: evicted by a higher class)',
+    labelNames: ['route', 'class', 'reason'],
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, fair] of fairRoutes())
+        for (const [p, counts] of fair.classes)
+          for (const [reason, n] of Object.entries(counts.rejected))
+            this.inc({ route, class: priorityName(p), reason }, n)
+    },
+  })
+  new Gauge({
+    name: 'tollgate_class_waiting',
+    help: 'Requests waiting for admission on this replica right now, by priority class',
+    labelNames: ['route', 'class'],
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, fair] of fairRoutes())
+        for (const [p, counts] of fair.classes) this.set({ route, class: priorityName(p) }, counts.waiting)
+    },
+  })
+  new Counter({
+    name: 'tollgate_flow_admitted_total',
+    help: 'Requests that got a permit, by flow (flows named in the config; all others are "other")',
+    labelNames: ['route', 'flow'],
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, fair] of fairRoutes())
+        for (const [flow, counts] of fair.flows) this.inc({ route, flow }, counts.admitted)
+    },
+  })
+  new Counter({
+    name: 'tollgate_flow_rejected_total',
+    help: 'Requests rejected without a permit, by flow (flows named in the config; all others are "other")',
+    labelNames: ['route', 'flow'],
+    registers,
+    collect() {
+      this.reset()
+      for (const [route, fair] of fairRoutes())
+        for (const [flow, counts] of fair.flows) this.inc({ route, flow }, counts.rejected)
+    },
+  })
   new Gauge({
     name: 'tollgate_store_up',
     help: 'Whether the store (Redis) answers: 1, or 0 while it is known down',
