@@ -3,6 +3,7 @@
 // request nor adds a series.
 import { describe, expect, it } from 'vitest'
 import { resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
+import { fairFigures, flowState } from '../../src/gateway/ops/dashboard.js'
 import { createMetrics } from '../../src/gateway/ops/metrics.js'
 import { disciplineOf, type RequestFacts } from '../../src/gateway/routes.js'
 
@@ -107,5 +108,48 @@ describe('a request in a fair route', () => {
     )
     expect(after).toContain('tollgate_flow_admitted_total{route="api",flow="other"} 501')
     expect(after).toContain('tollgate_class_admitted_total{route="api",class="standard"} 501')
+  })
+})
+
+describe('a fair bucket in /limits and the dashboard', () => {
+  it('names classes (critical, p5), and gives a flow its weight and cap from the config, own keys only', () => {
+    expect(
+      fairFigures({
+        classes: { 6: { waiting: 2 }, 5: 1, sheddable: { waiting: 3 } },
+        parked: 1,
+        evicted: { 2: 4 },
+      }),
+    ).toEqual({
+      classes: { critical: { waiting: 2 }, p5: { waiting: 1 }, sheddable: { waiting: 3 } },
+      parked: 1,
+      evicted: { sheddable: 4 },
+      saturated: [],
+      mixed: null,
+    })
+    const concurrency = resolveConfig(
+      validateConfigFile({
+        defaults: { upstream },
+        routes: [
+          {
+            match: { pathPrefix: '/' },
+            concurrency: { flow: { from: 'tenant', weights: { acme: 3 }, max: 4, maxFor: { free: 1 } } },
+          },
+        ],
+      }),
+    ).routes[0]!.concurrency!
+    const fleet = {
+      flow: (name: string) => (name === 'acme' ? { waiting: 5, held: 2, parked: 0 } : undefined),
+    }
+    expect(flowState(concurrency, fleet, 'acme', 0.5)).toEqual({
+      flow: 'acme',
+      share: 0.5,
+      weight: 3,
+      max: 4,
+      waiting: 5,
+      held: 2,
+      parked: 0,
+    })
+    expect(flowState(concurrency, undefined, 'free')).toMatchObject({ weight: 1, max: 1, waiting: null })
+    expect(flowState(concurrency, undefined, 'constructor')).toMatchObject({ weight: 1, max: 4 })
   })
 })

@@ -23,6 +23,10 @@ import {
   Dashboard,
   dashboardFile,
   type DashboardView,
+  fairFigures,
+  type FairStats,
+  fairStats,
+  flowState,
   limitInForce,
 } from './dashboard.js'
 
@@ -58,6 +62,15 @@ interface BucketState {
   /** An adaptive limit's state (README "Adaptive limits"): the limit in force in the store (null: none
    * there now), and what this replica knows of its controller. */
   adaptive?: (AdaptiveStatus & { inStore: number | null; initial: number; algorithm: string }) | undefined
+  /** A fair queue's (a route with priority or flow): the fleet's waiters by class, parked at their
+   * flow's cap, evicted by class since the bucket was last idle, and the busiest flows this replica
+   * saw (docs/gateway.md, "Priorities and fair shares"). */
+  classes?: Record<string, { waiting: number }>
+  parked?: number | null
+  evicted?: Record<string, number>
+  saturated?: string[]
+  mixed?: boolean | null
+  flows?: ReturnType<typeof flowState>[]
 }
 
 /** The longest a connection of the admin listener may stay without moving (or the send timeout, if
@@ -217,6 +230,23 @@ export function createAdminServer(view: AdminView): http.Server {
       }
       if (perBucket) return send(res, 200, await read(req, routeKey(live), () => describeRoute(live)))
       key = GLOBAL_KEY
+    } else if (parts.length === 3 && parts[1] === 'flows' && live.fair && concurrency.flow) {
+      // Any flow, by name (the listing shows the busiest only); read only.
+      if (method !== 'GET' && method !== 'HEAD')
+        throw new HttpError(405, 'method not allowed', { allow: 'GET, HEAD' })
+      if (perBucket)
+        throw new HttpError(
+          409,
+          `route ${JSON.stringify(live.config.name)} has one bucket per ${concurrency.per}: its flows are read per bucket`,
+        )
+      const flow = normalizeKey(parts[2])
+      return send(
+        res,
+        200,
+        await read(req, JSON.stringify([live.config.name, 'flow', flow]), async () =>
+          flowState(concurrency, await readFair(admission.semaphoreOf!(GLOBAL_KEY), [flow]), flow),
+        ),
+      )
     } else if (parts.length === 3 && parts[1] === 'buckets') {
       if (!perBucket) {
         throw new HttpError(
@@ -226,7 +256,10 @@ export function createAdminServer(view: AdminView): http.Server {
       }
       key = normalizeKey(parts[2])
     } else {
-      throw new HttpError(404, 'not found: /limits, /limits/<route> or /limits/<route>/buckets/<bucket>')
+      throw new HttpError(
+        404,
+        'not found: /limits, /limits/<route>, /limits/<route>/buckets/<bucket> or /limits/<route>/flows/<flow>',
+      )
     }
     const semaphore = admission.semaphoreOf(key)
     const bucketLabel = key === GLOBAL_KEY ? null : key
@@ -336,9 +369,15 @@ export function createAdminServer(view: AdminView): http.Server {
       bucket !== null && Object.hasOwn(concurrency.overrides, bucket)
         ? (concurrency.overrides[bucket] as number)
         : configuredLimit(concurrency)
-    let stats
+    const busiest = live.fair && concurrency.flow ? dashboard.busiestFlows(live.config.name) : []
+    let stats: Awaited<ReturnType<typeof semaphore.stats>> & FairStats
     try {
-      stats = await semaphore.stats()
+      stats = live.fair
+        ? await fairStats(
+            semaphore,
+            busiest.map((b) => b.flow),
+          )
+        : await semaphore.stats()
     } catch (error) {
       throw new HttpError(503, `the store did not answer: ${(error as Error).message}`)
     }
@@ -361,6 +400,22 @@ export function createAdminServer(view: AdminView): http.Server {
             },
           }
         : {}),
+      ...(live.fair
+        ? {
+            ...fairFigures(stats),
+            ...(concurrency.flow
+              ? { flows: busiest.map(({ flow, share }) => flowState(concurrency, stats, flow, share)) }
+              : {}),
+          }
+        : {}),
+    }
+  }
+
+  async function readFair(semaphore: Parameters<typeof fairStats>[0], flows: string[]): Promise<FairStats> {
+    try {
+      return await fairStats(semaphore, flows)
+    } catch (error) {
+      throw new HttpError(503, `the store did not answer: ${(error as Error).message}`)
     }
   }
 

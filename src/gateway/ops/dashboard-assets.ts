@@ -5,7 +5,7 @@
 export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: string; body: string }>> = {
   'index.html': {
     type: 'text/html; charset=utf-8',
-    etag: '"olOoOoIzTz4kT1XR"',
+    etag: '"dvH-aBsvRMDABN1V"',
     body: `<!doctype html>
 <html lang="en">
   <head>
@@ -82,6 +82,49 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
           <tbody></tbody>
         </table>
       </section>
+      <section id="fair" aria-labelledby="fair-title" hidden>
+        <h2 id="fair-title">Priorities and flows</h2>
+        <p class="muted">
+          Routes with priority or flow: waiting per class across the fleet and here, what this replica
+          admitted and shed; then the flows that sent this replica the most requests lately.
+        </p>
+        <table id="classes">
+          <caption class="visually-hidden">
+            Each priority class of the fair routes, highest first
+          </caption>
+          <thead>
+            <tr>
+              <th scope="col">Route</th>
+              <th scope="col">Class</th>
+              <th scope="col">Waiting (fleet)</th>
+              <th scope="col">Waiting (here)</th>
+              <th scope="col">Admitted (here)</th>
+              <th scope="col">Shed (here)</th>
+              <th scope="col">Timed out (here)</th>
+              <th scope="col">Evicted (fleet)</th>
+            </tr>
+          </thead>
+          <tbody></tbody>
+        </table>
+        <p id="flows-note" class="muted"></p>
+        <table id="flows">
+          <caption class="visually-hidden">
+            The busiest flows of the fair routes on this replica
+          </caption>
+          <thead>
+            <tr>
+              <th scope="col">Route</th>
+              <th scope="col">Flow</th>
+              <th scope="col">Share of requests (here)</th>
+              <th scope="col">Weight</th>
+              <th scope="col">Cap</th>
+              <th scope="col">Waiting (fleet)</th>
+              <th scope="col">Held (fleet)</th>
+            </tr>
+          </thead>
+          <tbody></tbody>
+        </table>
+      </section>
       <section aria-labelledby="store-title">
         <h2 id="store-title">Store</h2>
         <table id="store">
@@ -138,7 +181,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"jzYrMqGx0tnrMJXr"',
+    etag: '"INKtxiZ-gA1r0w4k"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -148,7 +191,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
 'use strict'
 
 const POLL_MS = 2000
-const REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable']
+const REASONS = ['busy', 'timeout', 'queue_full', 'shed', 'store_unavailable']
 let token = ''
 let access = { canWrite: false, tokenRequired: false, note: '' }
 /** Rows of the routes table by route name, made once (so a focused input keeps its focus). */
@@ -271,6 +314,7 @@ function render(data) {
     \`The first \${data.routes.length} of \${data.config.routes} routes are shown (the dashboard's cap); /limits and /metrics list them all.\`,
   )
   renderBuckets(data)
+  renderFair(data)
   renderStore(store)
   renderConfig(data.config)
   renderChanges(data.changes)
@@ -459,6 +503,64 @@ function renderBuckets(data) {
       ),
     ),
   )
+}
+
+/** A figure, or – where it was not read. */
+function figure(value) {
+  return value === null || value === undefined ? '–' : String(value)
+}
+
+function renderFair(data) {
+  const fair = data.routes.filter((route) => route.classes)
+  document.getElementById('fair').hidden = fair.length === 0
+  const cell = (value) => el('td', { class: 'number' }, figure(value))
+  document
+    .querySelector('#classes tbody')
+    .replaceChildren(
+      ...fair.flatMap((route) =>
+        route.classes.map((row) =>
+          el(
+            'tr',
+            {},
+            el('td', {}, route.name),
+            el('th', { scope: 'row' }, row.class),
+            cell(row.fleetWaiting),
+            cell(row.waiting),
+            cell(row.admitted),
+            cell(row.rejected.shed ?? 0),
+            cell(row.rejected.timeout ?? 0),
+            cell(row.evicted),
+          ),
+        ),
+      ),
+    )
+  const flows = fair.flatMap((route) => (route.flows || []).map((flow) => ({ route: route.name, ...flow })))
+  text(
+    document.getElementById('flows-note'),
+    !data.access.bucketsShown
+      ? 'Flow names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).'
+      : flows.length === 0
+        ? 'No flow sent this replica requests in the last seconds.'
+        : 'The flows with the most requests to this replica in the last seconds, with their weight, cap and the fleet’s figures.',
+  )
+  document.getElementById('flows').hidden = flows.length === 0
+  document
+    .querySelector('#flows tbody')
+    .replaceChildren(
+      ...flows.map((flow) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, flow.route),
+          el('th', { scope: 'row' }, flow.flow),
+          el('td', { class: 'number' }, \`\${Math.round(flow.share * 100)} %\`),
+          cell(flow.weight),
+          cell(flow.max),
+          cell(flow.waiting),
+          cell(flow.held),
+        ),
+      ),
+    )
 }
 
 function pairs(body, entries) {

@@ -18,7 +18,8 @@ import { GLOBAL_KEY } from '../../admission/keys.js'
 import type { StoreHealth } from '../../admission/store-health.js'
 import type { HistogramSeries } from '../../admission/histogram.js'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
-import type { SemaphoreStats } from '../../primitives/semaphore.js'
+import type { Semaphore, SemaphoreStats } from '../../primitives/semaphore.js'
+import { PRIORITY_CLASSES, priorityName } from '../../core/fair.js'
 import { within } from '../../core/timeout.js'
 import type { ConcurrencyConfig, GatewayConfig } from '../config/index.js'
 import type { LiveRoute } from '../routes.js'
@@ -37,6 +38,8 @@ const RECENT_MS = 10_000
 const QUANTILE_WINDOW_S = 60
 /** Busy buckets shown per keyed route, and routes shown at most. */
 const BUSIEST = 5
+/** Busiest flows listed per fair route (/limits, the dashboard). */
+export const BUSIEST_FLOWS = 10
 const MAX_ROUTES = 50
 const MAX_CHANGES = 50
 /** A bucket's score keeps this share a second (half-life ~3 s), and a route scores this many at most. */
@@ -72,6 +75,73 @@ export function limitInForce(
   configured: number,
 ): number {
   return stats?.override ?? stats?.adaptive ?? adaptive?.limit ?? configured
+}
+
+/** What a fair queue's stats() adds to a semaphore's (the `overload` option: i38-D, design 4.1),
+ * coded against that shape: each field absent until the semaphore gives it. Classes by name (or
+ * number), each its waiters (fleet-wide); a flow's figures read by name. */
+export interface FairStats {
+  classes?: Record<string, { waiting: number } | number>
+  parked?: number
+  evicted?: Record<string, number>
+  saturated?: readonly (number | string)[]
+  mixed?: boolean
+  flow?(name: string): { waiting: number; held: number; parked: number } | undefined
+}
+
+/** A fair bucket's stats, reading `flows` (names) in the same call. */
+export function fairStats(
+  semaphore: Semaphore,
+  flows: readonly string[],
+): Promise<SemaphoreStats & FairStats> {
+  // i38-D: stats({ flows }) reads the flows asked in the one inspect call; a semaphore without it
+  // ignores the argument.
+  const stats = semaphore.stats as (options?: {
+    flows?: readonly string[]
+  }) => Promise<SemaphoreStats & FairStats>
+  return stats.call(semaphore, { flows })
+}
+
+/** A class's key as people read it: its name, or p<n>. */
+const className = (key: string) => (/^\d$/.test(key) ? priorityName(Number(key)) : key)
+
+/** The fleet's figures of a fair bucket by class, as /limits and the dashboard show them. */
+export function fairFigures(stats: FairStats) {
+  const classes: Record<string, { waiting: number }> = {}
+  for (const [key, value] of Object.entries(stats.classes ?? {}))
+    classes[className(key)] = { waiting: typeof value === 'number' ? value : value.waiting }
+  const evicted: Record<string, number> = {}
+  for (const [key, n] of Object.entries(stats.evicted ?? {})) evicted[className(key)] = n
+  return {
+    classes,
+    parked: stats.parked ?? null,
+    evicted,
+    saturated: (stats.saturated ?? []).map((p) => className(String(p))),
+    mixed: stats.mixed ?? null,
+  }
+}
+
+/** A flow of a fair route as /limits shows it: its share of this replica's recent requests, its
+ * weight and cap from the config, and the fleet's waiting, held and parked (null: not read). */
+export function flowState(
+  concurrency: ConcurrencyConfig,
+  stats: FairStats | undefined,
+  flow: string,
+  share?: number,
+) {
+  const config = concurrency.flow
+  const own = (map: Readonly<Record<string, number>> | undefined) =>
+    map && Object.hasOwn(map, flow) ? map[flow] : undefined
+  const figures = stats?.flow?.(flow)
+  return {
+    flow,
+    ...(share === undefined ? {} : { share }),
+    weight: own(config?.weights) ?? 1,
+    max: own(config?.maxFor) ?? (config && config.max > 0 ? config.max : null),
+    waiting: figures?.waiting ?? null,
+    held: figures?.held ?? null,
+    parked: figures?.parked ?? null,
+  }
 }
 
 /** Requests of a route waiting on this replica (every admission of it). */
@@ -128,6 +198,8 @@ export class Dashboard {
   /** Per keyed route, each bucket's requests a second, decayed (half-life ~3 s): the busiest are the
    * top BUSIEST of it. At most MAX_SCORED buckets a route. */
   private readonly scores = new Map<string, Map<string, number>>()
+  /** Per fair route, each flow's requests a second on this replica, decayed as the buckets' are. */
+  private readonly flowScores = new Map<string, Map<string, number>>()
   /** One snapshot a second whoever asks, with its serializations (one Buffer per kind of viewer,
    * shared by every response that sends it). */
   private readonly snapshot = sharedAnswer(ANSWER_INTERVAL_MS, async () => ({
@@ -243,6 +315,8 @@ export class Dashboard {
     const routes = snapshot.routes.map((route) => ({
       ...route,
       buckets: access.authorized ? route.buckets : [],
+      // Flow names are request data, as bucket names are.
+      ...(route.flows ? { flows: access.authorized ? route.flows : [] } : {}),
       history: historySince === null ? route.history : route.history.filter((p) => p.t > historySince),
     }))
     return { ...snapshot, routes, historySince, access: { ...access, bucketsShown: access.authorized } }
@@ -278,6 +352,8 @@ export class Dashboard {
       if (known !== null) this.compare(name, known, live.concurrency?.adaptive ? 'adaptive limit' : 'config')
       if (live.concurrency && live.config.concurrency && isKeyed(live.config.concurrency.per))
         this.score(name, live.admissions)
+      const fair = live.fair ? this.view.metrics.route(name).fairSeries : undefined
+      if (fair) this.flowScores.set(name, decayed(this.flowScores.get(name), fair.takeArrivals()))
     }
     const series = new Map<string, Float64Array>()
     for (const [label, s] of this.view.metrics.waitSeconds.entries())
@@ -290,7 +366,21 @@ export class Dashboard {
       if (!this.view.routes().some((live) => live.config.name === name)) {
         this.history.delete(name)
         this.scores.delete(name)
+        this.flowScores.delete(name)
       }
+  }
+
+  /** The flows of a fair route that sent this replica the most requests lately (decayed): highest
+   * first, with their share of those requests, BUSIEST_FLOWS at most. Names are request data. */
+  busiestFlows(route: string): { flow: string; share: number }[] {
+    const scores = this.flowScores.get(route)
+    if (!scores) return []
+    let total = 0
+    for (const score of scores.values()) total += score
+    return [...scores]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, BUSIEST_FLOWS)
+      .map(([flow, score]) => ({ flow, share: Math.round((score / total) * 1000) / 1000 }))
   }
 
   /** Decay a route's bucket scores and add the last second's requests (of every admission of it). */
@@ -374,6 +464,38 @@ export class Dashboard {
     return { p50Ms: at(0.5), p99Ms: at(0.99), count: total }
   }
 
+  /** A fair route's classes (this replica's counts beside the fleet's waiters) and busiest flows. */
+  private fairOf(
+    live: LiveRoute,
+    concurrency: ConcurrencyConfig,
+    stats: FairStats | undefined,
+    busiest: { flow: string; share: number }[],
+  ): { classes: ClassRow[]; flows: ReturnType<typeof flowState>[] } {
+    const counts = this.view.metrics.route(live.config.name).fairSeries?.classes ?? new Map()
+    const fleet = stats ? fairFigures(stats) : undefined
+    const numbers = new Set<number>(counts.keys())
+    for (const key of Object.keys(fleet?.classes ?? {})) {
+      const p = classNumber(key)
+      if (p !== undefined) numbers.add(p)
+    }
+    const classes = [...numbers]
+      .sort((a, b) => b - a)
+      .map((p) => {
+        const name = priorityName(p)
+        const here = counts.get(p)
+        return {
+          class: name,
+          fleetWaiting: fleet?.classes[name]?.waiting ?? null,
+          waiting: here?.waiting ?? 0,
+          admitted: here?.admitted ?? 0,
+          rejected: here?.rejected ?? {},
+          evicted: fleet?.evicted[name] ?? null,
+        }
+      })
+    const flows = busiest.map(({ flow, share }) => flowState(concurrency, stats, flow, share))
+    return { classes, flows }
+  }
+
   private async take(): Promise<Snapshot> {
     const { metrics, health } = this.view
     const config = this.view.config()
@@ -398,9 +520,19 @@ export class Dashboard {
           const cap = live.concurrency
           const keyed = concurrency !== undefined && isKeyed(concurrency.per)
           const adaptive = cap?.adaptive?.status()
-          let stats: SemaphoreStats | undefined
+          let stats: (SemaphoreStats & FairStats) | undefined
+          const busiestFlows = live.fair && concurrency?.flow ? this.busiestFlows(name) : []
           if (concurrency && cap?.semaphoreOf && !keyed && readable) {
-            const read = await within(cap.semaphoreOf(GLOBAL_KEY).stats(), READ_TIMEOUT_MS)
+            const semaphore = cap.semaphoreOf(GLOBAL_KEY)
+            const read = await within(
+              live.fair
+                ? fairStats(
+                    semaphore,
+                    busiestFlows.map((b) => b.flow),
+                  )
+                : semaphore.stats(),
+              READ_TIMEOUT_MS,
+            )
             if (read.ok) stats = read.value
             else unanswered++
           }
@@ -456,6 +588,7 @@ export class Dashboard {
             rejected: rejected.get(name) ?? {},
             history: this.history.get(name) ?? [],
             buckets,
+            ...(live.fair && concurrency ? this.fairOf(live, concurrency, stats, busiestFlows) : {}),
           }
         }),
     )
@@ -483,6 +616,19 @@ export class Dashboard {
   }
 }
 
+/** `scores` decayed by a second (the small ones dropped), plus the last second's `arrivals`; at most
+ * MAX_SCORED kept, the highest. */
+function decayed(scores = new Map<string, number>(), arrivals: Map<string, number>): Map<string, number> {
+  for (const [key, value] of scores) {
+    const next = value * DECAY
+    if (next < 0.05) scores.delete(key)
+    else scores.set(key, next)
+  }
+  for (const [key, count] of arrivals) scores.set(key, (scores.get(key) ?? 0) + count)
+  if (scores.size <= MAX_SCORED) return scores
+  return new Map([...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED))
+}
+
 /** The ?since= of a data.json request: the wall-clock ms of the newest point the viewer holds
  * (undefined: none, it is sent the whole history). Any other query parameter is ignored, as on every
  * path of this listener; a since that is not a whole number of ms, or is given twice, is refused. */
@@ -499,6 +645,26 @@ export function sinceOf(url: string): number | undefined {
       'since must be the whole number of ms of the last point the page holds (data.json "at")',
     )
   return Number(value)
+}
+
+/** A class of a fair route: the fleet's waiters (null: not read), and this replica's waiting,
+ * admitted and rejected by reason (shed among them), and the fleet's evicted since it was last idle. */
+interface ClassRow {
+  class: string
+  fleetWaiting: number | null
+  waiting: number
+  admitted: number
+  rejected: Record<string, number>
+  evicted: number | null
+}
+
+/** A class's number from its name or number ('critical', 'p5', '5'). */
+function classNumber(key: string): number | undefined {
+  if (/^\d$/.test(key)) return Number(key)
+  if (/^p\d$/.test(key)) return Number(key.slice(1))
+  return Object.hasOwn(PRIORITY_CLASSES, key)
+    ? PRIORITY_CLASSES[key as keyof typeof PRIORITY_CLASSES]
+    : undefined
 }
 
 function isKeyed(per: string): boolean {
@@ -543,6 +709,10 @@ interface Snapshot {
     rejected: Record<string, number>
     history: Point[]
     buckets: { bucket: string; holders: number | null; queued: number | null; effective: number | null }[]
+    /** A fair route's: by class, highest first. */
+    classes?: ClassRow[]
+    /** A fair route's busiest flows on this replica (with a `flow` config). */
+    flows?: ReturnType<typeof flowState>[]
   }[]
   changes: Change[]
 }

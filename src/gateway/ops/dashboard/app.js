@@ -7,7 +7,7 @@
 'use strict'
 
 const POLL_MS = 2000
-const REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable']
+const REASONS = ['busy', 'timeout', 'queue_full', 'shed', 'store_unavailable']
 let token = ''
 let access = { canWrite: false, tokenRequired: false, note: '' }
 /** Rows of the routes table by route name, made once (so a focused input keeps its focus). */
@@ -130,6 +130,7 @@ function render(data) {
     `The first ${data.routes.length} of ${data.config.routes} routes are shown (the dashboard's cap); /limits and /metrics list them all.`,
   )
   renderBuckets(data)
+  renderFair(data)
   renderStore(store)
   renderConfig(data.config)
   renderChanges(data.changes)
@@ -318,6 +319,64 @@ function renderBuckets(data) {
       ),
     ),
   )
+}
+
+/** A figure, or – where it was not read. */
+function figure(value) {
+  return value === null || value === undefined ? '–' : String(value)
+}
+
+function renderFair(data) {
+  const fair = data.routes.filter((route) => route.classes)
+  document.getElementById('fair').hidden = fair.length === 0
+  const cell = (value) => el('td', { class: 'number' }, figure(value))
+  document
+    .querySelector('#classes tbody')
+    .replaceChildren(
+      ...fair.flatMap((route) =>
+        route.classes.map((row) =>
+          el(
+            'tr',
+            {},
+            el('td', {}, route.name),
+            el('th', { scope: 'row' }, row.class),
+            cell(row.fleetWaiting),
+            cell(row.waiting),
+            cell(row.admitted),
+            cell(row.rejected.shed ?? 0),
+            cell(row.rejected.timeout ?? 0),
+            cell(row.evicted),
+          ),
+        ),
+      ),
+    )
+  const flows = fair.flatMap((route) => (route.flows || []).map((flow) => ({ route: route.name, ...flow })))
+  text(
+    document.getElementById('flows-note'),
+    !data.access.bucketsShown
+      ? 'Flow names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).'
+      : flows.length === 0
+        ? 'No flow sent this replica requests in the last seconds.'
+        : 'The flows with the most requests to this replica in the last seconds, with their weight, cap and the fleet’s figures.',
+  )
+  document.getElementById('flows').hidden = flows.length === 0
+  document
+    .querySelector('#flows tbody')
+    .replaceChildren(
+      ...flows.map((flow) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, flow.route),
+          el('th', { scope: 'row' }, flow.flow),
+          el('td', { class: 'number' }, `${Math.round(flow.share * 100)} %`),
+          cell(flow.weight),
+          cell(flow.max),
+          cell(flow.waiting),
+          cell(flow.held),
+        ),
+      ),
+    )
 }
 
 function pairs(body, entries) {
