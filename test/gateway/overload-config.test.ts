@@ -1,7 +1,7 @@
 // The gateway's priorities and fair shares (docs/gateway.md, "Priorities and fair shares"): the
 // config's rules, each refused with the path and the fix, and what a request's class and flow are.
 import { describe, expect, it } from 'vitest'
-import { GatewayConfigError, resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
+import { GatewayConfigError, parseFlags, resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
 
 const upstream = 'http://127.0.0.1:3000'
 
@@ -189,5 +189,21 @@ describe('gateway config: priority, flow, maxQueued', () => {
     expect(lines).toContain('routes[5].concurrency.flow.max: expected a positive integer')
     expect(lines).toContain('routes[5].concurrency.flow.per: unknown field')
     expect(lines).toContain('routes[6].concurrency.maxQueued: expected a positive integer')
+  })
+
+  it('--priority-header (trusted by naming it) and --flow-from for the single route, also from the environment', () => {
+    const flags = parseFlags(['--upstream', upstream, '--priority-header', 'X-Prio'], {
+      TOLLGATE_FLOW_FROM: 'header:X-User',
+    })
+    expect(resolveConfig({}, flags).routes[0]!.concurrency).toMatchObject({
+      priority: { header: 'x-prio', tenants: {}, default: 4, maxWaitMs: {} },
+      flow: { from: 'header', header: 'x-user', weights: {}, max: 0, maxFor: {} },
+    })
+    expect(() => parseFlags(['--flow-from', 'cookie'])).toThrow(
+      '--flow-from: expected tenant, ip or header:<name> (got "cookie")',
+    )
+    expect(() =>
+      resolveConfig({}, parseFlags(['--upstream', upstream, '--per', 'ip', '--flow-from', 'ip'])),
+    ).toThrow('routes[0].concurrency.flow.from: not with per: ip')
   })
 })

@@ -3,6 +3,7 @@
 import { parseArgs } from 'node:util'
 import { z } from 'zod'
 import {
+  flowFrom,
   headerName,
   host,
   httpUrl,
@@ -68,6 +69,11 @@ export interface GatewayFlags {
   shutdownGraceMs?: number
   failOpen?: boolean
   permitKeepAliveMs?: number
+  /** Every route's requests take their priority class from this header (trusted: docs/gateway.md,
+   * "Priorities and fair shares"). */
+  priorityHeader?: string
+  /** Every route's requests are shared fairly between flows from here: tenant, ip or header:<name>. */
+  flowFrom?: string
   /** An adaptive limit instead of --permits (any of these turns it on; --adaptive-max is needed). */
   adaptiveMax?: number
   adaptiveMin?: number
@@ -130,6 +136,8 @@ const FLAG_OPTIONS = {
   'shutdown-grace-ms': { type: 'string' },
   'fail-open': { type: 'boolean' },
   'permit-keepalive-ms': { type: 'string' },
+  'priority-header': { type: 'string' },
+  'flow-from': { type: 'string' },
   'adaptive-max': { type: 'string' },
   'adaptive-min': { type: 'string' },
   'adaptive-initial': { type: 'string' },
@@ -217,6 +225,10 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --fail-open                 let requests through while Redis is unavailable (default: reject with 503)
   --permit-keepalive-ms <n>   keep a finished request's permit up to n ms for the next request of its
                               bucket on this replica, fewer Redis calls; no fencing header (default 0: off)
+  --priority-header <name>    a request's priority class from this header (critical, standard, sheddable
+                              or 0-7; else standard). Trusted: use it only where a proxy in front sets
+                              or strips the header, or any client can claim critical
+  --flow-from <tenant|ip|header:name>  share each bucket fairly between the flows found here
   --adaptive-max <n>          an adaptive limit instead of --permits: found from the requests' latency and
                               drops, one for the fleet, never above n (README "Adaptive limits")
   --adaptive-min <n>          never below n (default 1)
@@ -381,6 +393,8 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     shutdownGraceMs: numberFlag('shutdown-grace-ms', ms(0)),
     failOpen: boolFlag('fail-open'),
     permitKeepAliveMs: numberFlag('permit-keepalive-ms', keepAlive),
+    priorityHeader: stringFlag('priority-header', headerName),
+    flowFrom: stringFlag('flow-from', flowFrom),
     adaptiveMax: numberFlag('adaptive-max', positiveInt(1_000_000)),
     adaptiveMin: numberFlag('adaptive-min', positiveInt(1_000_000)),
     adaptiveInitial: numberFlag('adaptive-initial', positiveInt(1_000_000)),

@@ -223,6 +223,10 @@ function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
     maxQueue: flags.maxQueue,
     failOpen: flags.failOpen,
     keepAliveMs: flags.permitKeepAliveMs,
+    // The operator who names the header on the command line is the one who trusts it.
+    priority:
+      flags.priorityHeader === undefined ? undefined : { header: flags.priorityHeader, trustHeader: true },
+    flow: flags.flowFrom === undefined ? undefined : { from: flags.flowFrom },
   }
   if (Object.values(concurrencyFlags).some((value) => value !== undefined))
     concurrency = { ...(concurrency || {}), ...defined(concurrencyFlags) }

@@ -196,13 +196,15 @@ const prioritySchema = z.union(
   { error: `${CLASS}, or an object with header, trustHeader, tenants, default, maxWaitMs` },
 )
 const FLOW_FROM = 'expected tenant, ip or header:<name>'
+/** Where a request's flow comes from (`flow.from`, --flow-from). */
+export const flowFrom = z
+  .string({ error: FLOW_FROM })
+  .refine((from) => from === 'tenant' || from === 'ip' || /^header:[!#$%&'*+.^`|~\w-]+$/.test(from), {
+    error: FLOW_FROM,
+  })
 /** `flow`: where a request's flow comes from, and the flows' weights and caps. */
 const flowSchema = z.strictObject({
-  from: z
-    .string({ error: FLOW_FROM })
-    .refine((from) => from === 'tenant' || from === 'ip' || /^header:[!#$%&'*+.^`|~\w-]+$/.test(from), {
-      error: FLOW_FROM,
-    }),
+  from: flowFrom,
   weights: z
     .record(flowName, intIn(1, MAX_FLOW_WEIGHT, `expected an integer from 1 to ${MAX_FLOW_WEIGHT}`), {
       error: 'expected a map of flow -> weight',
