@@ -215,29 +215,36 @@ function semaphoreFor(
 /** The admission options of a fair queue (src/admission: README "Overload"), none for a plain one:
  * each request's class and flow as decide() set them, the flows' weights and caps, the fleet-wide
  * bound, and each class's wait (the routes sharing a per: global queue agree on them: resolve.ts). */
-function fairOptions(
+export function fairOptions(
   concurrency: ConcurrencyConfig,
   shared: readonly ConcurrencyConfig[],
 ): Partial<SemaphoreMiddlewareOptions<RequestFacts>> {
   if (!shared.some(isFair)) return {}
   const flow = shared.find((c) => c.flow)?.flow
+  // By class name, or number for an unnamed class; one number when every class waits alike.
   const waits: Record<string, number> = { standard: concurrency.maxWaitMs }
-  for (const c of shared) for (const [p, ms] of classWaits(c)) waits[priorityName(p)] = ms
-  const maxFor = flow?.maxFor ?? {}
-  const max = flow?.max ?? 0
+  for (const c of shared) for (const [p, ms] of classWaits(c)) waits[isNamed(p) ? priorityName(p) : p] = ms
+  const alike = Object.values(waits).every((ms) => ms === concurrency.maxWaitMs)
   const options = {
     priority: (req: RequestFacts) => req.priority,
     flow: (req: RequestFacts) => req.flow,
     overload: {
-      flowWeights: { ...flow?.weights },
-      // Own keys only, as the tenants' permits: a flow named 'constructor' gets `max`.
-      flowMax: (name: string) => (Object.hasOwn(maxFor, name) ? maxFor[name] : max > 0 ? max : undefined),
+      ...(flow ? { flowWeights: { ...flow.weights }, flowMax: flowMaxOf(flow.max, flow.maxFor) } : {}),
       ...(concurrency.maxQueued > 0 ? { maxQueued: concurrency.maxQueued } : {}),
     },
-    maxWaitMs: waits,
+    maxWaitMs: alike ? concurrency.maxWaitMs : waits,
   }
   // i38-E merges the typed option
   return options as unknown as Partial<SemaphoreMiddlewareOptions<RequestFacts>>
+}
+
+const isNamed = (p: number) => Object.values(PRIORITY_CLASSES).includes(p as never)
+
+/** A flow's cap: its own (`maxFor`), else `max` (0: none). Own keys only, as the tenants' permits: a
+ * flow named 'constructor' gets `max`. */
+function flowMaxOf(max: number, maxFor: Readonly<Record<string, number>>) {
+  if (max === 0 && Object.keys(maxFor).length === 0) return undefined
+  return (name: string) => (Object.hasOwn(maxFor, name) ? maxFor[name] : max > 0 ? max : undefined)
 }
 
 /** GET/HEAD/OPTIONS share the read lock of the request's resource, other methods take its write lock.

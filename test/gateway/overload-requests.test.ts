@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest'
 import { resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
 import { fairFigures, flowState } from '../../src/gateway/ops/dashboard.js'
 import { createMetrics } from '../../src/gateway/ops/metrics.js'
-import { disciplineOf, type RequestFacts } from '../../src/gateway/routes.js'
+import { disciplineOf, fairOptions, type RequestFacts } from '../../src/gateway/routes.js'
 
 const upstream = 'http://127.0.0.1:3000'
 
@@ -151,5 +151,66 @@ describe('a fair bucket in /limits and the dashboard', () => {
     })
     expect(flowState(concurrency, undefined, 'free')).toMatchObject({ weight: 1, max: 1, waiting: null })
     expect(flowState(concurrency, undefined, 'constructor')).toMatchObject({ weight: 1, max: 4 })
+  })
+})
+
+describe('the admission options of a fair route', () => {
+  const routes = (...concurrency: Record<string, unknown>[]) =>
+    resolveConfig(
+      validateConfigFile({
+        defaults: { upstream },
+        routes: concurrency.map((c, i) => ({
+          name: `r${i}`,
+          match: { pathPrefix: `/r${i}` },
+          concurrency: c,
+        })),
+      }),
+    ).routes.map((r) => r.concurrency!)
+
+  it('a shared per: global queue: each class waits as its route says; flows capped by name, own keys only', () => {
+    const [play, prefetch] = routes(
+      {
+        per: 'global',
+        priority: 'critical',
+        maxWaitMs: 2000,
+        flow: { from: 'ip', max: 4, maxFor: { bulk: 1 } },
+      },
+      {
+        per: 'global',
+        priority: 'sheddable',
+        maxWaitMs: 250,
+        flow: { from: 'ip', max: 4, maxFor: { bulk: 1 } },
+      },
+    )
+    const options = fairOptions(play!, [play!, prefetch!]) as Record<string, unknown> & {
+      overload: { flowMax: (flow: string) => number | undefined; flowWeights: object; maxQueued?: number }
+      priority: (req: { priority: number }) => number
+    }
+    expect(options.maxWaitMs).toEqual({ standard: 2000, critical: 2000, sheddable: 250 })
+    expect(options.overload.flowWeights).toEqual({})
+    expect(options.overload.maxQueued).toBeUndefined()
+    expect(['bulk', 'other', 'constructor'].map(options.overload.flowMax)).toEqual([1, 4, 4])
+    expect(options.priority({ priority: 6 })).toBe(6)
+  })
+
+  it('a plain route hands over nothing; one wait for every class is a number', () => {
+    const [plain, fixed, header] = routes(
+      { per: 'route', maxWaitMs: 300 },
+      { per: 'route', priority: 'critical', maxWaitMs: 300, maxQueued: 9 },
+      { per: 'route', priority: { header: 'x-p', trustHeader: true, maxWaitMs: { 5: 100 } } },
+    )
+    expect(fairOptions(plain!, [plain!])).toEqual({})
+    expect(fairOptions(fixed!, [fixed!])).toMatchObject({ maxWaitMs: 300, overload: { maxQueued: 9 } })
+    expect((fairOptions(fixed!, [fixed!]) as { overload: object }).overload).toEqual({ maxQueued: 9 })
+    expect(fairOptions(header!, [header!]).maxWaitMs).toEqual({
+      standard: 1000,
+      0: 1000,
+      1: 1000,
+      sheddable: 1000,
+      3: 1000,
+      5: 100,
+      critical: 1000,
+      7: 1000,
+    })
   })
 })
