@@ -115,7 +115,7 @@ describe('a fair bucket in /limits and the dashboard', () => {
   it('names classes (critical, p5), and gives a flow its weight and cap from the config, own keys only', () => {
     expect(
       fairFigures({
-        classes: { 6: { waiting: 2 }, 5: 1, sheddable: { waiting: 3 } },
+        classes: { critical: { waiting: 2 }, 5: { waiting: 1 }, sheddable: { waiting: 3 } },
         parked: 1,
         evicted: { 2: 4 },
       }),
@@ -137,9 +137,7 @@ describe('a fair bucket in /limits and the dashboard', () => {
         ],
       }),
     ).routes[0]!.concurrency!
-    const fleet = {
-      flow: (name: string) => (name === 'acme' ? { waiting: 5, held: 2, parked: 0 } : undefined),
-    }
+    const fleet = { flows: new Map([['acme', { waiting: 5, held: 2, parked: 0 }]]) }
     expect(flowState(concurrency, fleet, 'acme', 0.5)).toEqual({
       flow: 'acme',
       share: 0.5,

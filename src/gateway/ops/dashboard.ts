@@ -4,7 +4,8 @@
 // Cost: a viewer costs the data plane nothing. The data is one snapshot, made at most once a second
 // whoever asks (any number of viewers share it), and only while someone asks: its store reads are one
 // stats call per route with one bucket, and one per busy bucket (at most BUSIEST per keyed route),
-// each within READ_TIMEOUT_MS, none while the store is known down. Without viewers the only work is a
+// and one per busy flow of a fair route (at most BUSIEST_FLOWS), each within READ_TIMEOUT_MS, none
+// while the store is known down. Without viewers the only work is a
 // timer a second that copies this replica's own counters into the charts' history.
 // Truth: in flight and waiting come from the store (the fleet's), beside this replica's own; limits
 // are the store's (an override, the adaptive limit) over the config's.
@@ -77,29 +78,40 @@ export function limitInForce(
   return stats?.override ?? stats?.adaptive ?? adaptive?.limit ?? configured
 }
 
-/** What a fair queue's stats() adds to a semaphore's (the `overload` option: i38-D, design 4.1),
- * coded against that shape: each field absent until the semaphore gives it. Classes by name (or
- * number), each its waiters (fleet-wide); a flow's figures read by name. */
-export interface FairStats {
-  classes?: Record<string, { waiting: number } | number>
-  parked?: number
-  evicted?: Record<string, number>
-  saturated?: readonly (number | string)[]
-  mixed?: boolean
-  flow?(name: string): { waiting: number; held: number; parked: number } | undefined
+/** One flow of a fair queue, fleet-wide. */
+export interface FlowFigures {
+  waiting: number
+  held: number
+  parked: number
 }
 
-/** A fair bucket's stats, reading `flows` (names) in the same call. */
-export function fairStats(
+/** What a fair queue's stats() adds to a semaphore's (the `overload` option, i38-D: its stats() and
+ * flow(name)), coded against that shape: each field absent until the semaphore gives it. `flows`: the
+ * flows read by name beside it. */
+export interface FairStats {
+  classes?: Record<string, { waiting: number }>
+  parked?: number
+  evicted?: Record<string, number>
+  saturated?: readonly string[]
+  mixed?: boolean
+  flows?: ReadonlyMap<string, FlowFigures>
+}
+
+/** A fair bucket's stats, and `flows` (names) each read by name (i38-D's Semaphore.flow(): a store
+ * call each, at most BUSIEST_FLOWS, in parallel). */
+export async function fairStats(
   semaphore: Semaphore,
   flows: readonly string[],
 ): Promise<SemaphoreStats & FairStats> {
-  // i38-D: stats({ flows }) reads the flows asked in the one inspect call; a semaphore without it
-  // ignores the argument.
-  const stats = semaphore.stats as (options?: {
-    flows?: readonly string[]
-  }) => Promise<SemaphoreStats & FairStats>
-  return stats.call(semaphore, { flows })
+  // i38-D merges Semaphore.flow(); a semaphore without it gives no flow figures.
+  const flowOf = (semaphore as Semaphore & { flow?(name: string): Promise<FlowFigures> }).flow
+  const [stats, ...figures] = await Promise.all([
+    semaphore.stats() as Promise<SemaphoreStats & FairStats>,
+    ...(flowOf ? flows.map((flow) => flowOf.call(semaphore, flow)) : []),
+  ])
+  const read = new Map<string, FlowFigures>()
+  figures.forEach((figure, i) => read.set(flows[i] as string, figure))
+  return { ...stats, flows: read }
 }
 
 /** A class's key as people read it: its name, or p<n>. */
@@ -109,14 +121,14 @@ const className = (key: string) => (/^\d$/.test(key) ? priorityName(Number(key))
 export function fairFigures(stats: FairStats) {
   const classes: Record<string, { waiting: number }> = {}
   for (const [key, value] of Object.entries(stats.classes ?? {}))
-    classes[className(key)] = { waiting: typeof value === 'number' ? value : value.waiting }
+    classes[className(key)] = { waiting: value.waiting }
   const evicted: Record<string, number> = {}
   for (const [key, n] of Object.entries(stats.evicted ?? {})) evicted[className(key)] = n
   return {
     classes,
     parked: stats.parked ?? null,
     evicted,
-    saturated: (stats.saturated ?? []).map((p) => className(String(p))),
+    saturated: (stats.saturated ?? []).map(className),
     mixed: stats.mixed ?? null,
   }
 }
@@ -132,7 +144,7 @@ export function flowState(
   const config = concurrency.flow
   const own = (map: Readonly<Record<string, number>> | undefined) =>
     map && Object.hasOwn(map, flow) ? map[flow] : undefined
-  const figures = stats?.flow?.(flow)
+  const figures = stats?.flows?.get(flow)
   return {
     flow,
     ...(share === undefined ? {} : { share }),
