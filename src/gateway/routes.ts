@@ -225,7 +225,7 @@ export function fairOptions(
   const waits: Record<string, number> = { standard: concurrency.maxWaitMs }
   for (const c of shared) for (const [p, ms] of classWaits(c)) waits[isNamed(p) ? priorityName(p) : p] = ms
   const alike = Object.values(waits).every((ms) => ms === concurrency.maxWaitMs)
-  const options = {
+  return {
     priority: (req: RequestFacts) => req.priority,
     flow: (req: RequestFacts) => req.flow,
     overload: {
@@ -234,8 +234,6 @@ export function fairOptions(
     },
     maxWaitMs: alike ? concurrency.maxWaitMs : waits,
   }
-  // i38-E merges the typed option
-  return options as unknown as Partial<SemaphoreMiddlewareOptions<RequestFacts>>
 }
 
 const isNamed = (p: number) => Object.values(PRIORITY_CLASSES).includes(p as never)
