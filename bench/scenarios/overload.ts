@@ -28,6 +28,8 @@ import { type Line, type Panel, renderFigure } from '../lib/svg-plot.js'
 const QUICK = process.env.BENCH_OVERLOAD_QUICK === '1'
 /** BENCH_OVERLOAD_ONLY=fifo,fleet runs those disciplines alone (to look at one; not for results). */
 const ONLY = process.env.BENCH_OVERLOAD_ONLY?.split(',')
+/** BENCH_OVERLOAD_SHAPES=noisy,alone runs those shapes alone (not for results). */
+const ONLY_SHAPES = process.env.BENCH_OVERLOAD_SHAPES?.split(',')
 const SCALE = QUICK ? 0.1 : 1
 const CAPACITY = 32
 /** The simulator's service time. The issue's 10 ms makes C/S = 3,200 req/s and a spike of 13,000
@@ -439,6 +441,7 @@ export const overloadScenario: Scenario = {
     const runs: Run[] = []
     try {
       for (const shape of SHAPES) {
+        if (ONLY_SHAPES && !ONLY_SHAPES.includes(shape.key)) continue
         for (const limit of ['fixed', 'adaptive'] as const) {
           for (const discipline of ['fifo', 'caps', 'local', 'fleet'] as const) {
             // Today's per-tenant caps cannot be adaptive (an adaptive limit refuses per: tenant).
@@ -461,6 +464,7 @@ export const overloadScenario: Scenario = {
     mkdirSync(outDir, { recursive: true })
     for (const shape of SHAPES) {
       const mine = runs.filter((r) => r.shape === shape.key)
+      if (mine.length === 0) continue
       const file = path.join(outDir, `overload-${shape.key}.svg`)
       writeFileSync(file, plot(shape, mine))
       notes.push(
