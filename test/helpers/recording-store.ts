@@ -46,13 +46,16 @@ export function recordingStore(store: Store, { inspectFair = true } = {}): Recor
   const record = (method: string, args: unknown[]) =>
     calls.push({ method, args: args.map((a) => (a === undefined ? a : structuredClone(a))) })
   /** Take a token out of the real store's queue, unrecorded (what an eviction does). */
-  const evict = (space: KeySpace, token: string) => inner.release(space, token, permitsAsked)
-  /** The permits the last acquire asked for (the limit an eviction's admission runs with). */
+  const evict = (space: KeySpace, token: string) =>
+    inner.release(space, token, permitsAsked, undefined, fairAsked)
+  /** The permits and fair call of the last acquire (what an eviction's admission runs with). */
   let permitsAsked = 1
+  let fairAsked: AcquireRequest['fair'] = undefined
   const permits: PermitFamily = {
     async acquire(space, request) {
       record('acquire', [request])
       permitsAsked = request.permits
+      fairAsked = request.fair
       await recording.beforeAcquire?.(request)
       const canned = recording.acquireReplies.shift()
       return canned ?? inner.acquire(space, request)
@@ -65,12 +68,12 @@ export function recordingStore(store: Store, { inspectFair = true } = {}): Recor
       : undefined,
     release(space, ...args) {
       record('release', args)
-      return inner.release(space, args[0], args[1], args[2])
+      return inner.release(space, ...args)
     },
     releaseNow: inner.releaseNow
       ? (space, ...args) => {
           record('releaseNow', args)
-          return inner.releaseNow!(space, args[0], args[1], args[2])
+          return inner.releaseNow!(space, ...args)
         }
       : undefined,
     renew(space, ...args) {
@@ -79,8 +82,8 @@ export function recordingStore(store: Store, { inspectFair = true } = {}): Recor
     },
     async recheck(space, ...args) {
       record('recheck', args)
-      const [permits, waiterTtlMs, waits] = args
-      const reply: RecheckReply = await inner.recheck(space, permits, waiterTtlMs, waits)
+      const [, , waits] = args
+      const reply: RecheckReply = await inner.recheck(space, ...args)
       return {
         ...reply,
         states: reply.states.map((state, i) =>
@@ -94,7 +97,7 @@ export function recordingStore(store: Store, { inspectFair = true } = {}): Recor
     },
     setLimit(space, ...args) {
       record('setLimit', args)
-      return inner.setLimit(space, args[0], args[1], args[2])
+      return inner.setLimit(space, ...args)
     },
   }
   if (inspectFair)

@@ -29,7 +29,7 @@ describe('generated sources', () => {
     const permitsScript = scriptSource('tgPermitAcquire')
     expect(
       permitsScript.startsWith(
-        `${lua('lib/common.lua')}\n${lua('lib/permits.lua')}\nlocal tollgate_script = table.remove(ARGV)\n`,
+        `${lua('lib/common.lua')}\n${lua('lib/permits.lua')}\n${lua('lib/fair.lua')}\nlocal tollgate_script = table.remove(ARGV)\n`,
       ),
     ).toBe(true)
     expect(permitsScript).toContain(branch('permit_acquire', 'permit-acquire.lua'))
