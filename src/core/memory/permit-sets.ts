@@ -170,6 +170,9 @@ export class MemoryPermitSets implements PermitFamily {
       }
     }
     if (!r.enqueue) return { granted: false, position: -1, nextExpiry: nextExpiry(set), now }
+    // Every token that asks to queue takes a ticket, one that maxQueued refuses too (lua: one HINCRBY
+    // for the call's joiners): tickets break a fair queue's ties, so both stores must count alike.
+    const ticket = ++set.tickets
     if (fair && d) {
       // A cap raised since its waiters parked: they go back first, so no newer waiter passes them.
       if (d.flowMax > 0) fair.unpark(d.flow, d.flowMax)
@@ -187,7 +190,7 @@ export class MemoryPermitSets implements PermitFamily {
       heartbeat: now + r.waiterTtlMs,
       ttlMs: Math.min(r.ttlMs, r.waiterTtlMs),
       ops: r.op === undefined ? undefined : [r.op],
-      ticket: ++set.tickets,
+      ticket,
     }
     set.queue.set(r.token, waiter)
     if (!fair) return { granted: false, position: set.queue.size - 1, nextExpiry: nextExpiry(set), now }
