@@ -7,22 +7,26 @@
 -- or '-', flow weight 1..100, flow cap; 0 = none). A token that does not parse is plain.
 --
 -- Order. One ZSET Q still orders the queue; a disciplined waiter's score is
---   (4 - p) * 2^50 + S + (ticket mod 32)
+--   (4 - p) * 2^50 + S - (S mod 32) + (ticket mod 32)
 -- so ZRANGE Q is: higher class first (strict priority), then the smallest start tag S (start-time fair
--- queuing between the flows of a class, by flow weight), then arrival. A plain waiter's score is its
--- ticket: the standard class (p = 4 sits at offset 0). Every score is an exact integer below 2^53,
--- written with int().
+-- queuing between the flows of a class, by flow weight) in steps of 32 units, then arrival. A plain
+-- waiter's score is its ticket: the standard class (p = 4 sits at offset 0). Every score is an exact
+-- integer below 2^53, written with int(). S is rounded down to its step because V (below) carries the
+-- admitted waiter's ticket part, so two flows' S + j could be equal, and equal scores fall back to the
+-- tokens' random bytes (another order in each store, a bias for one replica): now two waiters tie only
+-- in one step with tickets 32 apart. FIFO inside a flow holds: a flow's start tags are at least one
+-- cost (>= 40 units) apart, so they are in different steps.
 --
 -- Tags (per class p). A request of w permits in a flow of weight fw costs c = floor(w * 4096 / fw).
--- V = D v<p>, the largest S + j admitted from the class. A flow's last finish tag F is T "<p>:<f>"
--- (score (4 - p) * 2^50 + F). On enqueue S = max(V, F), then F = S + c: a newly active flow starts at V,
--- a backlogged one after its own earlier requests. A flow whose last waiter of the class leaves
--- without service (gives up, dies, is evicted) loses its T entry: the refund (its flood's charge is
--- forgiven once it has nobody waiting). After an admission F is kept (a flow that keeps exactly one
--- waiter never re-enters at V ahead of backlogged flows). T entries at or below the V a call started
--- from are dead weight (max(V, F) = V): each call that grants from a class removes at most 16 of them,
--- so T holds the flows with waiters and the recently served, and no call's cost depends on how many
--- flows were ever seen.
+-- V = D v<p>, the largest score admitted from the class, less its offset. A flow's last finish tag F
+-- is T "<p>:<f>" (score (4 - p) * 2^50 + F). On enqueue S = max(V, F), then F = S + c: a newly
+-- active flow starts at V, a backlogged one after its own earlier requests. A flow whose last waiter
+-- of the class leaves without service (gives up, dies, is evicted) loses its T entry: the refund (its
+-- flood's charge is forgiven once it has nobody waiting). After an admission F is kept (a flow that
+-- keeps exactly one waiter never re-enters at V ahead of backlogged flows). T entries at or below the
+-- V a call started from are dead weight (max(V, F) = V): each call that grants from a class removes at
+-- most 16 of them, so T holds the flows with waiters and the recently served, and no call's cost
+-- depends on how many flows were ever seen.
 --
 -- Per-flow cap (max > 0). D h<g>:<f> counts the permits flow f holds (g = D hg, the generation: when a
 -- fair call finds H gone, every lease ran out, so every count is stale: hg moves on and the old fields
@@ -149,7 +153,7 @@ function fq.enqueue(d, ticket)
   redis.call('ZADD', T, int(d.off + s + math.floor(d.w * UNIT / d.fw)), member)
   bump('n' .. d.p, 1)
   bump('q' .. d.p .. ':' .. d.f, 1)
-  return d.off + s + ticket % TIES
+  return d.off + s - s % TIES + ticket % TIES
 end
 
 -- admit() picks disciplined waiter d of w permits: a capped flow's count goes up at once, so the

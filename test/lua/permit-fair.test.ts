@@ -136,6 +136,23 @@ describe('fair queue (standalone)', () => {
     expect(first30.filter((t) => t.startsWith('a'))).toEqual(heavy.slice(0, 20))
   })
 
+  it('start tags less than one step (32 units) apart are served in arrival order, never by token bytes', async () => {
+    const b = bucket(connectStandalone(), 1)
+    const t = (id: string, flow: string) => tok(id, { flow })
+    await b.acquire(t('h0', 'z'))
+    await b.acquire(t('b1', 'b')) // ticket 1, S 0
+    await b.acquire(t('c1', 'c')) // ticket 2, S 0
+    await b.release(t('h0', 'z')) // b1 in
+    await b.acquire(t('a1', 'a')) // ticket 3, S = V (it carries b1's ticket part): F(a) = 4097
+    await b.release(t('b1', 'b')) // c1 in
+    await b.release(t('c1', 'c')) // a1 in
+    // S 4097 (ticket 4) and S 4096 (ticket 5): as S + ticket mod 32 both scored 4101, and the tokens'
+    // bytes put x-b2 first; in one step, arrival decides.
+    await b.acquire(t('y-a2', 'a'))
+    await b.acquire(t('x-b2', 'b'))
+    expect(await b.queue()).toEqual([t('y-a2', 'a'), t('x-b2', 'b')])
+  })
+
   it('work-conserving: a lone flow takes every permit', async () => {
     const b = bucket(connectStandalone(), 5)
     const replies = await Promise.all(

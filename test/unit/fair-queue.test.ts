@@ -78,7 +78,7 @@ describe('FairQueue arithmetic', () => {
   const d = (flow: string, priority = 6) => ({ weight: 1, priority, flow, flowWeight: 1, flowMax: 0 })
   const offset = classOffset(6)
 
-  it('scores (4 - p) * 2^50 + S + ticket mod 32, with S = max(V, F) and F += w * 4096 / fw', () => {
+  it('scores (4 - p) * 2^50 + S - S mod 32 + ticket mod 32, with S = max(V, F) and F += w * 4096 / fw', () => {
     const fair = new FairQueue()
     expect(fair.enqueue('a1', d('a'), 1)).toBe(offset + 1)
     expect(fair.enqueue('a2', d('a'), 2)).toBe(offset + 4096 + 2)
@@ -91,6 +91,24 @@ describe('FairQueue arithmetic', () => {
     // A plain waiter sits in the standard class (offset 0), far behind critical, ahead of sheddable.
     expect(fair.enqueue('s', d('s', 2), 37)).toBe(classOffset(2) + 5)
     expect(fair.order.first(5)).toEqual(['b1', 'a2', 'p', 's'])
+  })
+
+  it('orders start tags in steps of 32 units, then by arrival: scores never tie on token bytes', () => {
+    const fair = new FairQueue()
+    const grant = (token: string, flow: string) => {
+      fair.grant(token, d(flow), fair.order.score(token) as number)
+      fair.endAdmission()
+    }
+    fair.enqueue('b1', d('b'), 1)
+    fair.enqueue('c1', d('c'), 2)
+    grant('b1', 'b')
+    fair.enqueue('a1', d('a'), 3) // S = V = 1 (b1's ticket part): F(a) = 4097
+    grant('c1', 'c')
+    grant('a1', 'a')
+    // S 4097 and S 4096: as S + ticket mod 32 both scored 4101 (then x-b2 first by its bytes).
+    expect(fair.enqueue('y-a2', d('a'), 4)).toBe(offset + 4096 + 4)
+    expect(fair.enqueue('x-b2', d('b'), 5)).toBe(offset + 4096 + 5)
+    expect(fair.order.first(2)).toEqual(['y-a2', 'x-b2'])
   })
 
   it('falls back to arrival order past the tag range, and rebases a quiet class to 0', () => {

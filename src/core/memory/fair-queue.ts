@@ -2,15 +2,17 @@
 // lua/lib/fair.lua, the same integer arithmetic step by step (both sides must agree to the unit: the
 // differential test compares them), over the twins of the keys Q, K, D and T:
 //
-// - order (Q): waiter token -> (4 - p) * 2^50 + S + (ticket mod 32); a plain waiter's score is its
-//   ticket (the standard class, offset 0). The head of `order` is the next to admit: highest class
-//   first (strict priority), smallest start tag inside a class (start-time fair queuing, by flow
-//   weight), arrival inside a flow.
+// - order (Q): waiter token -> (4 - p) * 2^50 + S - (S mod 32) + (ticket mod 32); a plain waiter's
+//   score is its ticket (the standard class, offset 0). The head of `order` is the next to admit:
+//   highest class first (strict priority), smallest start tag inside a class in steps of 32 units
+//   (start-time fair queuing, by flow weight), then arrival (so scores tie only in one step with
+//   tickets 32 apart, never by the tokens' random bytes; lua/lib/fair.lua says why).
 // - parked (K): "<flow> <score + 3 * 2^50, 16 digits> <token>" (all score 0, so ordered by bytes):
 //   waiters of a capped flow that reached the head while the flow held its cap, oldest first per flow.
-// - D: v[p] (the class's virtual time: the largest S + j admitted from it), n[p] (waiters of the class,
-//   parked included), q "<p>:<f>" (waiters of a flow in a class), h f (permits held by a capped
-//   flow), k f (parked waiters of a flow), x[p] (evictions since the name was last idle), sat[p].
+// - D: v[p] (the class's virtual time: the largest score admitted from it, less the offset), n[p]
+//   (waiters of the class, parked included), q "<p>:<f>" (waiters of a flow in a class), h f
+//   (permits held by a capped flow), k f (parked waiters of a flow), x[p] (evictions since the name
+//   was last idle), sat[p].
 // - tags (T): "<p>:<f>" -> (4 - p) * 2^50 + F, the flow's last finish tag in the class.
 //
 // Nothing here grows with flows that went idle: a flow's counts go at zero, and its finish tag goes
@@ -85,7 +87,7 @@ export class FairQueue {
       score = offset + SATURATED_BASE + (ticket % SATURATED_SPAN)
     } else {
       this.tags.add(key, offset + start + cost)
-      score = offset + start + (ticket % TIE_SPAN)
+      score = offset + start - (start % TIE_SPAN) + (ticket % TIE_SPAN)
     }
     this.order.add(token, score)
     this.n[p] = (this.n[p] as number) + 1
@@ -93,9 +95,9 @@ export class FairQueue {
     return score
   }
 
-  /** A waiter leaves `order` with a permit: V moves up to its S + j; its counts go down; a capped
-   * flow's held permits go up. The flow keeps its finish tag (a flow re-entering at V after every
-   * admission would pass every backlogged flow). */
+  /** A waiter leaves `order` with a permit: V moves up to its score (less the offset); its counts go
+   * down; a capped flow's held permits go up. The flow keeps its finish tag (a flow re-entering at V
+   * after every admission would pass every backlogged flow). */
   grant(token: string, d: TokenDiscipline | undefined, score: number): void {
     this.order.delete(token)
     if (!d) {
