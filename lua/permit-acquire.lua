@@ -29,8 +29,9 @@
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders =
 --         permits held of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)
---         | fair only: {0, -2, nextExpiry} shed (the token was evicted: a resent call), {0, -3,
---         nextExpiry} refused (the queue holds maxQueued waiters of its class or higher)}
+--         | fair only: {0, -2, nextExpiry} shed (the token was evicted: a resent call, or a later
+--         token of this call evicted it), {0, -3, nextExpiry} refused (the queue holds maxQueued
+--         waiters of its class or higher)}
 -- Fair cost: as above, plus per token enqueued ZSCORE T, ZADD T, ZRANK Q and at most one eviction
 -- (ZRANGE Q -1 -1, ZREM Q W, ZADD X): O(log n); an uncapped weight-1 token of a name nobody holds or
 -- waits for and without shed marks is a lone holder (the same 3 commands); see lib/fair.lua.
@@ -273,8 +274,10 @@ local spec = int(math.min(ttl, waiter_ttl)) .. (op and (' ' .. op) or '')
 local tickets, beats, specs = {}, {}, {}
 if D then
   -- A fair queue: each token in order gets its score (lib/fair.lua), after at most one eviction when
-  -- Q is full; its position is its rank once it joined.
+  -- Q is full; its position is its rank once it joined. A token this call queued may be the tail a
+  -- later token of the call evicts: its row then answers shed, and it gets no heartbeat or spec.
   local length = ahead
+  local joined, row = {}, {}
   for k = first, #fresh do
     local i = fresh[k]
     local tok = tokens[i]
@@ -287,6 +290,10 @@ if D then
       if td and td.p < d.p and length - 1 < max_queued then
         fq.evict(tail, td, waiter_ttl)
         length = length - 1
+        if row[tail] then
+          out[row[tail] + 1] = { 0, -2, backlog and NOW or next_expiry() }
+          row[tail] = nil
+        end
       else
         refused = true
       end
@@ -296,11 +303,17 @@ if D then
     else
       redis.call('ZADD', Q, int(d and fq.enqueue(d, t) or t), tok)
       length = length + 1
+      joined[#joined + 1] = tok
+      row[tok] = i
+      out[i + 1] = { 0, redis.call('ZRANK', Q, tok), backlog and NOW or next_expiry() }
+    end
+  end
+  for _, tok in ipairs(joined) do
+    if row[tok] then
       beats[#beats + 1] = beat
       beats[#beats + 1] = tok
       specs[#specs + 1] = 't:' .. tok
       specs[#specs + 1] = spec
-      out[i + 1] = { 0, redis.call('ZRANK', Q, tok), backlog and NOW or next_expiry() }
     end
   end
   if #beats > 0 then

@@ -52,22 +52,23 @@
 -- goes idle).
 --
 -- Cost (fair calls, on top of the plain path's): per token enqueued ZSCORE T + ZADD T + ZRANK Q, and at
--- most one eviction (O(log n)); per call that grants: one HGET and at most one HSET of V per class,
--- one HINCRBY per count changed, at most 16 T entries pruned; per capped grant or release a count and
--- at most w unparks (ZRANGEBYLEX, ZREM, ZADD); at most 1000 parkings, 100 shed marks pruned and 100
--- waiters unparked after H ran out, per call. Nothing scans flows, T, K or X.
+-- most one eviction (O(log n)); per waiter that leaves unserved one HGET of its flow's count (once a
+-- flow a call) and at most one ZREM T (the refund); per call that grants: one HGET and at most one
+-- HSET of V per class, one HINCRBY per count changed, at most 16 T entries pruned; per capped grant
+-- or release a count and at most w unparks (ZRANGEBYLEX, ZREM, ZADD); at most 1000 parkings, 100 shed
+-- marks pruned and 100 waiters unparked after H ran out, per call. Nothing scans flows, T, K or X.
 local SPAN = 1125899906842624 -- 2^50
 local UNIT = 4096
 local TIES = 32
 local FAIR_TOKEN = '^.-%*(%d+)%.(%d)%.([%w_-]+)%.(%d+)%.(%d+)$'
 
 -- This call's state (reset by begin() on a fair call): V per class (now, and as the call found it),
--- count deltas for D in order, the T members refunded when their count reaches 0, cached cap counts,
--- the h generation, shed lines, and how long D and T must live at least.
-local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved, parks
+-- count deltas for D in order, flow counts as D held them at the last flush, cached cap counts, the
+-- h generation, shed lines, and how long D and T must live at least.
+local vals, vold, deltas, order, stored, held, hgen, shed, keep, moved, parks
 
 function fq.reset()
-  vals, vold, deltas, order, refunds, held = {}, {}, {}, {}, {}, {}
+  vals, vold, deltas, order, stored, held = {}, {}, {}, {}, {}, {}
   hgen = nil
   shed = {}
   keep = 0
@@ -136,12 +137,20 @@ local function hold(d, by)
   bump('h' .. gen() .. ':' .. d.f, by)
 end
 
--- A waiter of discipline d leaves without service: the counts, and the refund of its flow's tag.
+-- A waiter of discipline d leaves without service: the counts, and the refund of its flow's tag at
+-- once when it was the flow's last waiter of the class (this call's changes counted: a waiter this
+-- call queued and evicted, or a flow that enqueues after its last waiter left in the same call, sees
+-- the tag as one call per step would).
 local function depart(d)
   bump('n' .. d.p, -1)
   local q = 'q' .. d.p .. ':' .. d.f
   bump(q, -1)
-  refunds[q] = d.p .. ':' .. d.f
+  local before = stored[q]
+  if before == nil then
+    before = tonumber(redis.call('HGET', D, q) or '0')
+    stored[q] = before
+  end
+  if before + deltas[q] <= 0 then redis.call('ZREM', T, d.p .. ':' .. d.f) end
 end
 
 -- Enqueue: the tag of a disciplined fresh token with ticket `ticket`; returns its Q score.
@@ -331,8 +340,8 @@ function fq.publish()
 end
 
 -- Write this call's changes to D: V per class (and prune T below the V the call started from), the
--- counts (a count at 0 goes, with its flow's T entry when a waiter left without service), and D's and
--- T's expiry. Idempotent: a second flush writes only what changed since.
+-- counts (a count at 0 goes), and D's and T's expiry. Idempotent: a second flush writes only what
+-- changed since.
 function fq.flush()
   local vs = {}
   for p, v in pairs(vals) do
@@ -349,13 +358,10 @@ function fq.flush()
   for _, field in ipairs(order) do
     local by = deltas[field]
     if by ~= 0 then
-      if redis.call('HINCRBY', D, field, by) <= 0 then
-        redis.call('HDEL', D, field)
-        if refunds[field] then redis.call('ZREM', T, refunds[field]) end
-      end
+      if redis.call('HINCRBY', D, field, by) <= 0 then redis.call('HDEL', D, field) end
     end
   end
-  deltas, order, refunds = {}, {}, {}
+  deltas, order, stored = {}, {}, {}
   if keep > 0 then
     expire_at_least(D, keep)
     expire_at_least(T, keep)
@@ -365,6 +371,6 @@ end
 
 -- settle() deletes D: this call's pending changes go with it.
 function fq.discard()
-  deltas, order, refunds = {}, {}, {}
+  deltas, order, stored = {}, {}, {}
   keep = 0
 end

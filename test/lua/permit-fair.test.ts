@@ -250,6 +250,26 @@ describe('fair queue (standalone)', () => {
     expect(state).toMatchObject({ state: 'granted' })
   })
 
+  it('a waiter evicted by a later token of its own call answers shed and leaves no heartbeat, spec, count or tag', async () => {
+    const b = bucket(connectStandalone(), 1, { maxQueued: 2 })
+    await b.acquire(tok('h0'))
+    const n1 = tok('n1')
+    const s1 = tok('s1', { p: 2, flow: 'b' })
+    const c1 = tok('c1', { p: 6 })
+    // One turn: n1's call goes at once, s1 and c1 share the next call; s1 joins (2 waiters), then c1
+    // finds Q full and evicts it.
+    const [, r1, r2] = await Promise.all([b.acquire(n1), b.acquire(s1), b.acquire(c1)])
+    expect(r1).toEqual({ granted: false, shed: 'evicted', now: expect.any(Number) })
+    expect(position(r2)).toBe(0)
+    expect(await b.queue()).toEqual([c1, n1])
+    expect(await b.redis.zscore(b.space.key('w'), s1)).toBeNull()
+    expect(await b.redis.hget(b.space.key('m'), `t:${s1}`)).toBeNull()
+    expect(await b.redis.zscore(b.space.key('t'), `2:${flowId('b')}`)).toBeNull()
+    const stats = await b.permits.inspectFair!(b.space, b.fair, [flowId('b')])
+    expect(stats.queued).toBe(2)
+    expect(stats.flows[flowId('b')]).toEqual({ waiting: 0, held: 0, parked: 0 })
+  })
+
   it('eviction: a critical arrival sheds the newest sheddable once; its resend and re-check answer shed; no grant names it', async () => {
     const b = bucket(connectStandalone(), 1, { maxQueued: 2 })
     const sub = b.redis.duplicate()

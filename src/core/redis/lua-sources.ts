@@ -317,22 +317,23 @@ end
 -- goes idle).
 --
 -- Cost (fair calls, on top of the plain path's): per token enqueued ZSCORE T + ZADD T + ZRANK Q, and at
--- most one eviction (O(log n)); per call that grants: one HGET and at most one HSET of V per class,
--- one HINCRBY per count changed, at most 16 T entries pruned; per capped grant or release a count and
--- at most w unparks (ZRANGEBYLEX, ZREM, ZADD); at most 1000 parkings, 100 shed marks pruned and 100
--- waiters unparked after H ran out, per call. Nothing scans flows, T, K or X.
+-- most one eviction (O(log n)); per waiter that leaves unserved one HGET of its flow's count (once a
+-- flow a call) and at most one ZREM T (the refund); per call that grants: one HGET and at most one
+-- HSET of V per class, one HINCRBY per count changed, at most 16 T entries pruned; per capped grant
+-- or release a count and at most w unparks (ZRANGEBYLEX, ZREM, ZADD); at most 1000 parkings, 100 shed
+-- marks pruned and 100 waiters unparked after H ran out, per call. Nothing scans flows, T, K or X.
 local SPAN = 1125899906842624 -- 2^50
 local UNIT = 4096
 local TIES = 32
 local FAIR_TOKEN = '^.-%*(%d+)%.(%d)%.([%w_-]+)%.(%d+)%.(%d+)$'
 
 -- This call's state (reset by begin() on a fair call): V per class (now, and as the call found it),
--- count deltas for D in order, the T members refunded when their count reaches 0, cached cap counts,
--- the h generation, shed lines, and how long D and T must live at least.
-local vals, vold, deltas, order, refunds, held, hgen, shed, keep, moved, parks
+-- count deltas for D in order, flow counts as D held them at the last flush, cached cap counts, the
+-- h generation, shed lines, and how long D and T must live at least.
+local vals, vold, deltas, order, stored, held, hgen, shed, keep, moved, parks
 
 function fq.reset()
-  vals, vold, deltas, order, refunds, held = {}, {}, {}, {}, {}, {}
+  vals, vold, deltas, order, stored, held = {}, {}, {}, {}, {}, {}
   hgen = nil
   shed = {}
   keep = 0
@@ -401,12 +402,20 @@ local function hold(d, by)
   bump('h' .. gen() .. ':' .. d.f, by)
 end
 
--- A waiter of discipline d leaves without service: the counts, and the refund of its flow's tag.
+-- A waiter of discipline d leaves without service: the counts, and the refund of its flow's tag at
+-- once when it was the flow's last waiter of the class (this call's changes counted: a waiter this
+-- call queued and evicted, or a flow that enqueues after its last waiter left in the same call, sees
+-- the tag as one call per step would).
 local function depart(d)
   bump('n' .. d.p, -1)
   local q = 'q' .. d.p .. ':' .. d.f
   bump(q, -1)
-  refunds[q] = d.p .. ':' .. d.f
+  local before = stored[q]
+  if before == nil then
+    before = tonumber(redis.call('HGET', D, q) or '0')
+    stored[q] = before
+  end
+  if before + deltas[q] <= 0 then redis.call('ZREM', T, d.p .. ':' .. d.f) end
 end
 
 -- Enqueue: the tag of a disciplined fresh token with ticket \`ticket\`; returns its Q score.
@@ -596,8 +605,8 @@ function fq.publish()
 end
 
 -- Write this call's changes to D: V per class (and prune T below the V the call started from), the
--- counts (a count at 0 goes, with its flow's T entry when a waiter left without service), and D's and
--- T's expiry. Idempotent: a second flush writes only what changed since.
+-- counts (a count at 0 goes), and D's and T's expiry. Idempotent: a second flush writes only what
+-- changed since.
 function fq.flush()
   local vs = {}
   for p, v in pairs(vals) do
@@ -614,13 +623,10 @@ function fq.flush()
   for _, field in ipairs(order) do
     local by = deltas[field]
     if by ~= 0 then
-      if redis.call('HINCRBY', D, field, by) <= 0 then
-        redis.call('HDEL', D, field)
-        if refunds[field] then redis.call('ZREM', T, refunds[field]) end
-      end
+      if redis.call('HINCRBY', D, field, by) <= 0 then redis.call('HDEL', D, field) end
     end
   end
-  deltas, order, refunds = {}, {}, {}
+  deltas, order, stored = {}, {}, {}
   if keep > 0 then
     expire_at_least(D, keep)
     expire_at_least(T, keep)
@@ -630,7 +636,7 @@ end
 
 -- settle() deletes D: this call's pending changes go with it.
 function fq.discard()
-  deltas, order, refunds = {}, {}, {}
+  deltas, order, stored = {}, {}, {}
   keep = 0
 end
 `,
@@ -1507,8 +1513,9 @@ end
 -- Returns {now, then per token: {1, fence, expiresAt, holders} when it holds a permit (holders =
 --         permits held of the name right after, for RateLimit headers and metrics) | {0, position,
 --         nextExpiry} when queued (0-based) | {0, -1, nextExpiry} when not queued (try mode)
---         | fair only: {0, -2, nextExpiry} shed (the token was evicted: a resent call), {0, -3,
---         nextExpiry} refused (the queue holds maxQueued waiters of its class or higher)}
+--         | fair only: {0, -2, nextExpiry} shed (the token was evicted: a resent call, or a later
+--         token of this call evicted it), {0, -3, nextExpiry} refused (the queue holds maxQueued
+--         waiters of its class or higher)}
 -- Fair cost: as above, plus per token enqueued ZSCORE T, ZADD T, ZRANK Q and at most one eviction
 -- (ZRANGE Q -1 -1, ZREM Q W, ZADD X): O(log n); an uncapped weight-1 token of a name nobody holds or
 -- waits for and without shed marks is a lone holder (the same 3 commands); see lib/fair.lua.
@@ -1751,8 +1758,10 @@ local spec = int(math.min(ttl, waiter_ttl)) .. (op and (' ' .. op) or '')
 local tickets, beats, specs = {}, {}, {}
 if D then
   -- A fair queue: each token in order gets its score (lib/fair.lua), after at most one eviction when
-  -- Q is full; its position is its rank once it joined.
+  -- Q is full; its position is its rank once it joined. A token this call queued may be the tail a
+  -- later token of the call evicts: its row then answers shed, and it gets no heartbeat or spec.
   local length = ahead
+  local joined, row = {}, {}
   for k = first, #fresh do
     local i = fresh[k]
     local tok = tokens[i]
@@ -1765,6 +1774,10 @@ if D then
       if td and td.p < d.p and length - 1 < max_queued then
         fq.evict(tail, td, waiter_ttl)
         length = length - 1
+        if row[tail] then
+          out[row[tail] + 1] = { 0, -2, backlog and NOW or next_expiry() }
+          row[tail] = nil
+        end
       else
         refused = true
       end
@@ -1774,11 +1787,17 @@ if D then
     else
       redis.call('ZADD', Q, int(d and fq.enqueue(d, t) or t), tok)
       length = length + 1
+      joined[#joined + 1] = tok
+      row[tok] = i
+      out[i + 1] = { 0, redis.call('ZRANK', Q, tok), backlog and NOW or next_expiry() }
+    end
+  end
+  for _, tok in ipairs(joined) do
+    if row[tok] then
       beats[#beats + 1] = beat
       beats[#beats + 1] = tok
       specs[#specs + 1] = 't:' .. tok
       specs[#specs + 1] = spec
-      out[i + 1] = { 0, redis.call('ZRANK', Q, tok), backlog and NOW or next_expiry() }
     end
   end
   if #beats > 0 then
