@@ -34,6 +34,8 @@ export const REBASE_PRUNE = 100
 export const SATURATED_BASE = CLASS_SPAN - 2 ** 32
 /** A saturated class's waiters: SATURATED_BASE + (ticket mod SATURATED_SPAN). */
 export const SATURATED_SPAN = 2 ** 31
+/** Parked waiters one call brings back when nothing is held (lua fq.heal: ZRANGE K 0 99). */
+export const HEAL_MOST = 100
 /** How far a parked member's number is shifted so that every class's score is non-negative. */
 const PARK_SHIFT = 3 * CLASS_SPAN
 const CLASSES = 8
@@ -164,6 +166,21 @@ export class FairQueue {
       tokens.push(token)
     }
     return tokens
+  }
+
+  /** Nothing is held any more: up to HEAL_MOST parked waiters go back into `order` (K's order: by
+   * flow, then score), and admission parks again those still over their cap (lua fq.heal(), run by
+   * every fair call that finds H gone). */
+  heal(): void {
+    for (const member of this.parked.first(HEAL_MOST)) {
+      const flow = member.slice(0, member.indexOf(' '))
+      const token = member.slice(member.indexOf(' ', flow.length + 1) + 1)
+      const score = this.parkedScores.get(token) as number
+      this.parked.delete(member)
+      this.parkedScores.delete(token)
+      this.addTo(this.k, flow, -1)
+      this.order.add(token, score)
+    }
   }
 
   /** A capped flow takes `weight` permits (a grant from the queue or at once). */

@@ -265,6 +265,7 @@ export class MemoryPermitSets implements PermitFamily {
       set.holders.delete(token)
       set.used -= held.weight
       if (held.capped) set.fair?.free(held.capped, held.weight)
+      if (fair && set.holders.size === 0) set.fair?.heal()
       result = 'freed'
     } else {
       const waiter = set.queue.get(token)
@@ -404,6 +405,7 @@ export class MemoryPermitSets implements PermitFamily {
     if (!set || set.queue.size === 0) return written
     if (fair && !set.fair) set.fair = fairQueueOf(set)
     purge(set, now)
+    if (fair && set.holders.size === 0) set.fair?.heal()
     this.send(space, this.admit(set, this.limit(space, own), now, fair !== undefined), [])
     this.settle(space, set)
     return written
@@ -451,6 +453,7 @@ export class MemoryPermitSets implements PermitFamily {
     }
     if (fair && !set.fair) set.fair = fairQueueOf(set)
     purge(set, now)
+    if (fair && set.holders.size === 0) set.fair?.heal()
     return set
   }
 
