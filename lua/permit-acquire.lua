@@ -18,7 +18,8 @@
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
 -- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, ARGV[7] maxQueued (0 = no bound),
 -- tokens from ARGV[8]; a disciplined token is ordered by class, flow tag and arrival, a capped flow
--- takes at once only within its cap, and a full queue evicts a strictly lower class or refuses.
+-- takes at once only within its cap, and a full queue evicts its tail for an arrival that would be
+-- served before it, or refuses.
 -- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
 -- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
@@ -285,9 +286,10 @@ if D then
     local t = ticket + k - first + 1
     local refused = false
     if d and max_queued > 0 and length >= max_queued then
-      local tail = redis.call('ZRANGE', Q, -1, -1)[1]
+      local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
+      local tail = last[1]
       local td = tail and fq.disc(tail)
-      if td and td.p < d.p and length - 1 < max_queued then
+      if td and length - 1 < max_queued and fq.would_score(d, t) < tonumber(last[2]) then
         fq.evict(tail, td, waiter_ttl)
         length = length - 1
         if row[tail] then

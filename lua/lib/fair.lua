@@ -35,8 +35,10 @@
 -- oldest in O(log n)), M k:<tok> = its score. A holder of f that leaves (release, expiry purge) unparks
 -- up to what it freed back into Q with the original score. Nothing scans K.
 --
--- Eviction (maxQueued > 0, ARGV[7] of permit-acquire). A fresh disciplined token that finds ZCARD Q >=
--- maxQueued evicts Q's tail if it is disciplined and of a strictly lower class, else it is refused
+-- Eviction (maxQueued > 0, ARGV[7] of permit-acquire). A full queue keeps the waiters that would be
+-- served first: a fresh disciplined token that finds ZCARD Q >= maxQueued evicts Q's tail (the last
+-- to be served) if it is disciplined and the token's own score would be lower (a lower class, or in
+-- the same class a flow further over its share; never the token's own flow), else it is refused
 -- ({0, -3, nextExpiry}). The evicted token goes to X (score: NOW + 2 * waiter ttl), one line "<tok> x"
 -- is published, a re-check of it answers {-2} and a resent acquire {0, -2, nextExpiry}, never queued:
 -- a token in X is in none of Q, W, K, so no grant names it (exactly once, G12).
@@ -154,6 +156,15 @@ local function depart(d)
 end
 
 -- Enqueue: the tag of a disciplined fresh token with ticket `ticket`; returns its Q score.
+-- The score disciplined waiter d would get if it joined now with `ticket` (fq.enqueue() without its
+-- effects): what a full queue compares with its tail. One ZSCORE.
+function fq.would_score(d, ticket)
+  local last = redis.call('ZSCORE', T, d.p .. ':' .. d.f)
+  local s = vget(d.p)
+  if last then s = math.max(s, tonumber(last) - d.off) end
+  return d.off + s - s % TIES + ticket % TIES
+end
+
 function fq.enqueue(d, ticket)
   local member = d.p .. ':' .. d.f
   local last = redis.call('ZSCORE', T, member)

@@ -323,6 +323,23 @@ describe('fair queue (standalone)', () => {
     }
   })
 
+  it('a full queue keeps who would be served first: a quiet flow evicts the noisy tail of its class; the noisy flow is refused', async () => {
+    const b = bucket(connectStandalone(), 1, { maxQueued: 3 })
+    await b.acquire(tok('h0', { flow: 'noisy' }))
+    const noisy = ['n1', 'n2', 'n3'].map((id) => tok(id, { flow: 'noisy' }))
+    for (const t of noisy) await b.acquire(t)
+    // (Before: only a strictly lower class was evicted, so a flow filling the queue kept every other
+    // flow of its class out: "queue-full".)
+    // The quiet flow starts at the class clock, as the noisy flow's first waiter did: behind it only.
+    const quiet = tok('q1', { flow: 'quiet' })
+    expect(position(await b.acquire(quiet))).toBe(1)
+    expect(await b.queue()).toEqual([noisy[0], quiet, noisy[1]])
+    expect((await b.recheck(noisy[2]!)).states).toEqual([{ state: 'shed' }])
+    // The noisy flow's own arrival would be served after its tail: refused, nobody evicted.
+    expect(await b.acquire(tok('n4', { flow: 'noisy' }))).toMatchObject({ shed: 'queue-full' })
+    expect(await b.queue()).toEqual([noisy[0], quiet, noisy[1]])
+  })
+
   it('refund: a flow whose waiters all gave up starts again at the class clock, not behind its old backlog', async () => {
     const b = bucket(connectStandalone(), 1)
     await b.acquire(tok('h0'))

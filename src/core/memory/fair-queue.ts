@@ -68,6 +68,18 @@ export class FairQueue {
   /** Classes granted from in the current admission (bit p), pruned at its end. */
   private granted = 0
 
+  /** The score a disciplined waiter would get if it joined now (enqueue() without its effects): what a
+   * full queue compares with its tail. */
+  wouldScore(d: TokenDiscipline, ticket: number): number {
+    const p = d.priority
+    const offset = classOffset(p)
+    const last = this.tags.score(`${p}:${d.flow}`)
+    const start = Math.max(this.v[p] as number, last === undefined ? 0 : last - offset)
+    if (this.sat[p] || start + tagCost(d.weight, d.flowWeight) >= SATURATED_BASE)
+      return offset + SATURATED_BASE + (ticket % SATURATED_SPAN)
+    return offset + start - (start % TIE_SPAN) + (ticket % TIE_SPAN)
+  }
+
   /** A waiter joins `order`: its start tag S = max(V, the flow's last finish F), the flow's finish
    * becomes S + cost. A plain waiter (no discipline) is scored by its ticket. Returns the score. */
   enqueue(token: string, d: TokenDiscipline | undefined, ticket: number): number {

@@ -178,7 +178,7 @@ export class MemoryPermitSets implements PermitFamily {
       if (d.flowMax > 0) fair.unpark(d.flow, d.flowMax)
       const maxQueued = r.fair?.maxQueued ?? 0
       if (maxQueued > 0 && fair.order.size >= maxQueued) {
-        const victim = this.victim(set, fair, d, maxQueued)
+        const victim = this.victim(set, fair, d, ticket, maxQueued)
         if (victim === undefined) return { granted: false, shed: 'queue-full', now }
         this.evict(space, set, fair, victim, now + 2 * r.waiterTtlMs)
         shed.push(victim)
@@ -199,14 +199,24 @@ export class MemoryPermitSets implements PermitFamily {
     return { granted: false, position: fair.order.rank(r.token), nextExpiry: nextExpiry(set), now }
   }
 
-  /** lua fair.lua: the waiter a fair token that finds the queue at `maxQueued` may evict: the queue's
-   * tail (lowest class, largest tag), only when it is of a strictly lower class and its place is
-   * room enough (one eviction per token). Undefined: the arrival is refused. */
-  private victim(set: PermitSet, fair: FairQueue, d: TokenDiscipline, maxQueued: number): string | undefined {
+  /** lua fair.lua: the waiter a fair token that finds the queue at `maxQueued` may evict: a full queue
+   * keeps the waiters that would be served first, so the tail (the last to be served) goes when the
+   * arrival would be served before it: a lower class, or in the same class a flow further over its
+   * share (never the arrival's own flow: its tail is ahead of it). One eviction per token, only if
+   * that makes room. Undefined: the arrival is refused. */
+  private victim(
+    set: PermitSet,
+    fair: FairQueue,
+    d: TokenDiscipline,
+    ticket: number,
+    maxQueued: number,
+  ): string | undefined {
     if (fair.order.size - 1 >= maxQueued) return undefined
-    const tail = fair.order.last()?.[0]
-    const tailDisc = tail === undefined ? undefined : set.queue.get(tail)?.disc
-    return tailDisc && tailDisc.priority < d.priority ? tail : undefined
+    const last = fair.order.last()
+    if (last === undefined) return undefined
+    const [tail, tailScore] = last
+    if (!set.queue.get(tail)?.disc) return undefined
+    return fair.wouldScore(d, ticket) < tailScore ? tail : undefined
   }
 
   /** lua fair.lua evict(): the waiter leaves the queue unserved (refunded as any departure), counts

@@ -300,8 +300,10 @@ end
 -- oldest in O(log n)), M k:<tok> = its score. A holder of f that leaves (release, expiry purge) unparks
 -- up to what it freed back into Q with the original score. Nothing scans K.
 --
--- Eviction (maxQueued > 0, ARGV[7] of permit-acquire). A fresh disciplined token that finds ZCARD Q >=
--- maxQueued evicts Q's tail if it is disciplined and of a strictly lower class, else it is refused
+-- Eviction (maxQueued > 0, ARGV[7] of permit-acquire). A full queue keeps the waiters that would be
+-- served first: a fresh disciplined token that finds ZCARD Q >= maxQueued evicts Q's tail (the last
+-- to be served) if it is disciplined and the token's own score would be lower (a lower class, or in
+-- the same class a flow further over its share; never the token's own flow), else it is refused
 -- ({0, -3, nextExpiry}). The evicted token goes to X (score: NOW + 2 * waiter ttl), one line "<tok> x"
 -- is published, a re-check of it answers {-2} and a resent acquire {0, -2, nextExpiry}, never queued:
 -- a token in X is in none of Q, W, K, so no grant names it (exactly once, G12).
@@ -419,6 +421,15 @@ local function depart(d)
 end
 
 -- Enqueue: the tag of a disciplined fresh token with ticket \`ticket\`; returns its Q score.
+-- The score disciplined waiter d would get if it joined now with \`ticket\` (fq.enqueue() without its
+-- effects): what a full queue compares with its tail. One ZSCORE.
+function fq.would_score(d, ticket)
+  local last = redis.call('ZSCORE', T, d.p .. ':' .. d.f)
+  local s = vget(d.p)
+  if last then s = math.max(s, tonumber(last) - d.off) end
+  return d.off + s - s % TIES + ticket % TIES
+end
+
 function fq.enqueue(d, ticket)
   local member = d.p .. ':' .. d.f
   local last = redis.call('ZSCORE', T, member)
@@ -1502,7 +1513,8 @@ end
 -- each token is its own acquisition)  ARGV[7..] distinct tokens (exactly one with an acquisition id)
 -- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, ARGV[7] maxQueued (0 = no bound),
 -- tokens from ARGV[8]; a disciplined token is ordered by class, flow tag and arrival, a capped flow
--- takes at once only within its cap, and a full queue evicts a strictly lower class or refuses.
+-- takes at once only within its cap, and a full queue evicts its tail for an arrival that would be
+-- served before it, or refuses.
 -- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
 -- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
@@ -1769,9 +1781,10 @@ if D then
     local t = ticket + k - first + 1
     local refused = false
     if d and max_queued > 0 and length >= max_queued then
-      local tail = redis.call('ZRANGE', Q, -1, -1)[1]
+      local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
+      local tail = last[1]
       local td = tail and fq.disc(tail)
-      if td and td.p < d.p and length - 1 < max_queued then
+      if td and length - 1 < max_queued and fq.would_score(d, t) < tonumber(last[2]) then
         fq.evict(tail, td, waiter_ttl)
         length = length - 1
         if row[tail] then
