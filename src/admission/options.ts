@@ -45,7 +45,7 @@ export interface TollgateInfo {
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait
  * (`maxWaitMs: 0`); `timeout`, it waited `maxWaitMs` without one; `queue_full`, `maxQueue` requests of
  * its bucket were waiting already (or, with `overload.maxQueued`, the fleet's queue was full of
- * requests of its class or higher); `store_unavailable`, the store failed and `failOpen` is off;
+ * requests to be served before it); `store_unavailable`, the store failed and `failOpen` is off;
  * `shed`, it was waiting when a request of a higher priority class took its place in a full queue
  * (README "Overload"). */
 export const REJECT_REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable', 'shed'] as const

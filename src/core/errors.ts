@@ -62,9 +62,10 @@ export class LockUpgradeError extends TollgateError {
 }
 
 /**
- * A fair queue (a semaphore with `overload`) turned the acquisition away to serve a higher priority:
- * 'evicted', it waited and a request of a higher class took its place in a full queue (`maxQueued`);
- * 'queue-full', the queue was full of requests of its class or higher. The permit is never granted
+ * A fair queue (a semaphore with `overload`) turned the acquisition away for requests it would serve
+ * first: 'evicted', it waited and an arrival to be served before it (a higher class, or a flow under
+ * its share) took its place in a full queue (`maxQueued`);
+ * 'queue-full', the queue was full of requests it would serve first. The permit is never granted
  * after this; retry later (a 503 with Retry-After in the middleware and the gateway).
  */
 export class ShedError extends TollgateError {
@@ -75,8 +76,8 @@ export class ShedError extends TollgateError {
     super(
       'ERR_TOLLGATE_SHED',
       reason === 'evicted'
-        ? `The wait for "${key}" was shed: a higher-priority request took its place in the full queue. Retry later, or raise "maxQueued".`
-        : `The queue of "${key}" is full of requests of this priority or higher. Retry later, or raise "maxQueued".`,
+        ? `The wait for "${key}" was shed: a request to be served before it (a higher priority, or a flow under its share) took its place in the full queue. Retry later, or raise "maxQueued".`
+        : `The queue of "${key}" is full of requests it would serve first. Retry later, or raise "maxQueued".`,
     )
     this.key = key
     this.reason = reason

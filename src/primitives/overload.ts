@@ -27,7 +27,7 @@ export interface OverloadOptions {
    * for every named flow, by flow name, or a function of it (undefined: no cap). @default no cap */
   flowMax?: number | Readonly<Record<string, number>> | ((flow: string) => number | undefined)
   /** The waiters of this name across the fleet at most. Past it, an arrival evicts the last waiter of
-   * a strictly lower class (that acquire rejects with ShedError 'evicted'), else it is refused
+   * the queue would serve after it (that acquire rejects with ShedError 'evicted'), else it is refused
    * (ShedError 'queue-full'). @default no bound */
   maxQueued?: number
 }

@@ -86,7 +86,8 @@ export interface PermitFamily {
  * without it on the same name is a plain call, which never grants a waiter that has a discipline. */
 export interface FairCall {
   /** Waiters of the name across the fleet at most (0: no bound). Past it, a request evicts the last
-   * waiter of a strictly lower class, else it is refused ('queue-full'). */
+   * waiter the queue would serve after it (a lower class, or a flow further over its share), else it
+   * is refused ('queue-full'). */
   maxQueued: number
 }
 
@@ -237,7 +238,8 @@ export type AcquireReply =
   /** position: 0-based place in the queue, -1 when not queued (try mode); nextExpiry: 0 = no holder. */
   | { granted: false; position: number; nextExpiry: number; now: number }
   /** A fair queue turned it away (core/errors.ts ShedError): evicted by a higher class (a resent call
-   * of an evicted token), or the queue is full of its class or higher. Nothing is held or queued. */
+   * of an evicted token), or the queue is full of waiters it would serve first. Nothing is held or
+   * queued. */
   | { granted: false; shed: 'evicted' | 'queue-full'; now: number }
 
 /** 'freed' the permit, 'decremented' (dropped one of the owner's acquisitions, others still hold),
