@@ -372,6 +372,16 @@ function coldStart(run: Run) {
   return { overMs: over, withinS: within }
 }
 
+/** The upstream's 50 ms samples of the first `seconds` of a run. */
+function firstSeconds(upstream: UpstreamStats, t0: number, seconds: number): Record<string, number[]> {
+  const { t } = upstream.samples
+  const n = t.findIndex((at) => at - t0 >= seconds * 1000)
+  const end = n < 0 ? t.length : n
+  return Object.fromEntries(
+    Object.entries(upstream.samples).map(([key, values]) => [key, values.slice(0, end)]),
+  )
+}
+
 const COLORS = [
   '#1f77b4',
   '#ff7f0e',
@@ -633,8 +643,11 @@ export const overloadScenario: Scenario = {
       verdicts,
       notes,
       data: {
-        runs: runs.map(({ load, ...rest }) => ({
+        // Per run: the limit polled, each stream's 250 ms buckets, and the upstream's in-flight samples
+        // of the first 5 s (the cold start); not every request's completion (megabytes a run).
+        runs: runs.map(({ load, upstream, ...rest }) => ({
           ...rest,
+          upstreamFirst5s: firstSeconds(upstream, rest.t0, 5),
           streams: load.streams.map((st) => ({ name: st.name, buckets: st.buckets })),
         })),
       },
