@@ -152,7 +152,6 @@ describe('a fair bucket', () => {
     // Each granting call prunes at most 16 dead tags (the new flow's own tag stays: it is ahead).
     expect(await t(one)).toBe(oneBefore)
     expect(await t(many)).toBe(manyBefore + 1 - 16)
-    console.log(`fair cycle (acquire queued, re-check admits, release), 1 or 10k idle flows: ${withOne}`)
   }, 60_000)
 
   it('O(log n): a fair acquire that queues runs the same commands behind 10 and 10,000 waiters', async () => {
@@ -169,7 +168,6 @@ describe('a fair bucket', () => {
     const few = await queued(10)
     const lots = await queued(10_000)
     expect(lots).toBe(few)
-    console.log(`fair acquire that queues: ${few}`)
   }, 60_000)
 
   it('records what the fair paths cost (uncontended acquire and release, queue, hand-over)', async () => {
@@ -184,6 +182,5 @@ describe('a fair bucket', () => {
     // An uncapped weight-1 request of an idle fair bucket is a lone holder: the plain path's 3 commands.
     expect(steps.acquire).toBe('exists:1 fcall:1 set:1 time:1')
     expect(steps.release).toBe('del:1 fcall:1 get:1 time:1')
-    console.log(steps)
   })
 })
