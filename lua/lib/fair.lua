@@ -155,25 +155,33 @@ local function depart(d)
   if before + deltas[q] <= 0 then redis.call('ZREM', T, d.p .. ':' .. d.f) end
 end
 
--- Enqueue: the tag of a disciplined fresh token with ticket `ticket`; returns its Q score.
--- The score disciplined waiter d would get if it joined now with `ticket` (fq.enqueue() without its
--- effects): what a full queue compares with its tail. One ZSCORE.
-function fq.would_score(d, ticket)
-  local last = redis.call('ZSCORE', T, d.p .. ':' .. d.f)
-  local s = vget(d.p)
-  if last then s = math.max(s, tonumber(last) - d.off) end
-  return d.off + s - s % TIES + ticket % TIES
-end
-
-function fq.enqueue(d, ticket)
-  local member = d.p .. ':' .. d.f
+-- Flow d's start tag in its class: S = max(V, the flow's last finish F). One ZSCORE.
+local function start_of(d, member)
   local last = redis.call('ZSCORE', T, member)
   local s = vget(d.p)
   if last then s = math.max(s, tonumber(last) - d.off) end
+  return s
+end
+
+-- The score of start tag s: its class, its step of TIES units, then arrival (ticket mod TIES).
+local function score_at(d, s, ticket)
+  return d.off + s - s % TIES + ticket % TIES
+end
+
+-- The score disciplined waiter d would get if it joined now with `ticket` (fq.enqueue() without its
+-- effects): what a full queue compares with its tail. One ZSCORE.
+function fq.would_score(d, ticket)
+  return score_at(d, start_of(d, d.p .. ':' .. d.f), ticket)
+end
+
+-- Enqueue: the tag of a disciplined fresh token with ticket `ticket`; returns its Q score.
+function fq.enqueue(d, ticket)
+  local member = d.p .. ':' .. d.f
+  local s = start_of(d, member)
   redis.call('ZADD', T, int(d.off + s + math.floor(d.w * UNIT / d.fw)), member)
   bump('n' .. d.p, 1)
   bump('q' .. d.p .. ':' .. d.f, 1)
-  return d.off + s - s % TIES + ticket % TIES
+  return score_at(d, s, ticket)
 end
 
 -- admit() picks disciplined waiter d of w permits: a capped flow's count goes up at once, so the

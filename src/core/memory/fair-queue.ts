@@ -46,6 +46,16 @@ export function classOffset(priority: number): number {
 }
 
 /** K's member for a parked waiter (lua `string.format('%s %016.0f %s', f, score + 3 * 2^50, tok)`). */
+/** A start tag's place in its class: its step of TIE_SPAN units, then arrival (ticket mod TIE_SPAN). */
+function tieStep(start: number, ticket: number): number {
+  return start - (start % TIE_SPAN) + (ticket % TIE_SPAN)
+}
+
+/** The score of a waiter of a class out of tag range: arrival order, the class kept. */
+function saturatedScore(d: TokenDiscipline, ticket: number): number {
+  return classOffset(d.priority) + SATURATED_BASE + (ticket % SATURATED_SPAN)
+}
+
 export function parkedMember(flow: string, score: number, token: string): string {
   return `${flow} ${String(score + PARK_SHIFT).padStart(16, '0')} ${token}`
 }
@@ -71,13 +81,22 @@ export class FairQueue {
   /** The score a disciplined waiter would get if it joined now (enqueue() without its effects): what a
    * full queue compares with its tail. */
   wouldScore(d: TokenDiscipline, ticket: number): number {
-    const p = d.priority
-    const offset = classOffset(p)
-    const last = this.tags.score(`${p}:${d.flow}`)
-    const start = Math.max(this.v[p] as number, last === undefined ? 0 : last - offset)
-    if (this.sat[p] || start + tagCost(d.weight, d.flowWeight) >= SATURATED_BASE)
-      return offset + SATURATED_BASE + (ticket % SATURATED_SPAN)
-    return offset + start - (start % TIE_SPAN) + (ticket % TIE_SPAN)
+    const start = this.startOf(d)
+    return this.saturates(d, start)
+      ? saturatedScore(d, ticket)
+      : classOffset(d.priority) + tieStep(start, ticket)
+  }
+
+  /** A flow's start tag in its class: S = max(V, the flow's last finish F). */
+  private startOf(d: TokenDiscipline): number {
+    const offset = classOffset(d.priority)
+    const last = this.tags.score(`${d.priority}:${d.flow}`)
+    return Math.max(this.v[d.priority] as number, last === undefined ? 0 : last - offset)
+  }
+
+  /** The class is (or with this request would go) out of tag range: arrival order from now on. */
+  private saturates(d: TokenDiscipline, start: number): boolean {
+    return (this.sat[d.priority] as boolean) || start + tagCost(d.weight, d.flowWeight) >= SATURATED_BASE
   }
 
   /** A waiter joins `order`: its start tag S = max(V, the flow's last finish F), the flow's finish
@@ -91,17 +110,15 @@ export class FairQueue {
     const p = d.priority
     const offset = classOffset(p)
     const key = `${p}:${d.flow}`
-    const last = this.tags.score(key)
-    const start = Math.max(this.v[p] as number, last === undefined ? 0 : last - offset)
-    const cost = tagCost(d.weight, d.flowWeight)
+    const start = this.startOf(d)
     let score: number
-    if (this.sat[p] || start + cost >= SATURATED_BASE) {
+    if (this.saturates(d, start)) {
       // Out of tag range: arrival order, class kept, until the class empties (then rebase).
       this.sat[p] = true
-      score = offset + SATURATED_BASE + (ticket % SATURATED_SPAN)
+      score = saturatedScore(d, ticket)
     } else {
-      this.tags.add(key, offset + start + cost)
-      score = offset + start - (start % TIE_SPAN) + (ticket % TIE_SPAN)
+      this.tags.add(key, offset + start + tagCost(d.weight, d.flowWeight))
+      score = offset + tieStep(start, ticket)
     }
     this.order.add(token, score)
     this.n[p] = (this.n[p] as number) + 1
