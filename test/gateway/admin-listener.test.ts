@@ -230,6 +230,38 @@ describe('the admin listener', () => {
     expect(cut).toBeGreaterThan(0) // the listener was full: the holder's connections were cut to make room
   }, 30_000)
 
+  it('a probe accepted first in a burst of 200 silent connections (more than the listener keeps) is answered, 20 of 20', async () => {
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(baseFlags(upstream.url, uniquePrefix().slice(0, -1)))
+    const port = Number(new URL(gateway.adminUrl!).port)
+    const answered: (number | undefined)[] = []
+    for (let round = 0; round < 20; round++) {
+      // The probe's connection and 200 more are made in one turn: the gateway accepts them together,
+      // before it reads any of them.
+      const asked = probe(port)
+      let closed = 0
+      const burst = Array.from({ length: 200 }, () => {
+        const socket = net.connect(port, '127.0.0.1')
+        sockets.add(socket)
+        socket.on('error', () => undefined)
+        socket.once('close', () => closed++)
+        return socket
+      })
+      answered.push(await asked)
+      // The silent ones are closed down to twice the listener's 64 as soon as they have had their
+      // time to send something.
+      await eventually(() => closed >= 200 - 128, 2000)
+      for (const socket of burst) {
+        socket.destroy()
+        sockets.delete(socket)
+      }
+      await sleep(50)
+    }
+    // Before: the burst took the listener past twice its 64, and the oldest newcomer, the probe
+    // (unread: its request had not had a turn yet), was closed to make room.
+    expect(answered.filter((status) => status === 200).length, `answers: ${answered.join(',')}`).toBe(20)
+  }, 30_000)
+
   it('a store slow to answer (1.5 s), and 160 connections pipelining /readyz, /metrics and /limits, all waiting on it: 50 of 50 probes answered within 1 s each', async () => {
     const proxy = await startFaultProxy(redis)
     proxies.push(proxy)

@@ -11,6 +11,9 @@ import { serving } from '../http/pipelining.js'
 
 /** How long a newcomer whose first request has not arrived is not closed to make room. */
 const NEW_MS = 250
+/** How long a newcomer has to send its first bytes before it can be closed to make room past twice
+ * the cap (a client on the same host sends its request within a millisecond or so of connecting). */
+const FIRST_BYTES_MS = 50
 
 /**
  * Keep `server`'s open connections to `max` (in place of `server.maxConnections`, which refuses the
@@ -23,11 +26,16 @@ const NEW_MS = 250
  * 2. down to twice `max`, connections serving a request too: its answer waits on the store (a shared
  *    answer, /limits) for as long as the store takes, and one client can keep as many waiting as it
  *    has connections. Closing one costs its client that answer, and the store nothing more;
- * 3. down to twice `max`, newcomers whose first request has not arrived, oldest first: otherwise
- *    spared for NEW_MS, so that a burst of newcomers does not push out, unread, one that came just
- *    before.
+ * 3. down to twice `max`, newcomers whose first request has not arrived in the FIRST_BYTES_MS they
+ *    have had, oldest first: otherwise spared for NEW_MS, so that a burst of newcomers does not push
+ *    out, unread, one that came just before;
+ * 4. down to four times `max`, newcomers younger than that, newest first: they have not had the time
+ *    to send anything, and a burst bigger than that is refused at its tail, as a full listen backlog
+ *    refuses, never at its head (a probe accepted first in it, whose request is on its way).
  * Activity is being accepted, a request arriving, or a response ending (a byte trickling in is not).
- * So a newcomer that asks at once (a probe) is answered, and the listener holds at most twice `max`.
+ * So a newcomer that asks at once (a probe) is answered, unless one client makes more than twice `max`
+ * connections within FIRST_BYTES_MS of it; the listener holds at most twice `max` connections, and
+ * for FIRST_BYTES_MS at most four times `max`.
  */
 export function capConnections(server: http.Server, max: number): void {
   /** Open connections, least recently active first (a Set keeps insertion order). */
@@ -43,6 +51,12 @@ export function capConnections(server: http.Server, max: number): void {
     acceptedAt.set(socket, performance.now())
     socket.once('close', () => open.delete(socket))
     trim()
+    // Past twice `max`, newcomers stay for FIRST_BYTES_MS: the ones that sent nothing go then.
+    if (open.size > 2 * max && !later)
+      later = setTimeout(() => {
+        later = undefined
+        trim()
+      }, FIRST_BYTES_MS + 1).unref()
   })
   const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
     asked.add(req.socket)
@@ -60,6 +74,10 @@ export function capConnections(server: http.Server, max: number): void {
   const spared = (socket: Socket, now: number) =>
     !asked.has(socket) && now - (acceptedAt.get(socket) ?? 0) < NEW_MS
 
+  const young = (socket: Socket, now: number) =>
+    !asked.has(socket) && now - (acceptedAt.get(socket) ?? 0) < FIRST_BYTES_MS
+  let later: NodeJS.Timeout | undefined
+
   /** Make room, by the rules above. */
   function trim(): void {
     if (open.size <= max) return
@@ -67,14 +85,21 @@ export function capConnections(server: http.Server, max: number): void {
     for (const [limit, closable] of [
       [max, (socket: Socket) => !busy(socket) && !spared(socket, now)],
       [2 * max, (socket: Socket) => !spared(socket, now)],
-      [2 * max, () => true],
+      [2 * max, (socket: Socket) => !young(socket, now)],
     ] as const) {
       for (const socket of open) {
         if (open.size <= limit) break
-        if (!closable(socket)) continue
-        open.delete(socket)
-        socket.destroy()
+        if (closable(socket)) close(socket)
       }
     }
+    if (open.size <= 4 * max) return
+    for (const socket of [...open].reverse()) {
+      if (open.size <= 4 * max) break
+      close(socket)
+    }
+  }
+  function close(socket: Socket): void {
+    open.delete(socket)
+    socket.destroy()
   }
 }
