@@ -139,15 +139,57 @@ describe('the gradient controller', () => {
     expect(next.estimate).toBeCloseTo(before * 0.9)
   })
 
-  it('does not grow while the fleet uses less than half the limit, and an empty window changes nothing', () => {
+  it('a limit the load does not use goes half way down to 1.25 x what it used plus the headroom, never up; an empty window changes nothing', () => {
     let state = run(initialState(options), options, 80, () => 32).state
     const limit = state.limit
     state = step(state, win(50, 0, 500, 3), options)
-    expect(state.limit).toBe(limit)
+    // Half way from the estimate to 1.25 x 3 + sqrt(estimate) / 2.
+    expect(state.limit).toBeLessThan(limit)
+    expect(state.limit).toBeGreaterThan(limit / 2)
     expect(state.last?.reason).toBe('app-limited')
+    for (let i = 0; i < 20; i++) state = step(state, win(50, 0, 500, 3), options)
+    expect(state.limit).toBe(Math.round(1.25 * 3 + Math.sqrt(state.estimate) / 2))
+    const rested = state.limit
     state = step(state, win(0, 0, 0, 0), options)
-    expect(state.limit).toBe(limit)
+    expect(state.limit).toBe(rested)
     expect(state.last?.reason).toBe('empty')
+    // Used at 85 % of it, at the unloaded latency: held, not grown (1.25 x the use is above it).
+    state = run(initialState(options), options, 80, () => 32).state
+    const held = state.estimate
+    for (let i = 0; i < 40; i++)
+      state = step(state, win(100, 0, 1000, Math.floor(0.85 * state.limit)), options)
+    expect(state.estimate).toBe(held)
+  })
+
+  it('a load below the capacity for a while, then a surge: the limit meets the surge within 1.25 x the capacity, not twice it (slow start ends once the load holds it back)', () => {
+    // Clients offer 20 at once (the capacity is 32) for 20 windows, then more than the limit.
+    let state = initialState(parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 8 }))
+    const limits: number[] = []
+    for (let i = 0; i < 60; i++) {
+      const inFlight = i < 20 ? Math.min(20, state.limit) : state.limit
+      const latency = 10 * Math.max(1, inFlight / 32)
+      const count = Math.round((inFlight * 1000) / latency)
+      state = step(state, win(count, 0, count * latency, inFlight), options)
+      limits.push(state.probing ? Number.NaN : state.limit)
+    }
+    // Before: slow start held at 32 through the light phase, and doubled to 64 at the surge.
+    expect(Math.max(...limits.filter((limit) => !Number.isNaN(limit))), `${limits}`).toBeLessThanOrEqual(40)
+    for (const limit of limits.slice(30)) expect(within(limit, 32, 0.25), `${limits}`).toBe(true)
+  })
+
+  it('a load at 85 % of the capacity does not walk the limit up: it stays within 1.25 x the capacity, and a surge then meets that', () => {
+    let state = run(initialState(options), options, 80, () => 32).state
+    const limits: number[] = []
+    for (let i = 0; i < 60; i++) {
+      // 27 in flight at most (no queue in the upstream), whatever the limit.
+      const inFlight = Math.min(27, state.limit)
+      const count = inFlight * 100
+      state = step(state, win(count, 0, count * 10, inFlight), options)
+      limits.push(state.probing ? Number.NaN : state.limit)
+    }
+    // Before: 27 is more than half the limit, so the latency (at the baseline) grew it by its
+    // headroom every window, to 90 and more.
+    expect(Math.max(...limits.filter((limit) => !Number.isNaN(limit))), `${limits}`).toBeLessThanOrEqual(40)
   })
 
   it('a window whose mean latency is 0 (latencies rounded away) or not a number holds the limit, and the next windows step as before', () => {

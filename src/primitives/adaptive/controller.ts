@@ -34,9 +34,15 @@
 // the median client decides, so that no client, nor a minority of them, decides for the fleet
 // (clients.ts; the counts are the fleet's: every replica's are summed). Drops are left out of the
 // latency. No minimum count of drops beside that: timeouts that come one per window (a hung upstream,
-// a small limit, a long timeout) must still back off. A window in which the fleet never used half its
-// limit does not grow it (no evidence the upstream takes more: Netflix's "app limited" check); an
-// empty window changes nothing. The limit stays within [min, max], always an integer.
+// a small limit, a long timeout) must still back off. The limit is only as high as what tested it
+// (TCP's congestion window validation, RFC 7661): a window that never had 90 % of it in flight does
+// not grow it, and a window below 90 % of every limit it may have run under (the load held the fleet
+// back, not the limit) takes the estimate half way down to 1.25 x what it used plus the headroom
+// (RFC 2861's decay), and ends slow start once a doubling has been proven. Otherwise a limit left far
+// above a light load (slow start's last doubling, or headroom added window after window at 85 % of
+// it) met the next surge in full, and the whole of it queued inside the upstream. For 'aimd', a
+// window below half the limit does not grow it (Netflix's "app limited" check). An empty window
+// changes nothing. The limit stays within [min, max], always an integer.
 
 import { ConfigError } from '../../core/errors.js'
 import { positiveInt, rejectUnknown } from '../../core/options.js'
@@ -215,6 +221,8 @@ export interface ControllerState {
   /** gradient, in slow start: the largest limit whose window ran at 90 % of it or more with the
    * latency within 3 % of the baseline (the last clean limit): where slow start ends. */
   good?: number | undefined
+  /** The limit in force before the last step (a window stepped late may have run under it). */
+  previous?: number | undefined
   /** What the last step saw and did (metrics, the admin API, logs). */
   last?: StepReport | undefined
 }
@@ -280,7 +288,8 @@ export function step(
     const limit = Math.round(bounded(probing ? estimate / 4 : estimate, options))
     const { count: requests, clients, clientsOver } = summary
     const last = { rttMs, minRttMs: baselineMs, requests, clients, clientsOver, ...report }
-    return { limit, estimate, baselineMs, steps, probing, probeAt, slowStart, good, last }
+    const previous = state.limit
+    return { limit, estimate, baselineMs, steps, probing, probeAt, slowStart, good, previous, last }
   }
   if (probeWindow) return done(state.estimate, { gradient: undefined, reason: 'probe' })
   if (summary.count === 0) return done(state.estimate, { gradient: undefined, reason: 'empty' })
@@ -289,6 +298,11 @@ export function step(
     return done(state.estimate * options.backoff, { gradient: undefined, reason: 'drops' })
   }
   const appLimited = summary.maxInFlight < state.limit / 2
+  // gradient: a window that ran below 90 % of the limit did not test it (TCP's congestion window
+  // validation, RFC 7661); below 90 % of the lower of the limits it may have run under (a window
+  // stepped late ran under the one before), the load held it back, not the limit.
+  const tested = summary.maxInFlight >= 0.9 * state.limit
+  const loadLimited = summary.maxInFlight < 0.9 * Math.min(state.limit, state.previous ?? state.limit)
   if (!gradientMode) {
     if (appLimited) return done(state.estimate, { gradient: undefined, reason: 'app-limited' })
     return done(state.estimate + options.increase, { gradient: undefined, reason: 'increase' })
@@ -301,9 +315,16 @@ export function step(
   if (slowStart) {
     // Doubling needs a window that ran near the limit now in force: across a fleet the window stepped
     // may have run under the limit before the last step (its replicas learn a limit a window later),
-    // and doubling on it would overshoot by another doubling before the queueing shows.
-    if (summary.maxInFlight < 0.9 * state.limit)
-      return done(state.estimate, { gradient, reason: 'app-limited' })
+    // and doubling on it would overshoot by another doubling before the queueing shows. Once a
+    // doubling has been proven (`good`), a window below the limit says the load, not the limit, is
+    // what holds the fleet back: slow start ends there, and the unused part of the limit goes as
+    // below. (A doubling made from such a window when the load comes back is what overshot: the
+    // limit doubled past the capacity just as a surge arrived.)
+    if (loadLimited && good !== undefined) {
+      slowStart = false
+      return done(Math.max(good, unused(state.estimate)), { gradient, reason: 'app-limited' })
+    }
+    if (!tested) return done(state.estimate, { gradient, reason: 'app-limited' })
     // Grow only from evidence: a window that queued a little (gradient 0.9 to 0.97) holds.
     if (gradient < 0.97) return done(state.estimate, { gradient, reason: 'slow-start' })
     good = Math.max(good ?? 0, state.limit)
@@ -318,11 +339,25 @@ export function step(
     const exit = Math.max(Math.min(good, state.estimate), state.estimate * gradient)
     return done(exit, { gradient, reason: 'gradient' })
   }
-  const headroom = (Math.sqrt(state.estimate) / 4) * (gradient >= 0.97 ? 2 : 1)
-  const next = state.estimate * gradient + headroom
-  if (appLimited && next > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
-  return done(state.estimate * (1 - options.smoothing) + next * options.smoothing, {
-    gradient,
-    reason: 'gradient',
-  })
+  const next = state.estimate * gradient + headroomOf(state.estimate, gradient)
+  const smoothed = state.estimate * (1 - options.smoothing) + next * options.smoothing
+  if (loadLimited)
+    return done(Math.min(smoothed, unused(state.estimate)), { gradient, reason: 'app-limited' })
+  if (!tested && smoothed > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
+  return done(smoothed, { gradient, reason: 'gradient' })
+
+  /** The estimate after a window that did not test it: half way down to what the window used, with
+   * a quarter more and the headroom on top, never up. A limit left far above the load is no
+   * evidence of capacity, and a surge would meet it in full: the whole limit admitted at once into
+   * an upstream that takes less (TCP decays an unused window the same way, RFC 2861). */
+  function unused(estimate: number): number {
+    const floor = 1.25 * summary.maxInFlight + headroomOf(estimate, 1)
+    return Math.min(estimate, Math.max(floor, (estimate + floor) / 2))
+  }
+}
+
+/** The queue the gradient controller keeps on purpose: sqrt(estimate) / 4, twice that when the
+ * latency shows no queue (gradient >= 0.97). */
+function headroomOf(estimate: number, gradient: number): number {
+  return (Math.sqrt(estimate) / 4) * (gradient >= 0.97 ? 2 : 1)
 }
