@@ -104,7 +104,7 @@ routes: # matched in order; the first match serves the request. Without routes: 
         dropShare: 0.05 # ...only above this share of a window's requests (--adaptive-drop-share)
         scope: fleet # fleet: one limit for every replica sharing Redis | local: this replica's own
         tolerance: 1 # latency up to this x the baseline counts as unloaded
-        probeEvery: 60 # one window in 60 runs at a quarter of the limit to re-measure the baseline
+        probeEvery: 60 # one window in 60 runs at three quarters of the limit to re-measure the baseline
         smoothing: 0.5 # weight of a step's estimate against the last one
         backoff: 0.9 # factor on a window with drops
         increase: 1 # aimd: added per window without drops

@@ -146,7 +146,7 @@ afterEach(() => {
 })
 
 /** Two replicas (the second without the lean paths) with an adaptive limit of max 16, initial 16, no
- * probes of the baseline (a probe runs at a quarter of the limit on purpose), windows of 250 ms, and
+ * probes of the baseline (a probe runs below the limit on purpose), windows of 250 ms, and
  * latency up to 1.5 x the baseline counted as unloaded (so that the delays of a machine shared with
  * other work do not move the limit by themselves). */
 async function fleet() {

@@ -101,7 +101,7 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s]', (
       await sleep(3_000)
       const limit = () => semaphore.adaptive?.status().limit ?? 0
       // Within ±50 % of the capacity (the headroom the gradient keeps, sqrt(limit) / 4, and a probe of
-      // the baseline at a quarter of the limit every 60 windows).
+      // the baseline below the limit every 60 windows).
       const found = await medianOf(10, WINDOW_MS, limit)
       expect(found).toBeGreaterThanOrEqual(6)
       expect(found).toBeLessThanOrEqual(12)

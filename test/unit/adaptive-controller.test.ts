@@ -1,6 +1,6 @@
 // The adaptive limit's controller on synthetic windows (no Redis, no clock): it converges on an
 // upstream's capacity, holds there, follows a capacity change, backs off on drops above a share of
-// the window's requests, and stays within min and max; and which of its changes get a log line. One window in probeEvery runs at a quarter of the limit to measure the baseline: the
+// the window's requests, and stays within min and max; and which of its changes get a log line. One window in probeEvery runs at three quarters of the limit to measure the baseline: the
 // checks leave those out. The upstream model: C requests served at once in S ms each, the rest queue inside it,
 // so with L in flight (clients always offer more than the limit) a request takes S x max(1, L / C).
 import { describe, expect, it } from 'vitest'
@@ -47,7 +47,7 @@ function run(
   for (let i = 0; i < windows; i++) {
     const jitter = 0.05 * Math.sin(i * 1.7)
     state = step(state, window(state.limit, c(i), s, options.windowMs, jitter), options)
-    // A probe window (at a quarter of the limit, by design) is left out: NaN.
+    // A probe window (below the limit, by design) is left out: NaN.
     limits.push(state.probing ? Number.NaN : state.limit)
   }
   return { limits, state }
@@ -59,7 +59,7 @@ const within = (value: number, target: number, share: number) =>
 describe('the gradient controller', () => {
   const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 4 })
 
-  it('converges on the capacity within 10 windows and holds there within ±25 %, once in probeEvery at a quarter', () => {
+  it('converges on the capacity within 10 windows and holds there within ±25 %, once in probeEvery at three quarters', () => {
     const { limits, state } = run(initialState(options), options, 180, () => 32)
     for (const limit of limits.slice(10)) expect(within(limit, 32, 0.25)).toBe(true)
     expect(limits.filter((limit) => Number.isNaN(limit))).toHaveLength(3) // windows 60, 120 and 180
@@ -206,22 +206,39 @@ describe('the gradient controller', () => {
     expect(within(state.limit, 32, 0.25)).toBe(true)
   })
 
-  it("across a fleet (windows stepped a window late), a probe's baseline is the latency of the window that ran at a quarter, and the loaded window before it is stepped as any other", () => {
+  it("across a fleet (windows stepped a window late), a probe's baseline is the latency of the window that ran at three quarters, and the loaded window before it is stepped as any other", () => {
     const every = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 32, probeEvery: 10 })
     let state: ControllerState = { ...initialState(every), slowStart: false, baselineMs: 10, steps: 9 }
-    state = step(state, window(32, 32, 10, 1000), every, 1) // step 10: the next window runs at a quarter
+    state = step(state, window(32, 32, 10, 1000), every, 1) // step 10: the next window runs at 3/4
     expect(state.probing).toBe(true)
-    expect(state.limit).toBe(8)
+    expect(state.limit).toBe(Math.round(state.estimate * 0.75))
     // Step 11 steps the window before that one, which ran at the full limit: with drops, it backs off
     // (and the limit is the full estimate again).
     const estimate = state.estimate
     state = step(state, win(100, 10, 1800, 32), every, 1)
     expect(state.last?.reason).toBe('drops')
     expect(state.limit).toBe(Math.round(estimate * 0.9))
-    // Step 12 steps the quarter's window: its latency (12 ms, the upstream got slower) is the baseline.
-    state = step(state, win(100, 0, 1200, 8), every, 1)
+    // Step 12 steps the probe's window: its latency (12 ms, the upstream got slower) is the baseline.
+    state = step(state, win(100, 0, 1200, 24), every, 1)
     expect(state.last?.reason).toBe('probe')
     expect(state.baselineMs).toBe(12)
+  })
+
+  it('a probe whose latency is well above the baseline (a capacity that fell, or a slower upstream) is followed by one at a quarter, whose latency is the baseline', () => {
+    const every = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 32, probeEvery: 10 })
+    let state: ControllerState = { ...initialState(every), slowStart: false, baselineMs: 10, steps: 9 }
+    state = step(state, window(32, 32, 10, 1000), every) // step 10: the next window runs at 3/4
+    expect(state.limit).toBe(Math.round(state.estimate * 0.75))
+    // The capacity fell to 12: at 24 the upstream queues (20 ms), which says nothing for sure.
+    state = step(state, win(100, 0, 2000, 24), every)
+    expect(state.probing).toBe(true)
+    expect(state.limit).toBe(Math.round(state.estimate / 4))
+    expect(state.baselineMs).toBe(10)
+    // At 8 (under 12) the latency is the upstream's own: the baseline, and the limit comes down.
+    state = step(state, win(100, 0, 1000, 8), every)
+    expect(state.last?.reason).toBe('probe')
+    expect(state.baselineMs).toBe(10)
+    expect(state.probing).toBe(false)
   })
 
   it('never leaves [min, max]', () => {
