@@ -29,8 +29,10 @@ const STEPS = 40
 // before a tryAcquire in the same turn reached Redis after it.
 const SEEDS = process.env.TOLLGATE_DIFF_SEED ? [Number(process.env.TOLLGATE_DIFF_SEED)] : [8, 11, 36]
 // The fair queue also replays seeds that once differed: 2 (a waiter queued and evicted in one call),
-// 3 (tickets of refused tokens, tied scores), 21 (parked waiters when nothing is held).
-const FAIR_SEEDS = process.env.TOLLGATE_DIFF_SEED ? SEEDS : [...SEEDS, 2, 3, 21]
+// 3 (tickets of refused tokens, tied scores), 21 (parked waiters when nothing is held), 19 and 30
+// (a burst of acquires in one turn, once one merged call: a later token ranked ahead of an earlier
+// one, evicted it or took the permit the earlier one's own call would have been handed).
+const FAIR_SEEDS = process.env.TOLLGATE_DIFF_SEED ? SEEDS : [...SEEDS, 2, 3, 21, 19, 30]
 
 /** mulberry32: a small seeded PRNG, so a failing sequence can be replayed. */
 function prng(seed: number): () => number {

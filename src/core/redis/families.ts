@@ -121,12 +121,15 @@ export function permitFamily(
           : [r.ttlMs, r.permits, r.enqueue ? 1 : 0, r.waiterTtlMs, r.op ?? ''],
         withToken: true,
         token: r.token,
-        // A reentrant owner's call never shares a call (its one token carries an acquisition id). Fair
-        // and plain calls never merge (their KEYS differ); classes and flows do (they are in the tokens).
+        // A reentrant owner's call never shares a call (its one token carries an acquisition id). Nor
+        // does a fair queue's acquire: each token is ordered against the queue as the one before it
+        // left it, admissions included (a later token of a merged call may rank ahead of an earlier
+        // one and take the permit a call of its own would have left to it, or evict it), as the
+        // memory store answers one call per token.
         merge:
-          r.op !== undefined
+          r.op !== undefined || r.fair
             ? undefined
-            : `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}${r.fair ? ` f${r.fair.maxQueued}` : ''}`,
+            : `a ${r.ttlMs} ${r.permits} ${r.enqueue} ${r.waiterTtlMs}`,
         request: r,
         pick: acquireRow,
         late: lateAcquire,
