@@ -150,8 +150,6 @@ const LEADER_WINDOWS = 3
 const LIMIT_WINDOWS = 10
 /** The fleet's state outlives its last report by this long (then a fleet starts from `initial`). */
 const STATE_TTL_MS = 24 * 3_600_000
-/** Slow start's brake looks at the median of so many latencies (even). */
-const BRAKE_SAMPLES = 8
 /** Store trouble is logged at most this often. */
 const WARN_EVERY_MS = 30_000
 
@@ -242,12 +240,6 @@ export class AdaptiveLimit {
   /** The latest window's latency and gradient that there were (an idle window has none), and when
    * it was stepped: what the status shows, so that a graph of them has no gaps. */
   private latest: { rttMs?: number | undefined; gradient?: number | undefined; at?: number | undefined } = {}
-  /** Slow start's brake, while a doubling past the last clean limit is in force and not stepped yet:
-   * since when, the latest latencies of the requests admitted since, and whether it has braked
-   * (this process's own permits are then the last clean limit until the next step lands). */
-  private brake: { since: number; latencies: number[]; on: boolean } | undefined
-  /** The window whose step made the state in force (fleet): the version of its limit in the store. */
-  private stateWindow = -1
 
   constructor(
     readonly options: ResolvedAdaptiveOptions,
@@ -306,45 +298,8 @@ export class AdaptiveLimit {
     const drop = isDrop(outcome, this.options.drops)
     window.count++
     if (drop) window.drops++
-    else {
-      const ms = performance.now() - startedAt - heldMs
-      window.latency.add(ms)
-      if (this.brake && startedAt >= this.brake.since) this.braking(ms)
-    }
+    else window.latency.add(performance.now() - startedAt - heldMs)
     window.clients.add(clientKey(client), drop)
-  }
-
-  /** A doubling of slow start finds the capacity by exceeding it, and the step that sees it lands a
-   * window later: a window with twice the capacity in flight, and its queue inside the upstream.
-   * So each process watches: once the median of its last BRAKE_SAMPLES requests admitted under the
-   * doubled limit is more than a quarter over the baseline (x tolerance), the limit goes back to
-   * the last clean one, for the fleet, within a few of the upstream's round trips. The next step
-   * sets it again, whatever it decides: a brake on noise (or on one client's slow requests, since
-   * a process may see few clients) costs at most a window at the last clean limit, and only in
-   * slow start. */
-  private braking(ms: number): void {
-    const brake = this.brake as NonNullable<typeof this.brake>
-    const { baselineMs, good } = this.state
-    if (brake.on || baselineMs === undefined || good === undefined) return
-    brake.latencies.push(ms)
-    if (brake.latencies.length > BRAKE_SAMPLES) brake.latencies.shift()
-    if (brake.latencies.length < BRAKE_SAMPLES) return
-    const sorted = [...brake.latencies].sort((a, b) => a - b)
-    const median = ((sorted[BRAKE_SAMPLES / 2 - 1] as number) + (sorted[BRAKE_SAMPLES / 2] as number)) / 2
-    if (!(median > 1.25 * this.options.tolerance * baselineMs)) return
-    brake.on = true
-    this.target.setOwn(good)
-    // The limit in force is the store's: the fleet's, versioned by the window its step stepped. The
-    // brake writes the last clean limit over it, as a version just after that one, so that the next
-    // step (a window later) writes over the brake, and a brake never over a later step.
-    const { windowMs } = this.options
-    const version =
-      this.options.scope === 'fleet'
-        ? this.stateWindow + 1
-        : Math.floor(performance.timeOrigin + performance.now())
-    void this.target.store.permits
-      .setLimit(this.target.space, good, good, { ttlMs: LIMIT_WINDOWS * windowMs, version }, this.target.fair)
-      .catch(() => undefined)
   }
 
   /** A request whose client left before its response ended (`startedAt`, `heldMs`: as sample()). Its
@@ -525,10 +480,7 @@ export class AdaptiveLimit {
     this.leader = reply.leads
     this.replicas = reply.replicas
     const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
-    if (saved) {
-      this.stateWindow = reply.stepped
-      this.apply(saved, false)
-    }
+    if (saved) this.apply(saved, false)
     // The window just ended, once every replica reported it (this report completed it: lag 0), else,
     // when this replica leads, the one before it (lag 1).
     const lag = reply.complete ? 0 : 1
@@ -552,7 +504,6 @@ export class AdaptiveLimit {
         windowMs,
       })
       if (!committed) return // another replica stepped (that window, or since the state was read)
-      this.stateWindow = window - lag * windowMs
       this.apply(next, true)
       // Versioned by the window: a later step's limit already there (this process paused since its
       // commit) is not written over.
@@ -572,22 +523,14 @@ export class AdaptiveLimit {
   private apply(next: ControllerState, stepped: boolean): void {
     const before = this.state.limit
     const fresh = next.steps !== this.state.steps
-    const braked = this.brake?.on === true
     this.state = next
     if (fresh) this.remember(next)
-    // Braked: its own permits are the last clean limit until a step lands.
-    if (fresh ? next.limit !== before || braked : next.limit !== before && !braked)
-      this.target.setOwn(next.limit)
-    // A doubling past the last clean limit is braked as soon as its latency shows the knee.
-    if (fresh) {
-      const doubled = next.slowStart && next.good !== undefined && next.limit > next.good
-      this.brake = doubled ? { since: performance.now(), latencies: [], on: false } : undefined
-    }
+    if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local') {
       const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
       localStates.set(this.target.store, states.set(this.target.space.base, next))
     }
-    if (this.options.scope === 'local' && (next.limit !== before || (braked && fresh))) {
+    if (this.options.scope === 'local' && next.limit !== before) {
       void this.target.store.permits
         .setLimit(
           this.target.space,
