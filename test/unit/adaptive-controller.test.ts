@@ -161,6 +161,16 @@ describe('the gradient controller', () => {
     expect(state.estimate).toBe(held)
   })
 
+  it('bursts of 90 at once in every window (a light load between them) keep the limit at 1.25 x the burst or more', () => {
+    const bursty = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 200 })
+    let state: ControllerState = { ...initialState(bursty), slowStart: false, baselineMs: 20 }
+    // 90 requests of 20 ms each, all at once: the window's most in flight is 90 (the store adds up
+    // the replicas' most: exactly 90 when the burst reaches all of them at once).
+    for (let i = 0; i < 50; i++) state = step(state, win(90, 0, 90 * 20, 90), bursty)
+    expect(state.limit).toBeGreaterThanOrEqual(Math.floor(1.25 * 90))
+    expect(state.limit).toBeLessThan(200)
+  })
+
   it('a load below the capacity for a while, then a surge: the limit meets the surge within 1.25 x the capacity, not twice it (slow start ends once the load holds it back)', () => {
     // Clients offer 20 at once (the capacity is 32) for 20 windows, then more than the limit.
     let state = initialState(parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 8 }))

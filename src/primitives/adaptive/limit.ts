@@ -272,11 +272,9 @@ export class AdaptiveLimit {
   /** A request was admitted under the limit, holding `weight` permits: returns when (for
    * finished()). */
   admitted(weight = 1): number {
-    const now = performance.now()
-    this.window.area.add(this.inFlight, now)
     this.inFlight += weight
     if (this.inFlight > this.window.maxInFlight) this.window.maxInFlight = this.inFlight
-    return now
+    return performance.now()
   }
 
   /** A request admitted at `admittedAt` with `weight` ended so (undefined: not counted, e.g. the
@@ -318,7 +316,6 @@ export class AdaptiveLimit {
 
   /** A request's `weight` permits went back: they counted in flight until now. */
   released(weight = 1): void {
-    this.window.area.add(this.inFlight, performance.now())
     this.inFlight = Math.max(0, this.inFlight - weight)
   }
 
@@ -434,7 +431,7 @@ export class AdaptiveLimit {
   private tick(window: number): void {
     if (this.closed) return
     this.ticked = true
-    const summary = summarize(this.window, this.options.dropShare, this.inFlight, this.replicas)
+    const summary = summarize(this.window, this.options.dropShare)
     this.window = liveWindow(this.inFlight)
     this.arm()
     if (this.options.scope === 'local') {
@@ -597,53 +594,21 @@ interface LiveWindow {
   latency: LatencyHistogram
   clients: ClientDrops
   maxInFlight: number
-  area: InFlightArea
 }
 
 function liveWindow(maxInFlight: number): LiveWindow {
-  const area = new InFlightArea(performance.now())
-  return {
-    count: 0,
-    drops: 0,
-    latency: new LatencyHistogram(),
-    clients: new ClientDrops(),
-    maxInFlight,
-    area,
-  }
+  return { count: 0, drops: 0, latency: new LatencyHistogram(), clients: new ClientDrops(), maxInFlight }
 }
 
-/** The time-weighted sum of the requests in flight over a window (their mean, by Little's law). */
-class InFlightArea {
-  private sum = 0
-  constructor(
-    private readonly started: number,
-    private since = started,
-  ) {}
-  /** `inFlight` were in flight from the last change until `now`. */
-  add(inFlight: number, now: number): void {
-    this.sum += inFlight * Math.max(0, now - this.since)
-    this.since = now
-  }
-  /** The mean in flight up to `now`, with `inFlight` since the last change. */
-  mean(inFlight: number, now: number): number {
-    this.add(inFlight, now)
-    return now > this.started ? this.sum / (now - this.started) : inFlight
-  }
-}
-
-/** What a window measured, for the controller: the clients as units, and those over `share`. Its
- * most in flight at once is this replica's share of the fleet's: the store adds up the replicas'
- * reports, and the sum of each one's most is more than the fleet ever had at once (their peaks
- * come at different times: 45 against 30 for 3 replicas at 0.8 of a capacity of 32, so that a load
- * below the capacity looked as if it tested a limit of 50). Each reports its mean in flight plus
- * its share of its peak above the mean: the sum is the fleet's mean plus a replica's peak above
- * it (rounded up: the store adds integers). One replica (or scope local) reports its most itself. */
-function summarize(window: LiveWindow, share: number, inFlight: number, replicas: number): WindowSummary {
+/** What a window measured, for the controller: the clients as units, and those over `share`. The
+ * store adds up the replicas' most in flight at once: more than the fleet had at once when their
+ * peaks came at different times, exactly it when a burst came to all at once. An upper bound, so
+ * that a limit is never taken below what a burst used (a mean, or a share of each peak, took a
+ * fleet's limit down to 9 for bursts of 90 every window: the limit decays only toward what a
+ * window used). */
+function summarize(window: LiveWindow, share: number): WindowSummary {
   const { units, over } = window.clients.units(share)
-  const { count, drops, latency } = window
-  const mean = window.area.mean(inFlight, performance.now())
-  const peak = window.maxInFlight
-  const maxInFlight = replicas > 1 ? Math.ceil(mean + Math.max(0, peak - mean) / replicas) : peak
+  const { count, drops, latency, maxInFlight } = window
   return { count, drops, latency, clients: units, clientsOver: over, maxInFlight }
 }
 
