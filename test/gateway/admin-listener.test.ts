@@ -92,15 +92,20 @@ function silentConnection(port: number): Promise<net.Socket> {
 }
 
 /** A probe as kubelet makes one: a new connection, one request; the status if it came within `ms`. */
-async function probe(port: number, ms = 1000): Promise<number | undefined> {
+function probe(port: number, ms = 1000): Promise<number | undefined> {
+  return probeOf(port, '/healthz', ms)
+}
+
+/** probe() of `path`. */
+async function probeOf(port: number, path: string, ms: number): Promise<number | undefined> {
   const socket = net.connect(port, '127.0.0.1')
   sockets.add(socket)
   socket.on('error', () => undefined)
   let data = ''
   socket.on('data', (chunk: Buffer) => (data += chunk.toString('latin1')))
-  socket.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n')
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)
   const deadline = Date.now() + ms
-  while (Date.now() < deadline && !/\r\n\r\nok\n/.test(data) && !socket.destroyed) await sleep(5)
+  while (Date.now() < deadline && !/\r\n\r\n.+\n/s.test(data) && !socket.destroyed) await sleep(5)
   socket.destroy()
   sockets.delete(socket)
   const status = /^HTTP\/1\.1 (\d{3})/.exec(data)?.[1]
@@ -284,6 +289,33 @@ describe('the admin listener', () => {
     // Before: 0 of 50 (each probe closed at once: every connection was serving, and the listener
     // closed newcomers beyond 128).
     expect(answered.filter((status) => status === 200).length, `answers: ${answered.join(',')}`).toBe(50)
+  }, 30_000)
+
+  it('a /readyz waiting on a slow PING outlives a flood of silent newcomers past twice the listener’s 64', async () => {
+    const proxy = await startFaultProxy(redis)
+    proxies.push(proxy)
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      ...['--redis', redisUrl(proxy)],
+    ])
+    const port = Number(new URL(gateway.adminUrl!).port)
+    await sleep(1100) // the last /readyz answer is older than its interval: the next one asks the store
+    proxy.delay(700) // within /readyz's PING bound (1 s): the answer comes, late
+    const readyz = probeOf(port, '/readyz', 3000)
+    await sleep(100) // its request has arrived: it waits on the PING
+    // Silent newcomers in waves: each wave older than 50 ms when the next arrives.
+    for (let wave = 0; wave < 4; wave++) {
+      for (let i = 0; i < 60; i++) {
+        const socket = net.connect(port, '127.0.0.1')
+        sockets.add(socket)
+        socket.on('error', () => undefined)
+      }
+      await sleep(80)
+    }
+    // Before: at the third wave the listener made room among the connections not spared, oldest
+    // first, and the waiting /readyz was the oldest: no answer.
+    expect(await readyz).toBe(200)
   }, 30_000)
 
   it('GET /limits pipelined by 64 connections (the list, a route, a bucket by a new name each time): the store gets calls a second, not a call per request; a PUT from elsewhere is answered', async () => {

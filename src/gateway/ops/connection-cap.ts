@@ -23,15 +23,19 @@ const FIRST_BYTES_MS = 50
  * A newcomer is let in, and room made, least recently active first:
  * 1. down to `max`, connections that serve no request (idle between requests, a head or a body still
  *    arriving however slowly, or an answer given in full to a client that does not read it);
- * 2. down to twice `max`, connections serving a request too: its answer waits on the store (a shared
- *    answer, /limits) for as long as the store takes, and one client can keep as many waiting as it
- *    has connections. Closing one costs its client that answer, and the store nothing more;
- * 3. down to twice `max`, newcomers whose first request has not arrived in the FIRST_BYTES_MS they
- *    have had, oldest first: otherwise spared for NEW_MS, so that a burst of newcomers does not push
- *    out, unread, one that came just before;
- * 4. down to four times `max`, newcomers younger than that, newest first: they have not had the time
+ * 2. down to twice `max`, newcomers that sent nothing in the FIRST_BYTES_MS they have had;
+ * 3. down to twice `max`, connections serving a request too: its answer waits on the store (a shared
+ *    answer, /limits, /readyz's PING) for as long as the store takes, and one client can keep as many
+ *    waiting as it has connections. Closing one costs its client that answer, and the store nothing
+ *    more;
+ * 4. down to twice `max`, newcomers whose first request has not arrived (whatever they sent) in the
+ *    FIRST_BYTES_MS they have had: otherwise spared for NEW_MS, so that a burst of newcomers does
+ *    not push out, unread, one that came just before;
+ * 5. down to four times `max`, newcomers younger than that, newest first: they have not had the time
  *    to send anything, and a burst bigger than that is refused at its tail, as a full listen backlog
  *    refuses, never at its head (a probe accepted first in it, whose request is on its way).
+ * A newcomer's time runs from its accept, and is judged only after the event loop has read what
+ * came meanwhile (a stalled process otherwise finds every newcomer old and unread).
  * Activity is being accepted, a request arriving, or a response ending (a byte trickling in is not).
  * So a newcomer that asks at once (a probe) is answered, unless one client makes more than twice `max`
  * connections within FIRST_BYTES_MS of it; the listener holds at most twice `max` connections, and
@@ -51,13 +55,26 @@ export function capConnections(server: http.Server, max: number): void {
     acceptedAt.set(socket, performance.now())
     socket.once('close', () => open.delete(socket))
     trim()
-    // Past twice `max`, newcomers stay for FIRST_BYTES_MS: the ones that sent nothing go then.
-    if (open.size > 2 * max && !later)
-      later = setTimeout(() => {
-        later = undefined
-        trim()
-      }, FIRST_BYTES_MS + 1).unref()
+    if (open.size > 2 * max) trimLater()
   })
+  /** Past twice `max`, newcomers stay for FIRST_BYTES_MS: trim again once the oldest of them has had
+   * that, after the poll phase (setImmediate) so that what they sent meanwhile has been read. */
+  let later: NodeJS.Timeout | undefined
+  function trimLater(): void {
+    if (later) return
+    let oldest = Number.POSITIVE_INFINITY
+    for (const socket of open) if (!asked.has(socket)) oldest = Math.min(oldest, acceptedAt.get(socket) ?? 0)
+    const wait = Number.isFinite(oldest) ? oldest + FIRST_BYTES_MS + 1 - performance.now() : FIRST_BYTES_MS
+    later = setTimeout(
+      () =>
+        setImmediate(() => {
+          later = undefined
+          trim()
+          if (open.size > 2 * max) trimLater()
+        }),
+      Math.max(1, wait),
+    ).unref()
+  }
   const onRequest = (req: http.IncomingMessage, res: http.ServerResponse) => {
     asked.add(req.socket)
     touch(req.socket)
@@ -76,7 +93,8 @@ export function capConnections(server: http.Server, max: number): void {
 
   const young = (socket: Socket, now: number) =>
     !asked.has(socket) && now - (acceptedAt.get(socket) ?? 0) < FIRST_BYTES_MS
-  let later: NodeJS.Timeout | undefined
+  const silent = (socket: Socket, now: number) =>
+    !asked.has(socket) && socket.bytesRead === 0 && !young(socket, now)
 
   /** Make room, by the rules above. */
   function trim(): void {
@@ -84,6 +102,7 @@ export function capConnections(server: http.Server, max: number): void {
     const now = performance.now()
     for (const [limit, closable] of [
       [max, (socket: Socket) => !busy(socket) && !spared(socket, now)],
+      [2 * max, (socket: Socket) => silent(socket, now)],
       [2 * max, (socket: Socket) => !spared(socket, now)],
       [2 * max, (socket: Socket) => !young(socket, now)],
     ] as const) {
