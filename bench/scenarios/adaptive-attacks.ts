@@ -275,8 +275,8 @@ interface Round {
   errors: number
 }
 
-/** The leader's limit every POLL_MS until stopped; polls in a probe of the baseline (the limit at a
- * quarter of the estimate for one window) are counted apart. */
+/** The leader's limit every POLL_MS until stopped; polls in a probe of the baseline (the limit at
+ * three quarters of the estimate, or a quarter, for one window) are counted apart. */
 function watchLimit(replicas: readonly Replica[]) {
   let running = true
   const limits: number[] = []
@@ -292,7 +292,7 @@ function watchLimit(replicas: readonly Replica[]) {
         ),
       )
       const leader = answers.find((a) => a?.leader) ?? answers.find((a) => a !== undefined)
-      if (leader && leader.limit < 0.5 * leader.estimate) probes++
+      if (leader && leader.limit < 0.85 * leader.estimate) probes++
       else if (leader) limits.push(leader.limit)
       await sleep(POLL_MS)
     }
@@ -517,7 +517,7 @@ export const adaptiveAttacksScenario: Scenario = {
         verdicts,
         notes: [
           `Upstream: test/fixtures/adaptive-upstream.ts (its own process): GET /work 200 after 20 ms, /503 and /429 at once, /big ${BIG_BYTES >> 20} MB after 20 ms, /slow?ms=N after N ms, POST /upload 20 ms after the body's end; nothing queues inside it. Good clients: ${GOOD_CLIENTS} closed loops of GET /work (bench/lib/closed-loop.ts, its own process, keep-alive undici pools, each from an address of its own, 127.0.0.10-17; each attacker from another) round-robin over ${REPLICAS} replicas of the built bin (node ${GATEWAY_BIN}; the second with --lean off, so both upstream paths carry the attack), one route with maxWaitMs 10000, adaptive ${JSON.stringify(ADAPTIVE)} (fleet scope, gradient, windows of ${WINDOW_MS} ms, every other option its default), on this run's Redis.`,
-          `Every round on a fleet of its own (fresh replicas, fresh key prefix): ${WARMUP_S} s of the good clients alone (not measured), then ${ROUND_S} s measured, with the attack or without. ${PAIRS} pairs per attack; the order within a pair flips every pair (without-with, with-without, ...), so drift in the machine's load falls on both sides. ok/s: 200s per second over a round; 'x without': the median with / the median without. The limit: the leader's GET /limits every ${POLL_MS} ms; polls within a probe of the baseline (one window in 60 runs at a quarter of the estimate, by design) are left out.`,
+          `Every round on a fleet of its own (fresh replicas, fresh key prefix): ${WARMUP_S} s of the good clients alone (not measured), then ${ROUND_S} s measured, with the attack or without. ${PAIRS} pairs per attack; the order within a pair flips every pair (without-with, with-without, ...), so drift in the machine's load falls on both sides. ok/s: 200s per second over a round; 'x without': the median with / the median without. The limit: the leader's GET /limits every ${POLL_MS} ms; polls within a probe of the baseline (one window in 60 runs below the estimate, by design) are left out.`,
           'The machine is shared with other work (2 cores): a round that another process slowed shows in both columns only when it falls on both; read the per-round numbers beside the medians.',
         ],
         data: {

@@ -159,7 +159,8 @@ interface LimitSeries {
   limit: number[]
   /** Permits held (fleet and fixed: fleet-wide, from the store; local: the replicas' sum). */
   holders: number[]
-  /** A probe of the baseline (the limit at a quarter of the estimate) or within a window after one. */
+  /** A probe of the baseline (the limit at three quarters of the estimate, or a quarter) or within a
+   * window after one. */
   excluded: boolean[]
   probes: number
 }
@@ -465,7 +466,7 @@ function limitSeries(ticks: readonly Tick[], variant: Variant): LimitSeries {
     const known = tick.up.map((replica) => last.get(replica)).filter((s) => s !== undefined)
     if (tick.samples.length === 0 || known.length === 0) continue
     const probing = known.some(
-      (s) => s.limit !== undefined && s.estimate !== undefined && s.limit < 0.5 * s.estimate,
+      (s) => s.limit !== undefined && s.estimate !== undefined && s.limit < 0.85 * s.estimate,
     )
     if (probing && !inProbe) series.probes++
     inProbe = probing
@@ -761,7 +762,7 @@ function plot(
       title,
       subtitle: [
         `Upstream simulator: C = ${CAPACITY} served at once, S = ${SERVICE_MS} ms +-${JITTER * 100} %, the rest queue inside it; ${CLIENTS} closed-loop clients; gateways on one Redis; adaptive: ${JSON.stringify(ADAPTIVE)}.`,
-        'Local: each replica runs its own limit on its own samples; the line is their sum, what the upstream faces. Dips to a quarter of the limit are probes of the baseline.',
+        'Local: each replica runs its own limit on its own samples; the line is their sum, what the upstream faces. Dips to three quarters of the limit are probes of the baseline.',
       ],
       rows,
     }),
@@ -938,7 +939,7 @@ export const adaptiveScenario: Scenario = {
           `Load (bench/lib/closed-loop.ts, its own process): ${CLIENTS} closed-loop clients (3 C), keep-alive undici pools, round-robin over the replicas up at that moment. Gateways: the built bin (node ${GATEWAY_BIN}), one route per: route with maxWaitMs ${MAX_WAIT_MS} and maxQueue ${MAX_QUEUE} (requests wait in the fair queue rather than being rejected; 'rejected' = non-200 answers, 'errors' = failed connections, e.g. a replica leaving), --log-level warn, all on this run's Redis with a fresh key prefix per run. 'client p99': what the clients saw, queueing in the gateway included. 'in flight mean': the upstream's, sampled every 50 ms; 'permits held mean': the gateway's holders over the polls (fixed and fleet: fleet-wide, from the store; local: the replicas' sum): a limit the upstream never sees fully used is lost to the gateway's own path (hand-over of a permit to the next waiter, proxying).`,
           `Variants, one after another in each plan (never at once: they share this 2-core machine with Redis, the upstream and the load): fixed ${CAPACITY} (the oracle; in the halving plan it is set to the new C through PUT /limits/${ROUTE} the moment C changes), fixed ${4 * CAPACITY} (too high), fixed ${CAPACITY / 4} (too low), adaptive ${JSON.stringify(ADAPTIVE)} with scope local (each replica its own limit from its own samples: the summed limit is what the upstream faces) and scope fleet (one limit, stepped by the leader from every replica's samples). Fixed limits are fleet-wide (one permit set in Redis).`,
           `Every number leaves out the first ${WARMUP_S} s after the load started (all variants alike: connections, JIT, the adaptive limit's slow start from ${ADAPTIVE.initial}); goodput = 200s per second at the upstream over the rest. Plans: steady ${planOf('steady').seconds} s; halving ${planOf('halving').seconds} s, C = ${CAPACITY / 2} from ${planOf('halving').events[0]!.atS} s to ${planOf('halving').events[1]!.atS} s; replicas ${planOf('replicas').seconds} s, 1 replica, ${REPLICAS} from ${planOf('replicas').events[0]!.atS} s (once started), 1 again from ${planOf('replicas').events[1]!.atS} s: the two oldest leave (the load stops sending to them, then SIGTERM; the first replica led the fleet, so leadership moves).`,
-          `The limit: GET /limits of every replica every ${POLL_MS} ms (bucket 'effective'; fleet: the one limit, local: the sum over the replicas up). The controller runs one window in 60 (every ${(60 * WINDOW_MS) / 1000} s) at a quarter of its estimate to re-measure the baseline: polls in such a probe (limit < half the estimate on some replica) and within one window (${WINDOW_MS} ms) after it are left out of the settling times and the steady range, not out of goodput, latency or in flight (a probe costs what it costs). 'within +-25 % of X after': from the start (or the change of C) until the limit entered [0.75 X, 1.25 X] and stayed there until the next change (n/a: it was outside at the end). 'steady': from when it settled to the end; ranges as % of the median. 'limit median per phase': between events, the first ${2 * SCALE} s of each left out. 'leader again after': from the leader's removal until a replica reported leading.`,
+          `The limit: GET /limits of every replica every ${POLL_MS} ms (bucket 'effective'; fleet: the one limit, local: the sum over the replicas up). The controller runs one window in 60 (every ${(60 * WINDOW_MS) / 1000} s) at three quarters of its estimate (a quarter if that window still queued) to re-measure the baseline: polls in such a probe (limit < 0.85 x the estimate on some replica) and within one window (${WINDOW_MS} ms) after it are left out of the settling times and the steady range, not out of goodput, latency or in flight (a probe costs what it costs). 'within +-25 % of X after': from the start (or the change of C) until the limit entered [0.75 X, 1.25 X] and stayed there until the next change (n/a: it was outside at the end). 'steady': from when it settled to the end; ranges as % of the median. 'limit median per phase': between events, the first ${2 * SCALE} s of each left out. 'leader again after': from the leader's removal until a replica reported leading.`,
           `Plot: [adaptive.svg](adaptive.svg)${QUICK ? ` (QUICK runs write ${svgFile} instead)` : ''}: for the halving and replicas plans, the limit (fleet-wide, local summed, true C), the upstream's in flight (mean per 250 ms, against 1.25 C) and its p99 per second (against 2 x the unloaded p99), for fleet-wide, local and the oracle.`,
           ...(QUICK
             ? [
