@@ -6,6 +6,7 @@ import { type Lease, PermitLease } from '../core/client/lease.js'
 import { AcquireTimeoutError, ShedError } from '../core/errors.js'
 import { MAX_PRIORITY } from '../core/fair.js'
 import type { Semaphore } from '../primitives/semaphore.js'
+import type { Store } from '../core/protocol/store.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
 
 export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
@@ -13,6 +14,7 @@ import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js
 import { attachMetrics, attachOverloadMetrics, OverloadCounters } from './metrics.js'
 import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
+import { type LocalHold, OutageShare, RESERVE_WAIT_MS } from './outage.js'
 import { KeptPermits } from './keep-alive.js'
 import type { AdaptiveLimit, AdaptiveStatus, Outcome } from '../primitives/adaptive/limit.js'
 
@@ -104,6 +106,13 @@ export class Admission<Req> {
   overload: OverloadCounters | undefined = undefined
   /** Whether the store is known down (shared by every admission on the store). */
   readonly health: StoreHealth
+  /** `outage: 'share'`: this process's share of each bucket while the store is down (outage.ts). */
+  readonly outage: OutageShare | undefined
+  /** `outage: 'share'`: a bucket's gate in `store` (the outage's memory store) with `permits`. */
+  localGate: ((store: Store, key: string, permits: number) => Gate) | undefined = undefined
+  /** `outage: 'share'`: the local gates of this outage (OutageShare.generation), per bucket. */
+  private readonly localGates = new Map<string, Gate>()
+  private localGeneration = -1
   /** The semaphore of a bucket (for a semaphore admission): what an admin API reads and sets. */
   semaphoreOf: ((key: string) => Semaphore) | undefined = undefined
   /** Leases kept for the next request of their bucket (permit keep-alive, keep-alive.ts); undefined
@@ -171,6 +180,25 @@ export class Admission<Req> {
     keepAliveMs = 0,
   ) {
     this.health = storeHealth(config.store)
+    this.outage =
+      config.outage === 'share'
+        ? new OutageShare(
+            config.store,
+            config.name,
+            this.health,
+            config.outageShare,
+            config.logger,
+            (key, weight, signal) =>
+              (this.semaphoreOf as (key: string) => Semaphore)(key).acquire({
+                signal,
+                timeoutMs: RESERVE_WAIT_MS,
+                ...(weight === 1 ? {} : { weight }),
+                // Ahead of every request sent once the process admits through the store again.
+                ...(this.overload ? { priority: MAX_PRIORITY } : {}),
+              }),
+            () => this.counters.queued > 0,
+          )
+        : undefined
     this.kept = keepAliveMs > 0 ? new KeptPermits(keepAliveMs, (lease) => this.giveBack(lease)) : undefined
     this.waits = config.metrics ? new HistogramSeries(WAIT_BUCKETS) : undefined
     if (config.metrics) attachMetrics(this, config.metrics.registry)
@@ -194,7 +222,7 @@ export class Admission<Req> {
    * (waits, rejects, or fails open) exactly as it always does.
    */
   admitNow(bucket: Bucket): AdmitResult | undefined {
-    if (this.health.down) return undefined
+    if (this.health.down || this.outage?.local) return undefined
     // Kept leases are of weight 1 (the gateway's permit keep-alive; see release()).
     // (Counted as an arrival only when it answers: otherwise admit() follows and counts it.)
     const kept = bucket.weight === 1 ? this.kept?.take(bucket.key) : undefined
@@ -212,6 +240,12 @@ export class Admission<Req> {
   async admit(req: Req, signal: AbortSignalLike, bucket: Bucket = this.gateFor(req)): Promise<AdmitResult> {
     const started = Date.now()
     this.arrived(bucket)
+    return this.admitFrom(bucket, signal, started)
+  }
+
+  /** admit() of a request that arrived at `started`. */
+  private async admitFrom(bucket: Bucket, signal: AbortSignalLike, started: number): Promise<AdmitResult> {
+    if (this.outage?.local) return this.admitLocal(bucket, signal, started)
     // The store is known down: answer now, without waiting for another timeout (G14).
     if (this.health.down) {
       this.health.failedFast++
@@ -225,24 +259,33 @@ export class Admission<Req> {
     // Counted only once the store put the request in its queue (onQueued): a request whose call is
     // merely on its way is not waiting for anything.
     const place = this.config.maxWaitMs === 0 ? undefined : new QueuePlace(this, bucket.key)
+    // outage: 'share': a wait in the store's queue moves here when the store goes down.
+    const moving = place && this.outage ? new Moving(signal, this.outage) : undefined
     try {
       if (!place) {
         lease = await gate.tryAcquire(bucket.weight === 1 ? undefined : { weight: bucket.weight })
         if (!lease) return this.reject(bucket, 'busy', started) // it was not to wait
       } else {
         try {
-          const options = { signal, timeoutMs: this.config.maxWaitMs, onQueued: place.onQueued }
+          const options = {
+            signal: moving?.signal ?? signal,
+            timeoutMs: this.config.maxWaitMs,
+            onQueued: place.onQueued,
+          }
           // (A weight only where there is one: a read/write lock's gate takes none.)
           lease = await gate.acquire(bucket.weight === 1 ? options : { ...options, weight: bucket.weight })
         } finally {
           place.leave()
+          moving?.done()
         }
       }
     } catch (error) {
       if (place?.full) return this.reject(bucket, 'queue_full', started)
       if (error instanceof AcquireTimeoutError) return this.reject(bucket, 'timeout', started)
       if (signal.aborted) throw error // the client left: nothing to answer
-      this.health.failed(error, this.config.logger)
+      if (!moving?.moved) this.health.failed(error, this.config.logger)
+      // (Known down now, or moved by the outage: admitted in memory. Any other failure: as always.)
+      if (this.outage?.local) return this.admitLocal(bucket, signal, started)
       return this.storeFailed(bucket, started)
     }
     return this.admitted(bucket, lease, started)
@@ -260,6 +303,7 @@ export class Admission<Req> {
     const request = { weight: bucket.weight, priority: fair.priority, flow: fair.flow }
     let lease: Lease | undefined
     const place = wait === 0 ? undefined : new FairPlace(this, bucket.key, fair.priority, signal)
+    const moving = place && this.outage ? new Moving(place.signal, this.outage) : undefined
     try {
       if (!place) {
         lease = await gate.tryAcquire(request)
@@ -267,13 +311,14 @@ export class Admission<Req> {
       } else {
         try {
           lease = await gate.acquire({
-            signal: place.signal,
+            signal: moving?.signal ?? place.signal,
             timeoutMs: wait,
             onQueued: place.onQueued,
             ...request,
           })
         } finally {
           place.leave()
+          moving?.done()
         }
       }
     } catch (error) {
@@ -284,10 +329,79 @@ export class Admission<Req> {
         return this.reject(bucket, error.reason === 'evicted' ? 'shed' : 'queue_full', started, wait)
       if (error instanceof AcquireTimeoutError) return this.reject(bucket, 'timeout', started, wait)
       if (signal.aborted) throw error // the client left: nothing to answer
-      this.health.failed(error, this.config.logger)
+      if (!moving?.moved) this.health.failed(error, this.config.logger)
+      // (Known down now, or moved by the outage: admitted in memory. Any other failure: as always.)
+      if (this.outage?.local) return this.admitLocal(bucket, signal, started)
       return this.storeFailed(bucket, started)
     }
     return this.admitted(bucket, lease, started)
+  }
+
+  /** outage: 'share': admit in memory, within this process's share of the bucket's limit, with the
+   * bucket's own waiting rules and what is left of the request's wait (outage.ts). */
+  private async admitLocal(bucket: Bucket, signal: AbortSignalLike, started: number): Promise<AdmitResult> {
+    const outage = this.outage as OutageShare
+    if (this.localGeneration !== outage.generation) {
+      this.localGates.clear()
+      this.localGeneration = outage.generation
+    }
+    let gate = this.localGates.get(bucket.key)
+    if (!gate) {
+      outage.sharing()
+      const share = outage.share(bucket.gate.permits ?? 1)
+      gate = (this.localGate as NonNullable<typeof this.localGate>)(outage.store, bucket.key, share)
+      this.localGates.set(bucket.key, gate)
+    }
+    const fair = bucket.fair
+    const wait = (fair && this.config.maxWaitByClass?.[fair.priority]) ?? this.config.maxWaitMs
+    const left = Math.max(0, wait - (Date.now() - started))
+    const request = {
+      weight: Math.min(bucket.weight, gate.permits ?? 1),
+      ...(fair ? { priority: fair.priority, flow: fair.flow } : {}),
+    }
+    const local = { ...bucket, gate }
+    let lease: Lease | undefined
+    const place = left === 0 ? undefined : new QueuePlace(this, bucket.key)
+    // A wait here moves back to the store when this process admits through it again.
+    const back = place ? new Moving(signal, outage, outage.waitingHere) : undefined
+    try {
+      if (!place) {
+        lease = await gate.tryAcquire(request)
+        if (!lease) return this.reject(local, 'busy', started, wait)
+      } else {
+        try {
+          lease = await gate.acquire({
+            signal: back?.signal ?? signal,
+            timeoutMs: left,
+            onQueued: place.onQueued,
+            ...request,
+          })
+        } finally {
+          place.leave()
+          back?.done()
+        }
+      }
+    } catch (error) {
+      if (place?.full) return this.reject(local, 'queue_full', started, wait)
+      if (error instanceof AcquireTimeoutError) return this.reject(local, 'timeout', started, wait)
+      if (signal.aborted) throw error
+      if (back?.moved) return this.admitFrom(bucket, signal, started)
+      return this.reject(local, 'store_unavailable', started, wait)
+    }
+    let reserve: Lease | undefined
+    if (outage.inGrace) {
+      // Counted in the store before it runs (outage.ts, "Leaving").
+      reserve = await outage.reserveFirst(bucket.key, request.weight, signal, wait - (Date.now() - started))
+      if (!reserve) {
+        void this.giveBack(lease)
+        if (signal.aborted) throw abortReason(signal)
+        return this.reject(local, 'timeout', started, wait)
+      }
+    }
+    const hold = outage.admitted(bucket.key, request.weight, reserve)
+    const result = this.admitted(local, lease, started, false)
+    if (result.outcome === 'admitted') result.info.local = hold
+    return result
   }
 
   /** `started` undefined: admitted at once, without waiting. `fresh`: the store just granted the
@@ -434,6 +548,11 @@ export class Admission<Req> {
       this.measured(info, outcome)
       this.adaptive?.released()
     }
+    if (info.local) {
+      // Admitted in memory during an outage: never kept, and its reserve in the store goes too.
+      this.outage?.released(info.local as LocalHold)
+      return this.giveBack(lease)
+    }
     if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
     return this.giveBack(lease)
   }
@@ -442,6 +561,7 @@ export class Admission<Req> {
    * when a reload replaces this admission. Requests in flight still release as usual. */
   close(): Promise<void> {
     this.adaptive?.close()
+    this.outage?.close()
     return this.kept?.close() ?? Promise.resolve()
   }
 
@@ -544,6 +664,34 @@ export interface FairRequest {
 
 /** A request's place in its bucket's queue: taken when the store queues it (bounded by maxQueue),
  * given back once its acquire settles. */
+/** A wait in the store's queue that moves to this process's share when the store goes down, or a
+ * wait for the share that moves back to the store's queue when the outage ends (outage: 'share'):
+ * its own signal, aborted by the client's or by the move. */
+class Moving {
+  readonly signal = new AbortFlag()
+  moved = false
+  private readonly unwatch: () => void
+  private readonly move = () => {
+    this.moved = true
+    this.signal.abort(new Error('the store went down: admitted in memory'))
+  }
+
+  constructor(
+    client: AbortSignalLike,
+    outage: OutageShare,
+    /** Who moves it: the outage's start (store -> here), or its end (here -> store). */
+    private readonly by: Set<() => void> = outage.waiting,
+  ) {
+    this.unwatch = onAbort(client, () => this.signal.abort(abortReason(client)))
+    by.add(this.move)
+  }
+
+  done(): void {
+    this.unwatch()
+    this.by.delete(this.move)
+  }
+}
+
 class QueuePlace {
   full = false
   private counted = false

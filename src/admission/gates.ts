@@ -188,6 +188,15 @@ export function semaphoreAdmission<Req>(
     keepAliveMs,
   )
   admission.semaphoreOf = (key) => gates.get(key)
+  // outage: 'share': the same bucket in the outage's memory store, with this process's share.
+  admission.localGate = (local, key, n) => {
+    const localOptions = { permits: n, ttlMs: config.ttlMs, acquireTimeoutMs: Number.POSITIVE_INFINITY }
+    return bucketSemaphore(
+      local,
+      bucketName(config.name, key),
+      overload ? fairSemaphoreOptions(localOptions, overload.options) : localOptions,
+    )
+  }
   if (overload) admission.overloaded(overload.named)
   if (adaptive)
     admission.adaptive = adaptiveLimitOf(gates.get(GLOBAL_KEY), adaptive, store, config.logger, config.name)

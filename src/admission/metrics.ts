@@ -78,6 +78,9 @@ interface AnyAdmission {
     queued: number
   }
   readonly waits?: HistogramSeries | undefined
+  /** outage: 'share' (outage.ts). */
+  readonly outage?:
+    { readonly local: boolean; readonly inFlight: number; readonly replicas: number | undefined } | undefined
   /** An adaptive limit's (the `adaptive` option's), set after construction. */
   readonly adaptive?: { status(): { limit: number } } | undefined
   /** Per class and flow, for fair buckets (set after construction). */
@@ -275,6 +278,9 @@ const METRIC_NAMES = [
   'tollgate_policy_queued',
   'tollgate_policy_wait_seconds',
   'tollgate_policy_adaptive_limit',
+  'tollgate_policy_outage_local',
+  'tollgate_policy_outage_in_memory',
+  'tollgate_policy_outage_replicas',
 ]
 
 function register(
@@ -372,6 +378,37 @@ function register(
       })
     },
   })
+  // outage: 'share' (outage.ts): whether a policy admits in memory, what runs so, and the replicas it
+  // divides its limits by.
+  for (const [metric, help, value] of [
+    [
+      'tollgate_policy_outage_local',
+      "1 while the policy admits its share in memory (the store down or not back yet), by policy (outage: 'share')",
+      (a: AnyAdmission) => (a.outage?.local ? 1 : 0),
+    ],
+    [
+      'tollgate_policy_outage_in_memory',
+      "Requests admitted in memory during an outage and still running, by policy (outage: 'share')",
+      (a: AnyAdmission) => a.outage?.inFlight ?? 0,
+    ],
+    [
+      'tollgate_policy_outage_replicas',
+      "Replicas last counted on the store, which each limit is divided by during an outage, by policy (outage: 'share'; 0: never counted)",
+      (a: AnyAdmission) => a.outage?.replicas ?? 0,
+    ],
+  ] as const)
+    new prom.Gauge({
+      name: metric,
+      help,
+      labelNames: ['policy'],
+      registers,
+      collect() {
+        this.reset()
+        each((a) => {
+          if (a.outage) this.set({ policy: a.config.name }, value(a))
+        })
+      },
+    })
   // The gateway's tollgate_wait_seconds, per policy: observed as plain numbers on the request path
   // (admission.ts), read here at scrape time.
   const name = 'tollgate_policy_wait_seconds'

@@ -40,6 +40,9 @@ export interface TollgateInfo {
   admittedAt?: number | undefined
   /** Under an adaptive limit: its sample was taken (Admission.measured()). */
   sampled?: boolean | undefined
+  /** `outage: 'share'`: admitted in memory, within this process's share, while the store was down
+   * (what the process holds for it meanwhile). */
+  local?: { readonly key: string; readonly weight: number } | undefined
 }
 
 /** Why a request was rejected: `busy`, no permit was free and the request was not to wait
@@ -102,8 +105,16 @@ export interface CommonOptions<Req> {
   /** Status for rejections. Default: 503 for a global cap, 429 for a keyed one. */
   statusCode?: number
   /** When the store fails or does not answer: true lets the request through (logged once per burst,
-   * counted), false rejects with 503. @default false */
+   * counted), false rejects with 503. The older spelling of `outage: 'open'`. @default false */
   failOpen?: boolean
+  /** What a request gets while the store is down: `'closed'` a 503 at once; `'open'` straight
+   * through, unlimited (`failOpen`); `'share'` (semaphore() only) this process's share of the
+   * limit, admitted in memory: the limit divided by the replicas last seen using it (at least 1;
+   * `outageShare` when it never saw the store). @default 'closed' */
+  outage?: OutageMode
+  /** `outage: 'share'`: the permits of each bucket this process admits while the store is down if it
+   * has never seen the store (it then does not know how many replicas share the limit). @default 1 */
+  outageShare?: number
   /** Compute, count and send headers, but never reject. @default false */
   dryRun?: boolean
   /** Which RateLimit headers to send (see StandardHeaders). @default 'draft-8' */
@@ -205,7 +216,10 @@ export interface ResolvedConfig<Req> {
   maxQueue: number
   ttlMs: number
   statusCode: number | undefined
+  /** `outage` is 'open' (failOpen is its older spelling). */
   failOpen: boolean
+  outage: OutageMode
+  outageShare: number | undefined
   dryRun: boolean
   /** Send RateLimit headers (standardHeaders !== false). */
   headers: boolean
@@ -240,6 +254,8 @@ const COMMON_KEYS = [
   'ttlMs',
   'statusCode',
   'failOpen',
+  'outage',
+  'outageShare',
   'dryRun',
   'standardHeaders',
   'headers',
@@ -432,6 +448,7 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
       'not given with standardHeaders (it is its older spelling)',
       config.headers,
     )
+  const { outage, outageShare } = resolveOutage(config, kind)
   const standardHeaders: StandardHeaders =
     config.standardHeaders ?? (config.headers === false ? false : 'draft-8')
   if (standardHeaders !== 'draft-7' && standardHeaders !== 'draft-8' && standardHeaders !== false) {
@@ -497,7 +514,9 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
     maxQueue,
     ttlMs,
     statusCode,
-    failOpen: config.failOpen,
+    failOpen: outage === 'open',
+    outage,
+    outageShare,
     dryRun: config.dryRun,
     headers: standardHeaders !== false,
     standardHeaders,
@@ -510,4 +529,30 @@ export function resolveCommon<Req>(options: CommonOptions<Req>, kind = 'semaphor
     onLost,
     logger,
   }
+}
+
+export type OutageMode = 'closed' | 'open' | 'share'
+
+/** `outage` and its older spelling `failOpen` (which says 'open' or 'closed'), and `outageShare`. */
+function resolveOutage(
+  config: { failOpen: boolean; outage?: unknown; outageShare?: unknown },
+  kind: string,
+): { outage: OutageMode; outageShare: number | undefined } {
+  const given = config.outage
+  if (given !== undefined && given !== 'closed' && given !== 'open' && given !== 'share')
+    throw new ConfigError('outage', "'closed', 'open' or 'share'", given)
+  if (given === 'share' && kind !== 'semaphore')
+    throw new ConfigError(
+      'outage',
+      "'closed' or 'open' (a lock shared out in memory while the store is down would no longer exclude: 'share' is semaphore()'s)",
+      given,
+    )
+  if (given !== undefined && config.failOpen && given !== 'open')
+    throw new ConfigError('failOpen', `not true beside outage: '${given}' (it is outage: 'open')`, true)
+  const outage: OutageMode = given ?? (config.failOpen ? 'open' : 'closed')
+  if (config.outageShare !== undefined && outage !== 'share')
+    throw new ConfigError('outageShare', "only with outage: 'share'", config.outageShare)
+  const outageShare =
+    config.outageShare === undefined ? undefined : positiveInt('outageShare', config.outageShare, 1_000_000)
+  return { outage, outageShare }
 }

@@ -20,10 +20,18 @@ export class StoreHealth {
   /** Admissions answered without asking the store during the current outage. */
   failedFast = 0
   private downSince = 0
+  /** The longest wait between two probes (outage: 'share' asks every PROBE_MIN_MS: fastProbe()). */
+  private probeMaxMs = PROBE_MAX_MS
   private logger: HealthLogger | undefined
   private readonly listeners = new Set<(down: boolean) => void>()
 
   constructor(private readonly store: Store) {}
+
+  /** Probe every PROBE_MIN_MS, without backing off: every process of a fleet in outage: 'share'
+   * notices the store's return within that (outage.ts). */
+  fastProbe(): void {
+    this.probeMaxMs = PROBE_MIN_MS
+  }
 
   /** Be told when the store goes down or comes back. Returns the unsubscribe. */
   onChange(listener: (down: boolean) => void): () => void {
@@ -55,7 +63,7 @@ export class StoreHealth {
       try {
         await this.store.permits.inspect(space)
       } catch {
-        wait = Math.min(PROBE_MAX_MS, wait * 2)
+        wait = Math.min(this.probeMaxMs, wait * 2)
         continue
       }
       this.down = false

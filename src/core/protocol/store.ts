@@ -11,6 +11,9 @@ export interface Store {
   readonly kind: 'redis' | 'memory'
   /** Key prefix (default `tollgate`). */
   readonly prefix: string
+  /** The longest a store call waits for its answer before it fails, ms (a Redis store's; a memory
+   * store answers at once). */
+  readonly commandTimeoutMs?: number
   /** True while wake-up notifications are being delivered; waiters poll with backoff otherwise. */
   readonly notificationsHealthy: boolean
   /** The fair permit set behind the mutex, the reentrant mutex, the semaphore and RedLock. */

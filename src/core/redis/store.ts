@@ -156,7 +156,7 @@ class RedisStore implements Store {
     private readonly redis: Redis | Cluster,
     private readonly owned: boolean,
     readonly prefix: string,
-    private readonly commandTimeoutMs: number,
+    readonly commandTimeoutMs: number,
   ) {
     this.deadlines = new Deadlines(commandTimeoutMs)
     this.subscriptions = new Subscriptions(redis, commandTimeoutMs, (channel, message) =>
