@@ -158,7 +158,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   // ready (otherwise every replica goes unready at once and failOpen is defeated).
   const allFailOpen = () => {
     const admissions = ctx.routes.flatMap((route) => route.admissions)
-    return admissions.length > 0 && admissions.every((admission) => admission.config.failOpen)
+    return admissions.length > 0 && admissions.every((admission) => admission.config.outage !== 'closed')
   }
   const onRequest = (req: ClientRequest, res: ClientResponse) => handleRequest(ctx, req, res)
   const server = http.createServer(onRequest)

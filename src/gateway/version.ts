@@ -49,7 +49,7 @@ defaults: # what every route inherits; a route's own fields win
     maxWaitMs: 1000 # wait this long for a permit, then reject; 0 = never wait (--max-wait-ms)
     maxQueue: 100 # waiting requests per bucket and replica; more are rejected at once (--max-queue)
     statusCode: 503 # rejection status; default 503 for global/route, 429 for tenant/ip
-    failOpen: false # true: let requests through while Redis is unavailable (--fail-open)
+    outage: closed # while Redis is unavailable: closed (503) | open (unlimited) | share (this replica's share of the limit) (--outage)
     overrides: {} # bucket -> permits, e.g. { premium-tenant: 50 }
     weight: 1 # permits one request counts for (e.g. 5 for an export route), at most permits
   rwlock: false # \`rwlock: {...}\` = read/write lock per resource on every route (--rwlock)
@@ -81,7 +81,7 @@ routes: # matched in order; the first match serves the request. Without routes: 
       maxWaitMs: 2000 # default 1000 (--max-wait-ms)
       maxQueue: 100 # default 100 (--max-queue)
       statusCode: 409 # default 429
-      failOpen: false # default false (--fail-open)
+      outage: closed # closed | open; a lock is never shared out (--outage)
     # the route still has the default concurrency cap too: the lock is taken first, then the permit
 
   - name: health

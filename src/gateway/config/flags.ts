@@ -68,6 +68,8 @@ export interface GatewayFlags {
   escapedSlashes?: 'reject' | 'keep'
   shutdownGraceMs?: number
   failOpen?: boolean
+  outage?: 'closed' | 'open' | 'share'
+  outageShare?: number
   permitKeepAliveMs?: number
   /** Every route's requests take their priority class from this header (trusted: docs/gateway.md,
    * "Priorities and fair shares"). */
@@ -135,6 +137,8 @@ const FLAG_OPTIONS = {
   'escaped-slashes': { type: 'string' },
   'shutdown-grace-ms': { type: 'string' },
   'fail-open': { type: 'boolean' },
+  outage: { type: 'string' },
+  'outage-share': { type: 'string' },
   'permit-keepalive-ms': { type: 'string' },
   'priority-header': { type: 'string' },
   'flow-from': { type: 'string' },
@@ -222,7 +226,10 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --merge-slashes <on|off>    collapse repeated slashes in paths (default on)
   --escaped-slashes <reject|keep>  %2F and %5C in paths: 400, or keep them encoded (default reject)
   --shutdown-grace-ms <n>     SIGTERM waits this long for in-flight requests (default ${GATEWAY_DEFAULTS.shutdownGraceMs})
-  --fail-open                 let requests through while Redis is unavailable (default: reject with 503)
+  --outage <closed|open|share>  while Redis is unavailable: 503 (closed, the default), let every request
+                              through (open), or this replica's share of each limit, in memory (share)
+  --outage-share <n>          share: the permits per bucket of a replica that never saw Redis (default 1)
+  --fail-open                 the older spelling of --outage open
   --permit-keepalive-ms <n>   keep a finished request's permit up to n ms for the next request of its
                               bucket on this replica, fewer Redis calls; no fencing header (default 0: off)
   --priority-header <name>    a request's priority class from this header (critical, standard, sheddable
@@ -392,6 +399,11 @@ export function parseFlags(argv: readonly string[], env: NodeJS.ProcessEnv = {})
     ),
     shutdownGraceMs: numberFlag('shutdown-grace-ms', ms(0)),
     failOpen: boolFlag('fail-open'),
+    outage: stringFlag(
+      'outage',
+      z.enum(['closed', 'open', 'share'], { error: 'expected closed, open or share' }),
+    ),
+    outageShare: numberFlag('outage-share', positiveInt(1_000_000)),
     permitKeepAliveMs: numberFlag('permit-keepalive-ms', keepAlive),
     priorityHeader: stringFlag('priority-header', headerName),
     flowFrom: stringFlag('flow-from', flowFrom),

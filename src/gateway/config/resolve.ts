@@ -222,6 +222,8 @@ function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
     maxWaitMs: flags.maxWaitMs,
     maxQueue: flags.maxQueue,
     failOpen: flags.failOpen,
+    outage: flags.outage,
+    outageShare: flags.outageShare,
     keepAliveMs: flags.permitKeepAliveMs,
     // The operator who names the header on the command line is the one who trusts it.
     priority:
@@ -256,7 +258,9 @@ function inherited(file: GatewayFile, flags: GatewayFlags): Inherited {
   if (flags.rwlock) {
     // The lock waits and fails like the concurrency cap: the same flags set both.
     const { maxWaitMs, maxQueue, failOpen } = concurrencyFlags
-    rwlock = { ...(rwlock || {}), ...defined({ maxWaitMs, maxQueue, failOpen }) }
+    // (--outage share is the concurrency cap's alone: the lock keeps failing closed, or open.)
+    const outage = flags.outage === 'share' ? undefined : flags.outage
+    rwlock = { ...(rwlock || {}), ...defined({ maxWaitMs, maxQueue, failOpen, outage }) }
   }
   const t = defaults.timeouts
   return {
@@ -473,7 +477,10 @@ function resolveConcurrency(
     maxWaitMs: input.maxWaitMs ?? d.maxWaitMs,
     maxQueue: input.maxQueue ?? d.maxQueue,
     statusCode: input.statusCode,
-    failOpen: input.failOpen ?? d.failOpen,
+    // `outage` wins over `failOpen` (its older spelling), wherever each was set.
+    failOpen: outageOf(input) === 'open',
+    outage: outageOf(input),
+    outageShare: input.outageShare,
     keepAliveMs: input.keepAliveMs ?? d.keepAliveMs,
     weight: input.weight ?? 1,
     overrides: { ...input.overrides },
@@ -555,6 +562,14 @@ function resolveRwLock(input: RwLockInput): RwLockConfig {
     maxWaitMs: input.maxWaitMs ?? d.maxWaitMs,
     maxQueue: input.maxQueue ?? d.maxQueue,
     statusCode: input.statusCode,
-    failOpen: input.failOpen ?? d.failOpen,
+    failOpen: outageOf(input) === 'open',
   }
+}
+
+/** A limit's `outage`, or what its older spelling `failOpen` says. */
+function outageOf<M extends string>(input: {
+  outage?: M | undefined
+  failOpen?: boolean | undefined
+}): M | 'open' | 'closed' {
+  return input.outage ?? ((input.failOpen ?? GATEWAY_DEFAULTS.failOpen) ? 'open' : 'closed')
 }

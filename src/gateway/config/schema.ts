@@ -225,6 +225,8 @@ const concurrencySchema = z.strictObject({
   maxQueue: positiveInt(1_000_000).optional(),
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
+  outage: z.enum(['closed', 'open', 'share'], { error: 'expected closed, open or share' }).optional(),
+  outageShare: positiveInt(1_000_000).optional(),
   keepAliveMs: keepAlive.optional(),
   weight: intIn(1, 1000, 'expected an integer from 1 to 1000').optional(),
   overrides: z
@@ -242,6 +244,12 @@ const rwlockSchema = z.strictObject({
   maxQueue: positiveInt(1_000_000).optional(),
   statusCode: statusCode.optional(),
   failOpen: bool.optional(),
+  outage: z
+    .enum(['closed', 'open'], {
+      error:
+        'expected closed or open (a lock shared out in memory would no longer exclude: share is for concurrency)',
+    })
+    .optional(),
 })
 const timeoutsSchema = z.strictObject({
   upstreamMs: ms().optional(),

@@ -28,7 +28,12 @@ export interface ConcurrencyConfig {
   maxQueue: number
   /** Rejection status; undefined = 503 for global/route, 429 for tenant/ip. */
   statusCode: number | undefined
+  /** `outage` is 'open' (its older spelling). */
   failOpen: boolean
+  /** While Redis is down: closed (503), open (unlimited) or share (this replica's share, in memory). */
+  outage: 'closed' | 'open' | 'share'
+  /** outage share: each bucket's permits here while Redis is down, for a replica that never saw it. */
+  outageShare: number | undefined
   /** Permits of particular buckets (tenant ids or addresses). */
   overrides: Readonly<Record<string, number>>
   /** Permit keep-alive: a lease serves this replica's requests of its bucket for up to this long

@@ -342,10 +342,16 @@ export function createAdminServer(view: AdminView): http.Server {
     // reads at once (every other bucket is read by name).
     const keys = all.slice(0, MAX_LISTED_BUCKETS)
     const buckets: BucketState[] = []
-    for (let i = 0; i < keys.length; i += READS_AT_ONCE)
-      buckets.push(
-        ...(await Promise.all(keys.slice(i, i + READS_AT_ONCE).map((key) => bucketState(live, key)))),
-      )
+    const outage = live.concurrency!.outage
+    try {
+      for (let i = 0; i < keys.length; i += READS_AT_ONCE)
+        buckets.push(
+          ...(await Promise.all(keys.slice(i, i + READS_AT_ONCE).map((key) => bucketState(live, key)))),
+        )
+    } catch (error) {
+      // outage: share answers without the store: what this replica admits meanwhile is its own.
+      if (!outage?.local) throw error
+    }
     return {
       route: live.config.name,
       limited: true,
@@ -354,6 +360,16 @@ export function createAdminServer(view: AdminView): http.Server {
       ...(concurrency.adaptive
         ? { adaptive: { min: concurrency.adaptive.min, max: concurrency.adaptive.max } }
         : {}),
+      outage: outage
+        ? {
+            mode: concurrency.outage,
+            local: outage.local,
+            replicas: outage.replicas ?? null,
+            share: outage.share(configuredLimit(concurrency)),
+            inMemory: outage.inFlight,
+            outageMs: outage.local ? Date.now() - outage.since : null,
+          }
+        : { mode: concurrency.outage },
       buckets,
       ...(perBucket ? { busiest } : {}),
       ...(all.length > keys.length
