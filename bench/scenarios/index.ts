@@ -7,6 +7,7 @@ import { gatewayScenarios } from './gateway.js'
 import { holdsScenarios } from './holds.js'
 import { middlewareScenarios } from './middleware.js'
 import { mutexScenarios } from './mutex.js'
+import { outageScenarios } from './outage.js'
 import { overloadScenarios } from './overload.js'
 import { primitivesScenarios } from './primitives.js'
 import { scriptCostScenarios } from './script-costs.js'
@@ -30,4 +31,5 @@ export const scenarios: Scenario[] = [
   ...adaptiveScenarios,
   ...adaptiveAttacksScenarios,
   ...overloadScenarios,
+  ...outageScenarios,
 ]
