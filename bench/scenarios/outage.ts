@@ -11,6 +11,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js'
+import { post } from '../lib/control.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt } from '../lib/report.js'
 import type { Scenario, Table, Verdict } from '../lib/scenario.js'
@@ -62,17 +63,6 @@ interface ModeRun {
   phases: PhaseFigures[]
   t0: number
   series: { t: number[]; inFlight: number[]; okPerS: number[] }
-}
-
-async function post<T>(url: string, body?: unknown, timeoutMs = 60_000): Promise<T> {
-  const response = await fetch(url, {
-    method: 'POST',
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(timeoutMs),
-  })
-  const data = (await response.json()) as T & { error?: string }
-  if (!response.ok) throw new Error(`POST ${url}: ${data.error ?? response.status}`)
-  return data
 }
 
 async function runMode(mode: Mode, loadUrl: string, dir: string): Promise<ModeRun> {

@@ -19,6 +19,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { post } from '../lib/control.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
@@ -200,17 +201,6 @@ interface Run {
   limits: { t: number; limit: number }[]
   upstream: UpstreamStats
   t0: number
-}
-
-async function post<T>(url: string, body?: unknown, timeoutMs = 60_000): Promise<T> {
-  const response = await fetch(url, {
-    method: 'POST',
-    body: body === undefined ? undefined : JSON.stringify(body),
-    signal: AbortSignal.timeout(timeoutMs),
-  })
-  const data = (await response.json()) as T & { error?: string }
-  if (!response.ok) throw new Error(`POST ${url}: ${data.error ?? response.status}`)
-  return data
 }
 
 async function getJson<T>(url: string): Promise<T | undefined> {
