@@ -346,7 +346,7 @@ describe('a fleet on Redis', () => {
   )
 
   it('two replicas: each window is stepped as soon as both reported it (lag 0), not from the leader’s report of the next window', async () => {
-    const windowMs = 500
+    const windowMs = 1_000
     const prefix = uniquePrefix().slice(0, -1)
     const stores = [connectStandalone(), connectStandalone()].map((c) => createRedisStore(c, { prefix }))
     opened.push(...stores)
@@ -356,24 +356,41 @@ describe('a fleet on Redis', () => {
     const load = drive(replicas, new Upstream(8, 20), 16)
     try {
       await eventually(() => replicas.every((r) => r.adaptive?.status().replicas === 2), 5_000)
-      // Read the last window stepped 250 ms into each of 4 windows (the reports go ~50 ms after a
-      // window ends, the step right after them): it is the window that just ended.
-      const lags: number[] = []
-      const serverNow = async () => {
-        const [seconds, micros] = await redis.time()
-        return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000)
+      // The reports go ~50 ms after a window ends and the step right after them. Stepped from the
+      // leader's report of the next window instead, a window would be stepped a whole window (and
+      // ~50 ms) after it ended. Watch Redis's own clock and the stepped window every 10 ms, and
+      // measure when each of 4 windows was first seen stepped, from its end.
+      const look = async () => {
+        const replies = (await redis.pipeline().time().hget(`${prefix}:{sem:prompt}:as`, 'w').exec()) ?? []
+        const [seconds, micros] = replies[0]?.[1] as [string, string]
+        return {
+          now: Number(seconds) * 1000 + Math.floor(Number(micros) / 1000),
+          stepped: Number(replies[1]?.[1]),
+        }
       }
-      for (let i = 0; i < 4; i++) {
-        await sleep(windowMs - ((await serverNow()) % windowMs) + 250)
-        const running = Math.floor((await serverNow()) / windowMs) * windowMs
-        const stepped = Number(await redis.hget(`${prefix}:{sem:prompt}:as`, 'w'))
-        lags.push((running - windowMs - stepped) / windowMs)
+      const first = await look()
+      let ends = Math.floor(first.now / windowMs) * windowMs + windowMs
+      const delays: number[] = []
+      while (delays.length < 4) {
+        const { now, stepped } = await look()
+        if (stepped >= ends - windowMs) {
+          delays.push(now - ends)
+          ends += windowMs
+        } else if (now - ends > 3 * windowMs) {
+          delays.push(now - ends) // never stepped: fails below
+          ends = Math.floor(now / windowMs) * windowMs + windowMs
+        }
+        await sleep(10)
       }
-      expect(lags).toEqual([0, 0, 0, 0])
+      // Stepped within 0.7 of a window of its end, each time; a lag of one window would take ≥ 1.
+      expect(
+        delays.every((delay) => delay < 0.7 * windowMs),
+        `delays ${delays.join(', ')} ms`,
+      ).toBe(true)
     } finally {
       await load.stop()
     }
-  }, 20_000)
+  }, 30_000)
 
   it('a restarted replica starts from the fleet’s saved state, not from `initial`: no slow start again', async () => {
     const prefix = uniquePrefix().slice(0, -1)
