@@ -128,6 +128,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       storeUp: async () => !redis || (!health.down && (await within(redis.ping(), LIMIT_READ_TIMEOUT_MS)).ok),
       limits: effectiveLimits,
       adaptiveOf: (name) => liveRoute(name)?.concurrency?.adaptive?.status(),
+      outageOf: (name) => liveRoute(name)?.concurrency?.outage,
     },
   )
   const opened = openStore(config, logger)

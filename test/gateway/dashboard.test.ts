@@ -17,7 +17,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Browser, chromium, type Page } from 'playwright-core'
 import { findChromium } from '../../scripts/ensure-browser.mjs'
 import { eventually, sleep } from '../helpers/contract.js'
-import { baseFlags, type GatewayProcess, redisUrl, spawnGateway } from '../helpers/gateway.js'
+import {
+  baseFlags,
+  freshAdminGet,
+  type GatewayProcess,
+  metric,
+  redisUrl,
+  spawnGateway,
+} from '../helpers/gateway.js'
 import { topology, uniquePrefix } from '../helpers/redis.js'
 import { startRedisServer } from '../helpers/redis-server.js'
 import { startUpstream, type Upstream } from '../helpers/upstream.js'
@@ -429,4 +436,64 @@ describe("the admin listener's answers", () => {
       await redis.stop()
     }
   }, 30_000)
+})
+
+describe.skipIf(!executable)('the dashboard in an outage, in Chromium', () => {
+  it("outage: share: while Redis is down, the page, /limits and /metrics show this replica's share and what runs on it; back to the fleet's limit after", async () => {
+    const upstream = await startUpstream()
+    const redis = await startRedisServer()
+    try {
+      const flags = [
+        ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+        ...['--redis', redis.url, '--permits', '4', '--outage', 'share'],
+      ]
+      const [a, b] = (await Promise.all([spawnGateway(flags), spawnGateway(flags)])) as [
+        GatewayProcess,
+        GatewayProcess,
+      ]
+      type Outage = { local: boolean; replicas: number | null; share: number; inMemory: number }
+      const outage = async (gateway: GatewayProcess) =>
+        ((await (await freshAdminGet(`${gateway.adminUrl}/limits/default`)).json()) as { outage: Outage })
+          .outage
+      // Both replicas counted on the store before it goes.
+      await eventually(async () => (await outage(a)).replicas === 2, 10_000, 250)
+      const { page, problems } = await open(`${a.adminUrl}/dashboard`)
+      try {
+        await eventually(async () => (await cell(page, 'default', 'Limit in force')) === '4', 10_000)
+        redis.kill()
+        await redis.exited()
+        // A request notices the outage; one held here runs on the share meanwhile.
+        const held = fetch(`${a.url}/hold`).then((r) => r.text())
+        await eventually(() => upstream.probe.inside === 1, 5_000)
+        await eventually(async () => (await outage(a)).local, 5_000, 100)
+        expect(await outage(a)).toMatchObject({ local: true, replicas: 2, share: 2, inMemory: 1 })
+        const text = await (await freshAdminGet(`${a.adminUrl}/metrics`)).text()
+        expect(metric(text, 'tollgate_outage_local', { route: 'default' })).toBe(1)
+        expect(metric(text, 'tollgate_outage_in_memory', { route: 'default' })).toBe(1)
+        expect(metric(text, 'tollgate_outage_replicas', { route: 'default' })).toBe(2)
+        await eventually(
+          async () =>
+            (await cell(page, 'default', 'Limit in force')) ===
+            "2 here (store down: this replica's share of 4, 2 replicas; 1 in flight)",
+          10_000,
+        )
+        expect(await page.locator('#status').textContent()).toContain('DOWN')
+        for (const release of upstream.probe.holders.splice(0)) release()
+        expect(await held).toBe('held')
+        await redis.restart()
+        await eventually(async () => !(await outage(a)).local, 10_000, 250)
+        await eventually(async () => (await cell(page, 'default', 'Limit in force')) === '4', 10_000)
+        const after = await (await freshAdminGet(`${a.adminUrl}/metrics`)).text()
+        expect(metric(after, 'tollgate_outage_local', { route: 'default' })).toBe(0)
+        expect(await lowContrast(page)).toEqual([])
+        expect(problems.filter((p) => !p.includes('data.json'))).toEqual([])
+      } finally {
+        await page.context().close()
+      }
+      b.kill()
+    } finally {
+      await redis.stop()
+      await upstream.close()
+    }
+  }, 60_000)
 })

@@ -181,7 +181,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"INKtxiZ-gA1r0w4k"',
+    etag: '"IFTu-1soqVZpsW9z"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -326,8 +326,12 @@ function renderAccess() {
   form.hidden = !access.tokenRequired
 }
 
-function limitCell(limit) {
+function limitCell(limit, outage) {
   if (!limit) return '–'
+  if (outage) {
+    const split = outage.replicas === null ? 'replicas not counted yet' : \`\${outage.replicas} replicas\`
+    return \`\${outage.share} here (store down: this replica's share of \${outage.of}, \${split}; \${outage.inMemory} in flight)\`
+  }
   return String(limit.effective)
 }
 
@@ -422,7 +426,7 @@ function renderRoutes(routes) {
   for (const route of routes) {
     const { cells } = rows.get(route.name)
     const limit = route.limit
-    text(cells.effective, limitCell(limit))
+    text(cells.effective, limitCell(limit, route.outage))
     text(cells.configured, limit && (limit.adaptive ? \`\${limit.configured} (initial)\` : limit.configured))
     text(cells.override, limit && (limit.override ?? 'none'))
     text(cells.adaptive, limit ? adaptiveText(limit.adaptive) : '–')

@@ -584,6 +584,7 @@ export class Dashboard {
                 )
               : []
           const waitKey = `wait ${name}`
+          const outage = concurrency ? live.concurrency?.outage : undefined
           return {
             name,
             limited: concurrency !== undefined,
@@ -600,6 +601,14 @@ export class Dashboard {
             rejected: rejected.get(name) ?? {},
             history: this.history.get(name) ?? [],
             buckets,
+            outage: outage?.local
+              ? {
+                  share: outage.share(configured as number),
+                  of: configured as number,
+                  replicas: outage.replicas ?? null,
+                  inMemory: outage.inFlight,
+                }
+              : null,
             ...(live.fair && concurrency ? this.fairOf(live, concurrency, stats, busiestFlows) : {}),
           }
         }),
@@ -721,6 +730,10 @@ interface Snapshot {
     rejected: Record<string, number>
     history: Point[]
     buckets: { bucket: string; holders: number | null; queued: number | null; effective: number | null }[]
+    /** While this replica admits its share of the limit in memory (outage: share; null otherwise):
+     * the share, of the configured limit, the replicas it was split between (null: never counted),
+     * and the requests admitted here in memory that are still running. */
+    outage: { share: number; of: number; replicas: number | null; inMemory: number } | null
     /** A fair route's: by class, highest first. */
     classes?: ClassRow[]
     /** A fair route's busiest flows on this replica (with a `flow` config). */

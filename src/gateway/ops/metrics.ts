@@ -196,6 +196,13 @@ const STATUS_CLASSES = ['other', '1xx', '2xx', '3xx', '4xx', '5xx', '6xx', '7xx'
 
 const DURATION_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 
+/** What the metrics read of a route's outage share. */
+export interface OutageFigures {
+  readonly local: boolean
+  readonly inFlight: number
+  readonly replicas: number | undefined
+}
+
 /** `queuedOf(route)`: requests of the route waiting in the store's queue right now, `keptOf(route)`:
  * permits kept for its next requests (permit keep-alive), and `storeUp()` whether the store answers
  * (all read at scrape time). */
@@ -209,6 +216,8 @@ export function createMetrics(
     limits?: () => Promise<{ route: string; permits: number }[]>
     /** The adaptive limit of a route, if it has one. */
     adaptiveOf?: (route: string) => AdaptiveStatus | undefined
+    /** A route's outage share (outage: share), if it has one. */
+    outageOf?: (route: string) => OutageFigures | undefined
   } = {},
 ): GatewayMetrics {
   const routes = [...initialRoutes]
@@ -514,6 +523,37 @@ export function createMetrics(
     'tollgate_adaptive_store_reachable',
     'Whether the last report reached the store (0: the last limit is held)',
     (s) => (s.storeReachable ? 1 : 0),
+  )
+  // outage: share (admission/outage.ts), read at scrape time; routes with another policy have none.
+  const outageGauge = (name: string, help: string, value: (outage: OutageFigures) => number) =>
+    new Gauge({
+      name,
+      help,
+      labelNames: ['route'],
+      registers,
+      collect() {
+        this.reset()
+        if (!options.outageOf) return
+        for (const route of routes) {
+          const outage = options.outageOf(route)
+          if (outage) this.set({ route }, value(outage))
+        }
+      },
+    })
+  outageGauge(
+    'tollgate_outage_local',
+    'Whether this replica admits its share of the route’s limit in memory (1: the store is down or not back yet)',
+    (o) => (o.local ? 1 : 0),
+  )
+  outageGauge(
+    'tollgate_outage_in_memory',
+    'Requests admitted in memory during an outage that are still running',
+    (o) => o.inFlight,
+  )
+  outageGauge(
+    'tollgate_outage_replicas',
+    'Replicas last counted on the store, which the limit is divided by during an outage (0: never counted)',
+    (o) => o.replicas ?? 0,
   )
   metrics.reloads.inc({ result: 'success' }, 0)
   metrics.reloads.inc({ result: 'failure' }, 0)

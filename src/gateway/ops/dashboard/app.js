@@ -142,8 +142,12 @@ function renderAccess() {
   form.hidden = !access.tokenRequired
 }
 
-function limitCell(limit) {
+function limitCell(limit, outage) {
   if (!limit) return '–'
+  if (outage) {
+    const split = outage.replicas === null ? 'replicas not counted yet' : `${outage.replicas} replicas`
+    return `${outage.share} here (store down: this replica's share of ${outage.of}, ${split}; ${outage.inMemory} in flight)`
+  }
   return String(limit.effective)
 }
 
@@ -238,7 +242,7 @@ function renderRoutes(routes) {
   for (const route of routes) {
     const { cells } = rows.get(route.name)
     const limit = route.limit
-    text(cells.effective, limitCell(limit))
+    text(cells.effective, limitCell(limit, route.outage))
     text(cells.configured, limit && (limit.adaptive ? `${limit.configured} (initial)` : limit.configured))
     text(cells.override, limit && (limit.override ?? 'none'))
     text(cells.adaptive, limit ? adaptiveText(limit.adaptive) : '–')
