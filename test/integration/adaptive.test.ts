@@ -115,6 +115,54 @@ describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s]', (
   }, 30_000)
 })
 
+describe.each([
+  ['memory, scope local', 1],
+  ['Redis, one replica', 1],
+  ['Redis, two replicas', 2],
+] as const)('slow start [%s]', (kind, count) => {
+  it('the doubling that passes the capacity is braked within a few round trips, not a window, and slow start does not double again', async () => {
+    const prefix = uniquePrefix().slice(0, -1)
+    const stores = Array.from({ length: count }, () =>
+      kind.startsWith('memory') ? createMemoryStore() : createRedisStore(connectStandalone(), { prefix }),
+    )
+    opened.push(...stores)
+    // Windows of 1 s: 8 (clean), 16 (the capacity: clean), then 32, past the knee.
+    const replicas = stores.map((store) =>
+      adaptiveSemaphore(store, 'braked', {
+        initial: 8,
+        windowMs: 1_000,
+        max: 256,
+        ...(kind.startsWith('memory') ? { scope: 'local' } : {}),
+      }),
+    )
+    const upstream = new Upstream(16, 20)
+    const load = drive(replicas, upstream, 64)
+    // Time with more than 1.25 x the capacity in flight in the upstream, over 7 windows.
+    let aboveMs = 0
+    try {
+      let last = performance.now()
+      const until = last + 7_000
+      while (performance.now() < until) {
+        await sleep(5)
+        const now = performance.now()
+        if (upstream.inFlight > 20) aboveMs += now - last
+        last = now
+      }
+      const statuses = replicas.map((r) => r.adaptive?.status())
+      // Found: within ±25 % of the capacity.
+      for (const status of statuses) {
+        expect(status?.limit).toBeGreaterThanOrEqual(12)
+        expect(status?.limit).toBeLessThanOrEqual(20)
+      }
+    } finally {
+      await load.stop()
+    }
+    // Before: 32 in flight (2 x the capacity) for the window of the doubling, then (once braked
+    // blind) for another doubling: 1,000 to 3,000 ms.
+    expect(aboveMs, `${Math.round(aboveMs)} ms above 1.25 C`).toBeLessThan(300)
+  }, 30_000)
+})
+
 describe.each(['memory', 'standalone'] as const)('an adaptive semaphore [%s], around it', (kind) => {
   const storeOf = () => {
     const store =

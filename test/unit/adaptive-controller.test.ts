@@ -5,6 +5,7 @@
 // so with L in flight (clients always offer more than the limit) a request takes S x max(1, L / C).
 import { describe, expect, it } from 'vitest'
 import {
+  braked,
   type ControllerState,
   emptySummary,
   initialState,
@@ -618,5 +619,46 @@ describe('slow start from a cold start, against a saturated upstream with a knee
     // A noisy window at 64 (gradient 0.88): 56, not 32.
     const noisy = step(start, win(100, 0, 100 * (10 / 0.88), 64), options)
     expect(noisy.estimate).toBeCloseTo(56.32)
+  })
+})
+
+describe("slow start's brake (braked())", () => {
+  const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 16 })
+  // A doubling past the last clean limit (32) in force, over a baseline of 10 ms.
+  const doubled: ControllerState = {
+    ...initialState(options),
+    baselineMs: 10,
+    good: 32,
+    limit: 64,
+    estimate: 64,
+    previous: 32,
+    steps: 5,
+  }
+
+  it('a median a quarter over the queueing a step would see ends slow start at the last clean limit, as a state of the same step', () => {
+    // tolerance 1: the step sees queueing above 11.1 ms; the brake above 13.9 ms.
+    expect(braked(doubled, 13.8, options)).toBeUndefined()
+    const after = braked(doubled, 20, options)
+    expect(after).toMatchObject({ limit: 32, estimate: 32, slowStart: false, steps: 5, previous: 64 })
+    expect(after?.last?.reason).toBe('brake')
+  })
+
+  it('the next step goes on from the last clean limit by the gradient: it does not double again on the braked window', () => {
+    const after = braked(doubled, 20, options) as ControllerState
+    // The braked window: 64 in flight at first, then 32 at the baseline latency.
+    const next = step(after, win(100, 0, 100 * 10, 64), options)
+    expect(next.slowStart).toBe(false)
+    expect(next.limit).toBeLessThanOrEqual(36)
+    // Before (a brake of the limit alone, the state still in slow start with good = 32): 128.
+    const blind = step({ ...doubled }, win(100, 0, 100 * 10, 64), options)
+    expect(blind.limit).toBe(128)
+  })
+
+  it('brakes nothing outside a doubling: not in slow start, not above the last clean limit, during a probe, without a baseline', () => {
+    expect(braked({ ...doubled, slowStart: false }, 50, options)).toBeUndefined()
+    expect(braked({ ...doubled, limit: 32, estimate: 32 }, 50, options)).toBeUndefined()
+    expect(braked({ ...doubled, probing: true }, 50, options)).toBeUndefined()
+    expect(braked({ ...doubled, baselineMs: undefined }, 50, options)).toBeUndefined()
+    expect(braked({ ...doubled, good: undefined }, 50, options)).toBeUndefined()
   })
 })

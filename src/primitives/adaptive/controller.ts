@@ -20,8 +20,14 @@
 //   twice what was in flight; a window in between holds. So a limit starting at 1 finds a capacity of
 //   32 in ~6 windows, not ~40. A window at the capacity shows no queueing, so the doubling after it
 //   overshoots to ~2x; the window that shows it ends slow start unsmoothed, at estimate x gradient
-//   (about the capacity) and never below the last clean limit (`good`), so the overshoot lasts one
-//   window.
+//   (about the capacity) and never below the last clean limit (`good`). Before that step, the
+//   doubling is braked (braked(), as TCP's HyStart ends slow start within the round): once the median
+//   of the latencies of the first requests admitted under it shows the queue, slow start ends at the
+//   last clean limit, for the fleet, a few of the upstream's round trips into the window rather than
+//   at its end. A brake is a state of its own (saved as a step), so the next step goes on from it by
+//   the gradient. Requests that are slow for their own reasons (one client's) can brake too: that ends
+//   slow start at the last clean limit, from which the gradient climbs on; it never lowers the limit
+//   below what a window proved clean.
 //   The baseline is the lowest window median since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at three quarters of the
@@ -253,7 +259,7 @@ export interface StepReport {
   /** gradient: tolerance x baseline / rtt, clamped to [0.5, 1]. */
   gradient: number | undefined
   /** What moved the limit. */
-  reason: 'empty' | 'drops' | 'app-limited' | 'gradient' | 'slow-start' | 'increase' | 'probe'
+  reason: 'empty' | 'drops' | 'app-limited' | 'gradient' | 'slow-start' | 'increase' | 'probe' | 'brake'
 }
 
 export function initialState(options: ResolvedAdaptiveLimitOptions): ControllerState {
@@ -264,6 +270,39 @@ export function initialState(options: ResolvedAdaptiveLimitOptions): ControllerS
     steps: 0,
     probing: false,
     slowStart: true,
+  }
+}
+
+/** Slow start's brake looks at the median of so many latencies of requests admitted under a
+ * doubling (even). */
+export const BRAKE_SAMPLES = 8
+
+/** A doubling of slow start finds the capacity by passing it, and the window that shows it is
+ * stepped only once it ended: a window at up to twice the capacity. So while a doubling past the last
+ * clean limit is in force, the requests admitted under it are watched (the idea of TCP's HyStart,
+ * which ends slow start on the round trips of the round in progress): `median`, the median latency
+ * of the last BRAKE_SAMPLES of them, ms. The state after a brake, or undefined for none: a median a
+ * quarter over the queueing the step itself would see (tolerance x baseline / 0.9) ends slow start at
+ * the last clean limit, at once. It is a step's state (same `steps`: the next step's window is the
+ * braked one, which ran at the doubled limit until then), so that the next step goes on from the last
+ * clean limit by the gradient, not from the doubling as if its window had been clean. */
+export function braked(
+  state: ControllerState,
+  median: number,
+  options: ResolvedAdaptiveLimitOptions,
+): ControllerState | undefined {
+  const { good, baselineMs, last } = state
+  if (!state.slowStart || state.probing || good === undefined || baselineMs === undefined) return undefined
+  if (state.limit <= good) return undefined
+  if (!(median > (1.25 * options.tolerance * baselineMs) / 0.9)) return undefined
+  const limit = Math.round(bounded(good, options))
+  return {
+    ...state,
+    limit,
+    estimate: bounded(good, options),
+    slowStart: false,
+    previous: state.limit,
+    last: { ...last, rttMs: median, minRttMs: baselineMs, gradient: undefined, reason: 'brake' },
   }
 }
 

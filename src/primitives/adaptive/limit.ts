@@ -56,7 +56,9 @@ import { createMemoryStore } from '../../core/memory/store.js'
 import type { AdaptiveReportReply, FairCall, Store } from '../../core/protocol/store.js'
 import {
   type AdaptiveLimitOptions,
+  BRAKE_SAMPLES,
   bounded,
+  braked,
   type ControllerState,
   initialState,
   parseAdaptiveLimitOptions,
@@ -240,6 +242,13 @@ export class AdaptiveLimit {
   /** The latest window's latency and gradient that there were (an idle window has none), and when
    * it was stepped: what the status shows, so that a graph of them has no gaps. */
   private latest: { rttMs?: number | undefined; gradient?: number | undefined; at?: number | undefined } = {}
+  /** Slow start's brake (controller.ts braked()), while a doubling past the last clean limit that
+   * this process stepped or learnt is in force: since when, and the latest latencies of the requests
+   * admitted since. */
+  private brake: { since: number; latencies: number[] } | undefined
+  /** The window whose step made the state in force (fleet; -1: none known): a brake is saved as a
+   * step just after it. */
+  private stateWindow = -1
 
   constructor(
     readonly options: ResolvedAdaptiveOptions,
@@ -296,8 +305,58 @@ export class AdaptiveLimit {
     const drop = isDrop(outcome, this.options.drops)
     window.count++
     if (drop) window.drops++
-    else window.latency.add(performance.now() - startedAt - heldMs)
+    else {
+      const ms = performance.now() - startedAt - heldMs
+      window.latency.add(ms)
+      if (this.brake && startedAt >= this.brake.since) this.braking(this.brake, ms)
+    }
     window.clients.add(clientKey(client), drop)
+  }
+
+  /** One more latency of a request admitted under a doubling: braked once their median says so
+   * (controller.ts braked()). The brake is the fleet's at once: its limit goes to the store, and its
+   * state is saved as a step of its own, so that the next step starts from it. */
+  private braking(brake: NonNullable<typeof this.brake>, ms: number): void {
+    brake.latencies.push(ms)
+    if (brake.latencies.length > BRAKE_SAMPLES) brake.latencies.shift()
+    if (brake.latencies.length < BRAKE_SAMPLES) return
+    const sorted = [...brake.latencies].sort((a, b) => a - b)
+    const median = ((sorted[BRAKE_SAMPLES / 2 - 1] as number) + (sorted[BRAKE_SAMPLES / 2] as number)) / 2
+    const next = braked(this.state, median, this.options)
+    if (!next) return
+    this.brake = undefined
+    const based = this.stateWindow
+    this.apply(next, true)
+    if (this.options.scope === 'fleet') void this.commitBrake(next, based)
+  }
+
+  /** Save a brake as a step just after the one whose state it braked (windows are named by their
+   * start, so `based + 1` orders before the next window's step): the next step reads it and goes on
+   * from it; a step that landed meanwhile refuses it (adaptive-commit.lua), and then it is dropped. */
+  private async commitBrake(next: ControllerState, based: number): Promise<void> {
+    if (based < 0) return
+    const store = this.target.store
+    const { windowMs } = this.options
+    try {
+      const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
+        window: based + 1,
+        based,
+        state: JSON.stringify(next),
+        stateTtlMs: STATE_TTL_MS,
+        windowMs,
+      })
+      if (!committed) return
+      if (this.stateWindow === based) this.stateWindow = based + 1
+      await store.permits.setLimit(
+        this.target.space,
+        next.limit,
+        next.limit,
+        { ttlMs: LIMIT_WINDOWS * windowMs, version: based + 1 },
+        this.target.fair,
+      )
+    } catch (error) {
+      this.unreachable(error)
+    }
   }
 
   /** A request whose client left before its response ended (`startedAt`, `heldMs`: as sample()). Its
@@ -477,7 +536,10 @@ export class AdaptiveLimit {
     this.leader = reply.leads
     this.replicas = reply.replicas
     const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
-    if (saved) this.apply(saved, false)
+    if (saved) {
+      this.stateWindow = reply.stepped
+      this.apply(saved, false)
+    }
     // The window just ended, once every replica reported it (this report completed it: lag 0), else,
     // when this replica leads, the one before it (lag 1).
     const lag = reply.complete ? 0 : 1
@@ -501,6 +563,7 @@ export class AdaptiveLimit {
         windowMs,
       })
       if (!committed) return // another replica stepped (that window, or since the state was read)
+      this.stateWindow = window - lag * windowMs
       this.apply(next, true)
       // Versioned by the window: a later step's limit already there (this process paused since its
       // commit) is not written over.
@@ -522,6 +585,12 @@ export class AdaptiveLimit {
     const fresh = next.steps !== this.state.steps
     this.state = next
     if (fresh) this.remember(next)
+    // A new step that doubled past the last clean limit: watched for the brake until the next one.
+    if (fresh)
+      this.brake =
+        next.slowStart && next.good !== undefined && next.limit > next.good && !next.probing
+          ? { since: performance.now(), latencies: [] }
+          : undefined
     if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local') {
       const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
