@@ -5,12 +5,15 @@
 // so with L in flight (clients always offer more than the limit) a request takes S x max(1, L / C).
 import { describe, expect, it } from 'vitest'
 import {
+  BRAKE_SAMPLES,
+  brakeThreshold,
   braked,
   type ControllerState,
   emptySummary,
   initialState,
   parseAdaptiveLimitOptions,
   type ResolvedAdaptiveLimitOptions,
+  showsQueue,
   step,
   type WindowSummary,
 } from '../../src/primitives/adaptive/controller.js'
@@ -622,7 +625,7 @@ describe('slow start from a cold start, against a saturated upstream with a knee
   })
 })
 
-describe("slow start's brake (braked())", () => {
+describe("slow start's brake", () => {
   const options = parseAdaptiveLimitOptions({ min: 1, max: 1000, initial: 16 })
   // A doubling past the last clean limit (32) in force, over a baseline of 10 ms.
   const doubled: ControllerState = {
@@ -634,17 +637,68 @@ describe("slow start's brake (braked())", () => {
     previous: 32,
     steps: 5,
   }
+  const samples = (ms: (i: number) => number, client: (i: number) => string) =>
+    Array.from({ length: BRAKE_SAMPLES }, (_, i) => ({ ms: ms(i), client: client(i) }))
 
-  it('a median a quarter over the queueing a step would see ends slow start at the last clean limit, as a state of the same step', () => {
-    // tolerance 1: the step sees queueing above 11.1 ms; the brake above 13.9 ms.
-    expect(braked(doubled, 13.8, options)).toBeUndefined()
-    const after = braked(doubled, 20, options)
+  it('the threshold: a quarter over the queueing a step would see, or over this replica’s own clean median if higher', () => {
+    // tolerance 1: a step sees queueing above 11.1 ms; the brake above 13.9 ms.
+    expect(brakeThreshold(doubled, options, undefined)).toBeCloseTo(13.89, 2)
+    expect(brakeThreshold(doubled, options, 8)).toBeCloseTo(13.89, 2)
+    // A replica whose own requests take 15 ms when clean judges them against that.
+    expect(brakeThreshold(doubled, options, 15)).toBeCloseTo(20.83, 2)
+    expect(brakeThreshold({ ...doubled, baselineMs: undefined }, options, 15)).toBeUndefined()
+  })
+
+  it('shows the queue when the median is over the threshold, and so is more than half of the clients’ medians', () => {
+    const lone = () => '10.0.0.1'
+    expect(
+      showsQueue(
+        samples(() => 20, lone),
+        13.9,
+      ),
+    ).toBe(true)
+    expect(
+      showsQueue(
+        samples(() => 13, lone),
+        13.9,
+      ),
+    ).toBe(false)
+    expect(showsQueue(samples(() => 20, lone).slice(1), 13.9)).toBe(false)
+    // Four clients, every one slowed by the queue.
+    expect(
+      showsQueue(
+        samples(
+          (i) => 18 + (i % 3),
+          (i) => `10.0.0.${i % 4}`,
+        ),
+        13.9,
+      ),
+    ).toBe(true)
+  })
+
+  it('one client’s slow requests do not brake, however many of the samples are theirs (the median client decides)', () => {
+    // 10 of 16 samples from one client at 200 ms, the others (3 clients) at the baseline.
+    const hostile = samples(
+      (i) => (i < 10 ? 200 : 10),
+      (i) => (i < 10 ? '6.6.6.6' : `10.0.0.${i % 3}`),
+    )
+    expect(showsQueue(hostile, 13.9)).toBe(false)
+    // Two slow clients of four: half, not more: no brake.
+    const two = samples(
+      (i) => (i % 4 < 2 ? 200 : 10),
+      (i) => `10.0.0.${i % 4}`,
+    )
+    expect(showsQueue(two, 13.9)).toBe(false)
+  })
+
+  it('ends slow start at the last clean limit, as a state of the same step', () => {
+    const after = braked(doubled, options)
     expect(after).toMatchObject({ limit: 32, estimate: 32, slowStart: false, steps: 5, previous: 64 })
     expect(after?.last?.reason).toBe('brake')
   })
 
   it('the next step goes on from the last clean limit by the gradient: it does not double again on the braked window', () => {
-    const after = braked(doubled, 20, options) as ControllerState
+    const after = braked(doubled, options) as ControllerState
     // The braked window: 64 in flight at first, then 32 at the baseline latency.
     const next = step(after, win(100, 0, 100 * 10, 64), options)
     expect(next.slowStart).toBe(false)
@@ -655,10 +709,10 @@ describe("slow start's brake (braked())", () => {
   })
 
   it('brakes nothing outside a doubling: not in slow start, not above the last clean limit, during a probe, without a baseline', () => {
-    expect(braked({ ...doubled, slowStart: false }, 50, options)).toBeUndefined()
-    expect(braked({ ...doubled, limit: 32, estimate: 32 }, 50, options)).toBeUndefined()
-    expect(braked({ ...doubled, probing: true }, 50, options)).toBeUndefined()
-    expect(braked({ ...doubled, baselineMs: undefined }, 50, options)).toBeUndefined()
-    expect(braked({ ...doubled, good: undefined }, 50, options)).toBeUndefined()
+    expect(braked({ ...doubled, slowStart: false }, options)).toBeUndefined()
+    expect(braked({ ...doubled, limit: 32, estimate: 32 }, options)).toBeUndefined()
+    expect(braked({ ...doubled, probing: true }, options)).toBeUndefined()
+    expect(braked({ ...doubled, baselineMs: undefined }, options)).toBeUndefined()
+    expect(braked({ ...doubled, good: undefined }, options)).toBeUndefined()
   })
 })

@@ -21,13 +21,13 @@
 //   32 in ~6 windows, not ~40. A window at the capacity shows no queueing, so the doubling after it
 //   overshoots to ~2x; the window that shows it ends slow start unsmoothed, at estimate x gradient
 //   (about the capacity) and never below the last clean limit (`good`). Before that step, the
-//   doubling is braked (braked(), as TCP's HyStart ends slow start within the round): once the median
-//   of the latencies of the first requests admitted under it shows the queue, slow start ends at the
-//   last clean limit, for the fleet, a few of the upstream's round trips into the window rather than
-//   at its end. A brake is a state of its own (saved as a step), so the next step goes on from it by
-//   the gradient. Requests that are slow for their own reasons (one client's) can brake too: that ends
-//   slow start at the last clean limit, from which the gradient climbs on; it never lowers the limit
-//   below what a window proved clean.
+//   doubling is braked (braked(), as TCP's HyStart ends slow start within the round): once the first
+//   requests admitted under it show the queue (showsQueue(): their median, and the median client's,
+//   a quarter over what a step counts as queueing, or over the replica's own clean median if its
+//   requests are slower than the fleet's), slow start ends at the last clean limit, for the fleet, a
+//   few of the upstream's round trips into the window rather than at its end. A brake is a state of
+//   its own (saved as a step), so the next step goes on from it by the gradient. One client's slow
+//   requests do not brake: the median client decides, as for drops.
 //   The baseline is the lowest window median since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at three quarters of the
@@ -273,37 +273,95 @@ export function initialState(options: ResolvedAdaptiveLimitOptions): ControllerS
   }
 }
 
-/** Slow start's brake looks at the median of so many latencies of requests admitted under a
- * doubling (even). */
-export const BRAKE_SAMPLES = 8
+/** Slow start's brake looks at so many of the latest latencies of requests admitted under a doubling. */
+export const BRAKE_SAMPLES = 16
+
+/** A latency of a request admitted under a doubling, and its client's key (clients.ts; '' unknown). */
+export interface BrakeSample {
+  ms: number
+  client: string
+}
+
+/**
+ * Whether the requests admitted under a doubling show the queue (the brake's evidence, braked()):
+ * BRAKE_SAMPLES of them, whose median is over `thresholdMs`, and so is the median of more than half
+ * of their clients' (each client's own median). The median client decides, as it does for drops
+ * (clients.ts): one client's slow requests (an expensive query, a slow reader), however many, do not
+ * brake the fleet's slow start; the whole traffic of a lone client does.
+ */
+export function showsQueue(samples: readonly BrakeSample[], thresholdMs: number): boolean {
+  if (samples.length < BRAKE_SAMPLES) return false
+  if (!(medianOf(samples.map((sample) => sample.ms)) > thresholdMs)) return false
+  const byClient = new Map<string, number[]>()
+  for (const { ms, client } of samples) {
+    const list = byClient.get(client)
+    if (list) list.push(ms)
+    else byClient.set(client, [ms])
+  }
+  let over = 0
+  for (const list of byClient.values()) if (medianOf(list) > thresholdMs) over++
+  return 2 * over > byClient.size
+}
+
+function medianOf(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b)
+  const half = sorted.length >> 1
+  return sorted.length % 2 === 1
+    ? (sorted[half] as number)
+    : ((sorted[half - 1] as number) + (sorted[half] as number)) / 2
+}
+
+/** The latency above which requests admitted under a doubling show the queue: a quarter over the
+ * queueing a step would see (tolerance x baseline / 0.9), or over this process's own median of the
+ * clean window before the doubling (`ownMs`), if that is higher: a replica whose requests are slower
+ * than the fleet's (another zone, a busy event loop) judges them against its own. */
+export function brakeThreshold(
+  state: ControllerState,
+  options: ResolvedAdaptiveLimitOptions,
+  ownMs: number | undefined,
+): number | undefined {
+  if (state.baselineMs === undefined) return undefined
+  return (1.25 / 0.9) * Math.max(options.tolerance * state.baselineMs, ownMs ?? 0)
+}
 
 /** A doubling of slow start finds the capacity by passing it, and the window that shows it is
  * stepped only once it ended: a window at up to twice the capacity. So while a doubling past the last
  * clean limit is in force, the requests admitted under it are watched (the idea of TCP's HyStart,
- * which ends slow start on the round trips of the round in progress): `median`, the median latency
- * of the last BRAKE_SAMPLES of them, ms. The state after a brake, or undefined for none: a median a
- * quarter over the queueing the step itself would see (tolerance x baseline / 0.9) ends slow start at
- * the last clean limit, at once. It is a step's state (same `steps`: the next step's window is the
+ * which ends slow start on the round trips of the round in progress), and once they show the queue
+ * (showsQueue()), slow start ends at the last clean limit, at once: the state after a brake
+ * (undefined: none to brake). It is a step's state (same `steps`: the next step's window is the
  * braked one, which ran at the doubled limit until then), so that the next step goes on from the last
  * clean limit by the gradient, not from the doubling as if its window had been clean. */
 export function braked(
   state: ControllerState,
-  median: number,
   options: ResolvedAdaptiveLimitOptions,
 ): ControllerState | undefined {
-  const { good, baselineMs, last } = state
-  if (!state.slowStart || state.probing || good === undefined || baselineMs === undefined) return undefined
-  if (state.limit <= good) return undefined
-  if (!(median > (1.25 * options.tolerance * baselineMs) / 0.9)) return undefined
-  const limit = Math.round(bounded(good, options))
+  if (!doubling(state) || state.good === undefined) return undefined
   return {
     ...state,
-    limit,
-    estimate: bounded(good, options),
+    limit: Math.round(bounded(state.good, options)),
+    estimate: bounded(state.good, options),
     slowStart: false,
     previous: state.limit,
-    last: { ...last, rttMs: median, minRttMs: baselineMs, gradient: undefined, reason: 'brake' },
+    last: {
+      ...state.last,
+      rttMs: state.last?.rttMs,
+      minRttMs: state.baselineMs,
+      gradient: undefined,
+      reason: 'brake',
+    },
   }
+}
+
+/** A doubling of slow start past the last clean limit is in force (what the brake watches). */
+export function doubling(state: ControllerState): boolean {
+  return (
+    state.slowStart &&
+    !state.probing &&
+    state.good !== undefined &&
+    state.baselineMs !== undefined &&
+    state.limit > state.good
+  )
 }
 
 /** `estimate` within [min, max]. */

@@ -57,12 +57,16 @@ import type { AdaptiveReportReply, FairCall, Store } from '../../core/protocol/s
 import {
   type AdaptiveLimitOptions,
   BRAKE_SAMPLES,
+  type BrakeSample,
   bounded,
+  brakeThreshold,
   braked,
   type ControllerState,
   initialState,
+  doubling,
   parseAdaptiveLimitOptions,
   type ResolvedAdaptiveLimitOptions,
+  showsQueue,
   step,
   type StepReport,
   type WindowSummary,
@@ -243,9 +247,11 @@ export class AdaptiveLimit {
    * it was stepped: what the status shows, so that a graph of them has no gaps. */
   private latest: { rttMs?: number | undefined; gradient?: number | undefined; at?: number | undefined } = {}
   /** Slow start's brake (controller.ts braked()), while a doubling past the last clean limit that
-   * this process stepped or learnt is in force: since when, and the latest latencies of the requests
-   * admitted since. */
-  private brake: { since: number; latencies: number[] } | undefined
+   * this process stepped or learnt in time is in force: since when, the latency above which its
+   * requests show the queue, and the latest latencies of the requests admitted since. */
+  private brake: { since: number; thresholdMs: number; samples: BrakeSample[] } | undefined
+  /** This process's median latency of its last window, with BRAKE_SAMPLES requests or more. */
+  private ownMedianMs: number | undefined
   /** The window whose step made the state in force (fleet; -1: none known): a brake is saved as a
    * step just after it. */
   private stateWindow = -1
@@ -308,31 +314,35 @@ export class AdaptiveLimit {
     else {
       const ms = performance.now() - startedAt - heldMs
       window.latency.add(ms)
-      if (this.brake && startedAt >= this.brake.since) this.braking(this.brake, ms)
+      if (this.brake && startedAt >= this.brake.since) this.braking(this.brake, ms, client)
     }
     window.clients.add(clientKey(client), drop)
   }
 
-  /** One more latency of a request admitted under a doubling: braked once their median says so
-   * (controller.ts braked()). The brake is the fleet's at once: its limit goes to the store, and its
-   * state is saved as a step of its own, so that the next step starts from it. */
-  private braking(brake: NonNullable<typeof this.brake>, ms: number): void {
-    brake.latencies.push(ms)
-    if (brake.latencies.length > BRAKE_SAMPLES) brake.latencies.shift()
-    if (brake.latencies.length < BRAKE_SAMPLES) return
-    const sorted = [...brake.latencies].sort((a, b) => a - b)
-    const median = ((sorted[BRAKE_SAMPLES / 2 - 1] as number) + (sorted[BRAKE_SAMPLES / 2] as number)) / 2
-    const next = braked(this.state, median, this.options)
-    if (!next) return
+  /** One more latency of a request admitted under a doubling: braked once they show the queue
+   * (controller.ts showsQueue()). The brake is the fleet's at once: its state is saved as a step of
+   * its own and its limit goes to the store, so that the next step starts from it. */
+  private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string | undefined): void {
+    if (this.closed) return // a request that outlived its limit (a reload): the new one decides
+    brake.samples.push({ ms, client: clientKey(client) })
+    if (brake.samples.length > BRAKE_SAMPLES) brake.samples.shift()
+    if (!showsQueue(brake.samples, brake.thresholdMs)) return
     this.brake = undefined
+    const next = braked(this.state, this.options)
+    if (!next) return
+    if (this.options.scope === 'local') {
+      this.apply(next, true)
+      return
+    }
     const based = this.stateWindow
-    this.apply(next, true)
-    if (this.options.scope === 'fleet') void this.commitBrake(next, based)
+    this.apply(next, false)
+    void this.commitBrake(next, based)
   }
 
   /** Save a brake as a step just after the one whose state it braked (windows are named by their
    * start, so `based + 1` orders before the next window's step): the next step reads it and goes on
-   * from it; a step that landed meanwhile refuses it (adaptive-commit.lua), and then it is dropped. */
+   * from it. A step that landed meanwhile refuses it: then the fleet's state is that step's, and this
+   * process takes it at its next report. */
   private async commitBrake(next: ControllerState, based: number): Promise<void> {
     if (based < 0) return
     const store = this.target.store
@@ -347,6 +357,7 @@ export class AdaptiveLimit {
       })
       if (!committed) return
       if (this.stateWindow === based) this.stateWindow = based + 1
+      this.logChange(next)
       await store.permits.setLimit(
         this.target.space,
         next.limit,
@@ -467,6 +478,7 @@ export class AdaptiveLimit {
       this.arm()
     }
     const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
+    if (saved) this.stateWindow = reply.stepped
     if (saved && saved.steps !== this.state.steps) this.apply(saved, false)
   }
 
@@ -491,6 +503,7 @@ export class AdaptiveLimit {
     if (this.closed) return
     this.ticked = true
     const summary = summarize(this.window, this.options.dropShare)
+    this.ownMedianMs = summary.count - summary.drops >= BRAKE_SAMPLES ? summary.latency.median() : undefined
     this.window = liveWindow(this.inFlight)
     this.arm()
     if (this.options.scope === 'local') {
@@ -586,11 +599,17 @@ export class AdaptiveLimit {
     this.state = next
     if (fresh) this.remember(next)
     // A new step that doubled past the last clean limit: watched for the brake until the next one.
-    if (fresh)
+    // Across a fleet, only a step of the window just before the one running: a replica that learns a
+    // step a window late (it did not complete that window) would brake a state the fleet has left.
+    if (fresh) {
+      const threshold = brakeThreshold(next, this.options, this.ownMedianMs)
+      const running = Math.floor(this.storeNow() / this.options.windowMs) * this.options.windowMs
+      const timely = this.options.scope === 'local' || this.stateWindow >= running - this.options.windowMs
       this.brake =
-        next.slowStart && next.good !== undefined && next.limit > next.good && !next.probing
-          ? { since: performance.now(), latencies: [] }
+        doubling(next) && timely && threshold !== undefined
+          ? { since: performance.now(), thresholdMs: threshold, samples: [] }
           : undefined
+    }
     if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local') {
       const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
