@@ -252,6 +252,8 @@ export class AdaptiveLimit {
   private brake: { since: number; thresholdMs: number; samples: BrakeSample[] } | undefined
   /** This process's median latency of its last window, with BRAKE_SAMPLES requests or more. */
   private ownMedianMs: number | undefined
+  /** The window in which this process last read the fleet's state to brake (readAndBrake()). */
+  private readWindow = -1
   /** The window whose step made the state in force (fleet; -1: none known): a brake is saved as a
    * step just after it. */
   private stateWindow = -1
@@ -319,24 +321,76 @@ export class AdaptiveLimit {
     window.clients.add(clientKey(client), drop)
   }
 
-  /** One more latency of a request admitted under a doubling: braked once they show the queue
-   * (controller.ts showsQueue()). The brake is the fleet's at once: its state is saved as a step of
-   * its own and its limit goes to the store, so that the next step starts from it. */
+  /** One more latency of a request admitted in slow start: once they show the queue (controller.ts
+   * showsQueue()), a doubling in force is braked. The brake is the fleet's at once: its state is
+   * saved as a step of its own and its limit goes to the store, so that the next step starts from it.
+   * A replica learns a step at its next report, a window after the replica that made it: a replica
+   * whose requests show the queue while its own state shows no doubling (or one it learnt late) reads
+   * the fleet's state first (once a window at most), and brakes the doubling it finds there. */
   private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string | undefined): void {
     if (this.closed) return // a request that outlived its limit (a reload): the new one decides
     brake.samples.push({ ms, client: clientKey(client) })
     if (brake.samples.length > BRAKE_SAMPLES) brake.samples.shift()
     if (!showsQueue(brake.samples, brake.thresholdMs)) return
-    this.brake = undefined
-    const next = braked(this.state, this.options)
-    if (!next) return
-    if (this.options.scope === 'local') {
-      this.apply(next, true)
+    brake.samples = []
+    const { windowMs, scope } = this.options
+    const running = Math.floor(this.storeNow() / windowMs) * windowMs
+    const timely = scope === 'local' || this.stateWindow >= running - windowMs
+    if (doubling(this.state) && timely) {
+      this.brake = undefined
+      const next = braked(this.state, this.options) as ControllerState
+      if (scope === 'local') {
+        this.apply(next, true)
+        return
+      }
+      const based = this.stateWindow
+      this.apply(next, false)
+      void this.commitBrake(next, based)
       return
     }
-    const based = this.stateWindow
+    if (scope === 'fleet' && this.readWindow !== running) {
+      this.readWindow = running
+      void this.readAndBrake()
+    }
+  }
+
+  /** The fleet's state and the last window stepped, read now (a join: it counts nothing of a
+   * window); undefined when the store does not answer. */
+  private async readFleet(): Promise<AdaptiveReportReply | undefined> {
+    const { windowMs } = this.options
+    try {
+      return await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
+        replica: this.replica,
+        window: Math.floor(this.storeNow() / windowMs) * windowMs,
+        requests: 0,
+        drops: 0,
+        latencyUs: 0,
+        maxInFlight: 0,
+        clients: 0,
+        clientsOver: 0,
+        latency: [],
+        windowMs,
+        leaderTtlMs: LEADER_WINDOWS * windowMs,
+        stateTtlMs: STATE_TTL_MS,
+        join: true,
+      })
+    } catch (error) {
+      this.unreachable(error)
+      return undefined
+    }
+  }
+
+  /** Read the fleet's state and brake the doubling in force there, if there is one. */
+  private async readAndBrake(): Promise<void> {
+    const reply = await this.readFleet()
+    if (!reply || this.closed || reply.state === undefined) return
+    const saved = parseState(reply.state, this.options)
+    const next = saved && braked(saved, this.options)
+    if (!next) return
+    this.brake = undefined
+    this.stateWindow = reply.stepped
     this.apply(next, false)
-    void this.commitBrake(next, based)
+    await this.commitBrake(next, reply.stepped)
   }
 
   /** Save a brake as a step just after the one whose state it braked (windows are named by their
@@ -566,16 +620,28 @@ export class AdaptiveLimit {
       clientsOver: sums.clientsOver,
       maxInFlight: sums.maxInFlight,
     }
-    const next = step(saved ?? this.state, stepped, this.options, lag)
+    let next = step(saved ?? this.state, stepped, this.options, lag)
     try {
-      const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
-        window: window - lag * windowMs,
-        based: reply.stepped,
-        state: JSON.stringify(next),
-        stateTtlMs: STATE_TTL_MS,
-        windowMs,
-      })
-      if (!committed) return // another replica stepped (that window, or since the state was read)
+      const commit = (state: ControllerState, based: number) =>
+        (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
+          window: window - lag * windowMs,
+          based,
+          state: JSON.stringify(state),
+          stateTtlMs: STATE_TTL_MS,
+          windowMs,
+        })
+      if (!(await commit(next, reply.stepped))) {
+        // Another replica stepped (that window, or since the state was read), or braked the state
+        // this step started from (saved as the window just after its step's): then step again from
+        // the brake, so that the window is stepped now and from what is in force.
+        if (reply.stepped < 0) return
+        const again = await this.readFleet()
+        const brake =
+          again?.stepped === reply.stepped + 1 ? parseState(again.state ?? '', this.options) : undefined
+        if (!brake || this.closed) return
+        next = step(brake, stepped, this.options, lag)
+        if (!(await commit(next, reply.stepped + 1))) return
+      }
       this.stateWindow = window - lag * windowMs
       this.apply(next, true)
       // Versioned by the window: a later step's limit already there (this process paused since its
@@ -598,19 +664,16 @@ export class AdaptiveLimit {
     const fresh = next.steps !== this.state.steps
     this.state = next
     if (fresh) this.remember(next)
-    // A new step that doubled past the last clean limit: watched for the brake until the next one.
-    // Across a fleet, only a step of the window just before the one running: a replica that learns a
-    // step a window late (it did not complete that window) would brake a state the fleet has left.
+    if (next.limit !== before) this.target.setOwn(next.limit)
+    // In slow start, past its first clean window: the requests admitted from now on are watched for
+    // the brake (braking()) until the next step.
     if (fresh) {
       const threshold = brakeThreshold(next, this.options, this.ownMedianMs)
-      const running = Math.floor(this.storeNow() / this.options.windowMs) * this.options.windowMs
-      const timely = this.options.scope === 'local' || this.stateWindow >= running - this.options.windowMs
       this.brake =
-        doubling(next) && timely && threshold !== undefined
+        next.slowStart && !next.probing && next.good !== undefined && threshold !== undefined
           ? { since: performance.now(), thresholdMs: threshold, samples: [] }
           : undefined
     }
-    if (next.limit !== before) this.target.setOwn(next.limit)
     if (this.options.scope === 'local') {
       const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
       localStates.set(this.target.store, states.set(this.target.space.base, next))
