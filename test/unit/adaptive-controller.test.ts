@@ -708,6 +708,16 @@ describe("slow start's brake", () => {
     expect(blind.limit).toBe(128)
   })
 
+  it('the step after a brake never goes below the last clean limit: the braked window’s queue was the doubling’s', () => {
+    const after = braked(doubled, options) as ControllerState
+    // A brake late in the window: its median at 1.33 x the baseline (gradient 0.75). Before: 29.
+    const next = step(after, win(100, 0, 100 * (10 / 0.75), 64), options)
+    expect(next.limit).toBe(32)
+    // The step after that one follows the gradient again.
+    const later = step(next, win(100, 0, 100 * (10 / 0.75), 32), options)
+    expect(later.limit).toBeLessThan(32)
+  })
+
   it('brakes nothing outside a doubling: not in slow start, not above the last clean limit, during a probe, without a baseline', () => {
     expect(braked({ ...doubled, slowStart: false }, options)).toBeUndefined()
     expect(braked({ ...doubled, limit: 32, estimate: 32 }, options)).toBeUndefined()

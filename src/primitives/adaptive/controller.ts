@@ -466,6 +466,10 @@ export function step(
   if (loadLimited)
     return done(Math.min(smoothed, unused(state.estimate)), { gradient, reason: 'app-limited' })
   if (!tested && smoothed > state.estimate) return done(state.estimate, { gradient, reason: 'app-limited' })
+  // The window after a brake ran at the doubling until the brake: its queue is the doubling's, not
+  // the last clean limit's, which it never goes below.
+  if (state.last?.reason === 'brake' && good !== undefined)
+    return done(Math.max(good, smoothed), { gradient, reason: 'gradient' })
   return done(smoothed, { gradient, reason: 'gradient' })
 
   /** The estimate after a window that did not test it: half way down to what the window used, with

@@ -249,7 +249,8 @@ export class AdaptiveLimit {
   /** Slow start's brake (controller.ts braked()), while a doubling past the last clean limit that
    * this process stepped or learnt in time is in force: since when, the latency above which its
    * requests show the queue, and the latest latencies of the requests admitted since. */
-  private brake: { since: number; thresholdMs: number; samples: BrakeSample[] } | undefined
+  private brake:
+    { since: number; thresholdMs: number; samples: BrakeSample[]; confirmed: boolean } | undefined
   /** This process's median latency of its last window, with BRAKE_SAMPLES requests or more. */
   private ownMedianMs: number | undefined
   /** The window in which this process last read the fleet's state to brake (readAndBrake()). */
@@ -330,9 +331,14 @@ export class AdaptiveLimit {
   private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string | undefined): void {
     if (this.closed) return // a request that outlived its limit (a reload): the new one decides
     brake.samples.push({ ms, client: clientKey(client) })
-    if (brake.samples.length > BRAKE_SAMPLES) brake.samples.shift()
-    if (!showsQueue(brake.samples, brake.thresholdMs)) return
+    if (brake.samples.length < BRAKE_SAMPLES) return
+    const queued = showsQueue(brake.samples, brake.thresholdMs)
+    // Two batches in a row, each of samples of its own: one batch's median of a wide latency
+    // distribution is over the threshold now and then, by chance.
     brake.samples = []
+    const confirmed = brake.confirmed
+    brake.confirmed = queued
+    if (!queued || !confirmed) return
     const { windowMs, scope } = this.options
     const running = Math.floor(this.storeNow() / windowMs) * windowMs
     const timely = scope === 'local' || this.stateWindow >= running - windowMs
@@ -380,17 +386,22 @@ export class AdaptiveLimit {
     }
   }
 
-  /** Read the fleet's state and brake the doubling in force there, if there is one. */
+  /** Read the fleet's state: a doubling in force for the whole window running (stepped from the
+   * one before it) is taken as this replica's own, and the requests admitted from now on, under it,
+   * decide the brake. (Braking it on the requests seen so far would judge a doubling by requests
+   * admitted before it, or one the fleet has left by requests of the doubling before.) */
   private async readAndBrake(): Promise<void> {
     const reply = await this.readFleet()
     if (!reply || this.closed || reply.state === undefined) return
     const saved = parseState(reply.state, this.options)
-    const next = saved && braked(saved, this.options)
-    if (!next) return
-    this.brake = undefined
+    const { windowMs } = this.options
+    const running = Math.floor(this.storeNow() / windowMs) * windowMs
+    if (!saved || !doubling(saved) || reply.stepped < running - windowMs) return
     this.stateWindow = reply.stepped
-    this.apply(next, false)
-    await this.commitBrake(next, reply.stepped)
+    this.apply(saved, false)
+    const threshold = brakeThreshold(saved, this.options, this.ownMedianMs)
+    if (threshold !== undefined)
+      this.brake = { since: performance.now(), thresholdMs: threshold, samples: [], confirmed: false }
   }
 
   /** Save a brake as a step just after the one whose state it braked (windows are named by their
@@ -634,7 +645,7 @@ export class AdaptiveLimit {
         // Another replica stepped (that window, or since the state was read), or braked the state
         // this step started from (saved as the window just after its step's): then step again from
         // the brake, so that the window is stepped now and from what is in force.
-        if (reply.stepped < 0) return
+        if (reply.stepped < 0 || this.closed) return
         const again = await this.readFleet()
         const brake =
           again?.stepped === reply.stepped + 1 ? parseState(again.state ?? '', this.options) : undefined
@@ -671,7 +682,7 @@ export class AdaptiveLimit {
       const threshold = brakeThreshold(next, this.options, this.ownMedianMs)
       this.brake =
         next.slowStart && !next.probing && next.good !== undefined && threshold !== undefined
-          ? { since: performance.now(), thresholdMs: threshold, samples: [] }
+          ? { since: performance.now(), thresholdMs: threshold, samples: [], confirmed: false }
           : undefined
     }
     if (this.options.scope === 'local') {
