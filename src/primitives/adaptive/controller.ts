@@ -21,13 +21,13 @@
 //   32 in ~6 windows, not ~40. A window at the capacity shows no queueing, so the doubling after it
 //   overshoots to ~2x; the window that shows it ends slow start unsmoothed, at estimate x gradient
 //   (about the capacity) and never below the last clean limit (`good`). Before that step, the
-//   doubling is braked (braked(), as TCP's HyStart ends slow start within the round): once the first
-//   requests admitted under it show the queue (showsQueue(): their median, and the median client's,
-//   a quarter over what a step counts as queueing, or over the replica's own clean median if its
-//   requests are slower than the fleet's), slow start ends at the last clean limit, for the fleet, a
-//   few of the upstream's round trips into the window rather than at its end. A brake is a state of
-//   its own (saved as a step), so the next step goes on from it by the gradient. One client's slow
-//   requests do not brake: the median client decides, as for drops.
+//   doubling is braked (braked(), as TCP's HyStart ends slow start within the round): once two
+//   batches of requests admitted under it show the queue (showsQueue(): their median, and the
+//   median client's, a quarter over what a step counts as queueing, or over the replica's own clean
+//   median if its requests are slower than the fleet's), slow start ends at the last clean limit,
+//   for the fleet, a few of the upstream's round trips into the window rather than at its end. A
+//   brake is a state of its own (saved as a step), so the next step goes on from it by the
+//   gradient. One client's slow requests do not brake: the median client decides, as for drops.
 //   The baseline is the lowest window median since the last probe. A baseline taken only from loaded
 //   windows creeps up with the limit (every window queues a little, so the controller accepts a
 //   little more each time), so every `probeEvery` windows one window runs at three quarters of the
@@ -273,7 +273,7 @@ export function initialState(options: ResolvedAdaptiveLimitOptions): ControllerS
   }
 }
 
-/** Slow start's brake looks at so many of the latest latencies of requests admitted under a doubling. */
+/** Slow start's brake looks at batches of so many latencies of requests admitted under a doubling. */
 export const BRAKE_SAMPLES = 16
 
 /** A latency of a request admitted under a doubling, and its client's key (clients.ts; '' unknown). */

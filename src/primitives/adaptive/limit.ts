@@ -246,9 +246,9 @@ export class AdaptiveLimit {
   /** The latest window's latency and gradient that there were (an idle window has none), and when
    * it was stepped: what the status shows, so that a graph of them has no gaps. */
   private latest: { rttMs?: number | undefined; gradient?: number | undefined; at?: number | undefined } = {}
-  /** Slow start's brake (controller.ts braked()), while a doubling past the last clean limit that
-   * this process stepped or learnt in time is in force: since when, the latency above which its
-   * requests show the queue, and the latest latencies of the requests admitted since. */
+  /** Slow start's brake (controller.ts braked()), watching while the state in force is in slow
+   * start past its first clean window: since when, the latency above which requests show the queue,
+   * the batch of latencies of requests admitted since, and whether the batch before showed it. */
   private brake:
     { since: number; thresholdMs: number; samples: BrakeSample[]; confirmed: boolean } | undefined
   /** This process's median latency of its last window, with BRAKE_SAMPLES requests or more. */
@@ -322,12 +322,12 @@ export class AdaptiveLimit {
     window.clients.add(clientKey(client), drop)
   }
 
-  /** One more latency of a request admitted in slow start: once they show the queue (controller.ts
-   * showsQueue()), a doubling in force is braked. The brake is the fleet's at once: its state is
-   * saved as a step of its own and its limit goes to the store, so that the next step starts from it.
-   * A replica learns a step at its next report, a window after the replica that made it: a replica
-   * whose requests show the queue while its own state shows no doubling (or one it learnt late) reads
-   * the fleet's state first (once a window at most), and brakes the doubling it finds there. */
+  /** One more latency of a request admitted in slow start: once two batches in a row show the queue
+   * (controller.ts showsQueue()), the doubling in force is braked. The brake is the fleet's at once:
+   * its state is saved as a step of its own and its limit goes to the store, so that the next step
+   * starts from it. A replica learns a step at its next report, a window after the replica that made
+   * it: one whose requests show the queue while its own state shows no doubling stepped from the
+   * window before the running one reads the fleet's state (once a window at most, readAndBrake()). */
   private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string | undefined): void {
     if (this.closed) return // a request that outlived its limit (a reload): the new one decides
     brake.samples.push({ ms, client: clientKey(client) })
