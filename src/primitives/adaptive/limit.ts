@@ -312,14 +312,15 @@ export class AdaptiveLimit {
     if (!outcome) return
     const window = this.window
     const drop = isDrop(outcome, this.options.drops)
+    const key = clientKey(client)
     window.count++
     if (drop) window.drops++
     else {
       const ms = performance.now() - startedAt - heldMs
       window.latency.add(ms)
-      if (this.brake && startedAt >= this.brake.since) this.braking(this.brake, ms, client)
+      if (this.brake && startedAt >= this.brake.since) this.braking(this.brake, ms, key)
     }
-    window.clients.add(clientKey(client), drop)
+    window.clients.add(key, drop)
   }
 
   /** One more latency of a request admitted in slow start: once two batches in a row show the queue
@@ -328,9 +329,9 @@ export class AdaptiveLimit {
    * starts from it. A replica learns a step at its next report, a window after the replica that made
    * it: one whose requests show the queue while its own state shows no doubling stepped from the
    * window before the running one reads the fleet's state (once a window at most, readAndBrake()). */
-  private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string | undefined): void {
+  private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string): void {
     if (this.closed) return // a request that outlived its limit (a reload): the new one decides
-    brake.samples.push({ ms, client: clientKey(client) })
+    brake.samples.push({ ms, client })
     if (brake.samples.length < BRAKE_SAMPLES) return
     const queued = showsQueue(brake.samples, brake.thresholdMs)
     // Two batches in a row, each of samples of its own: one batch's median of a wide latency
@@ -361,27 +362,34 @@ export class AdaptiveLimit {
   }
 
   /** The fleet's state and the last window stepped, read now (a join: it counts nothing of a
-   * window); undefined when the store does not answer. */
-  private async readFleet(): Promise<AdaptiveReportReply | undefined> {
+   * window), and the store's clock from its reply; undefined when the store does not answer (said
+   * unless `quiet`). */
+  private async readFleet(quiet = false): Promise<AdaptiveReportReply | undefined> {
     const { windowMs } = this.options
     try {
-      return await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
-        replica: this.replica,
-        window: Math.floor(this.storeNow() / windowMs) * windowMs,
-        requests: 0,
-        drops: 0,
-        latencyUs: 0,
-        maxInFlight: 0,
-        clients: 0,
-        clientsOver: 0,
-        latency: [],
-        windowMs,
-        leaderTtlMs: LEADER_WINDOWS * windowMs,
-        stateTtlMs: STATE_TTL_MS,
-        join: true,
-      })
+      const asked = Date.now()
+      const reply = await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(
+        this.target.space,
+        {
+          replica: this.replica,
+          window: Math.floor(this.storeNow() / windowMs) * windowMs,
+          requests: 0,
+          drops: 0,
+          latencyUs: 0,
+          maxInFlight: 0,
+          clients: 0,
+          clientsOver: 0,
+          latency: [],
+          windowMs,
+          leaderTtlMs: LEADER_WINDOWS * windowMs,
+          stateTtlMs: STATE_TTL_MS,
+          join: true,
+        },
+      )
+      this.offsetMs = reply.now - (asked + Date.now()) / 2
+      return reply
     } catch (error) {
-      this.unreachable(error)
+      if (!quiet) this.unreachable(error)
       return undefined
     }
   }
@@ -512,30 +520,8 @@ export class AdaptiveLimit {
    * saved state, applied at once, so that a restarted or newly deployed replica runs at the fleet's
    * last limit, not at `initial` (which applies to a bucket never seen, or unseen for STATE_TTL_MS). */
   private async join(): Promise<void> {
-    const { windowMs } = this.options
-    let reply: AdaptiveReportReply
-    try {
-      const asked = Date.now()
-      reply = await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
-        replica: this.replica,
-        window: Math.floor(this.storeNow() / windowMs) * windowMs,
-        requests: 0,
-        drops: 0,
-        latencyUs: 0,
-        maxInFlight: 0,
-        clients: 0,
-        clientsOver: 0,
-        latency: [],
-        windowMs,
-        leaderTtlMs: LEADER_WINDOWS * windowMs,
-        stateTtlMs: STATE_TTL_MS,
-        join: true,
-      })
-      this.offsetMs = reply.now - (asked + Date.now()) / 2
-    } catch {
-      return // the first report tries again
-    }
-    if (this.closed) return
+    const reply = await this.readFleet(true) // (failed: the first report tries again)
+    if (!reply || this.closed) return
     this.replicas = reply.replicas
     // The timer was armed on this process's clock: armed again on the store's, unless it fired.
     if (!this.ticked) {
