@@ -464,25 +464,30 @@ export function createMetrics(
       this.set(options.storeUp ? ((await options.storeUp()) ? 1 : 0) : 1)
     },
   })
-  // An adaptive limit's state, read at scrape time (routes without one have no series). The latency
-  // and gradient are those of the latest window that had requests: an idle route keeps its series
-  // (a series that comes and goes is a gap in every graph of it).
-  const adaptiveGauge = (name: string, help: string, value: (status: AdaptiveStatus) => number | undefined) =>
-    new Gauge({
-      name,
-      help,
-      labelNames: ['route'],
-      registers,
-      collect() {
-        this.reset()
-        if (!options.adaptiveOf) return
-        for (const route of routes) {
-          const status = options.adaptiveOf(route)
-          const number = status && value(status)
-          if (number !== undefined) this.set({ route }, number)
-        }
-      },
-    })
+  // A gauge per route of what `of` reads of it at scrape time: routes it has nothing for (or whose
+  // value is undefined) have no series.
+  const routeGauge =
+    <T>(of: ((route: string) => T | undefined) | undefined) =>
+    (name: string, help: string, value: (figures: T) => number | undefined) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['route'],
+        registers,
+        collect() {
+          this.reset()
+          if (!of) return
+          for (const route of routes) {
+            const figures = of(route)
+            const number = figures === undefined ? undefined : value(figures)
+            if (number !== undefined) this.set({ route }, number)
+          }
+        },
+      })
+  // An adaptive limit's state (routes without one have no series). The latency and gradient are
+  // those of the latest window that had requests: an idle route keeps its series (a series that
+  // comes and goes is a gap in every graph of it).
+  const adaptiveGauge = routeGauge(options.adaptiveOf)
   adaptiveGauge('tollgate_adaptive_limit', 'The adaptive limit the controller set last', (s) => s.limit)
   adaptiveGauge(
     'tollgate_adaptive_min_rtt_seconds',
@@ -524,22 +529,8 @@ export function createMetrics(
     'Whether the last report reached the store (0: the last limit is held)',
     (s) => (s.storeReachable ? 1 : 0),
   )
-  // outage: share (admission/outage.ts), read at scrape time; routes with another policy have none.
-  const outageGauge = (name: string, help: string, value: (outage: OutageFigures) => number) =>
-    new Gauge({
-      name,
-      help,
-      labelNames: ['route'],
-      registers,
-      collect() {
-        this.reset()
-        if (!options.outageOf) return
-        for (const route of routes) {
-          const outage = options.outageOf(route)
-          if (outage) this.set({ route }, value(outage))
-        }
-      },
-    })
+  // outage: share (admission/outage.ts); routes with another policy have none.
+  const outageGauge = routeGauge(options.outageOf)
   outageGauge(
     'tollgate_outage_local',
     'Whether this replica admits its share of the route’s limit in memory (1: the store is down or not back yet)',
