@@ -172,28 +172,27 @@ async function runMode(mode: Mode, loadUrl: string, dir: string): Promise<ModeRu
 function plot(runs: ModeRun[]): string {
   const colors: Record<Mode, string> = { closed: '#c0392b', open: '#7f8c8d', share: '#2471a3' }
   const xMax = Math.max(...runs.map((run) => run.series.t.length))
+  // One line per mode of a series over the run's seconds.
+  const lines = (key: 'inFlight' | 'okPerS') =>
+    runs.map((run): Line => ({
+      name: run.mode,
+      color: colors[run.mode],
+      points: run.series.t.map((t, i) => [t, run.series[key][i] ?? 0] as [number, number]),
+    }))
   const panels: Panel[] = [
     {
       title: 'upstream in flight (most per second); the limit is 12',
       xLabel: 's',
       yLabel: 'in flight',
       xMax,
-      lines: runs.map((run): Line => ({
-        name: run.mode,
-        color: colors[run.mode],
-        points: run.series.t.map((t, i) => [t, run.series.inFlight[i] ?? 0] as [number, number]),
-      })),
+      lines: lines('inFlight'),
     },
     {
       title: 'goodput (2xx a second at the upstream)',
       xLabel: 's',
       yLabel: 'req/s',
       xMax,
-      lines: runs.map((run): Line => ({
-        name: run.mode,
-        color: colors[run.mode],
-        points: run.series.t.map((t, i) => [t, run.series.okPerS[i] ?? 0] as [number, number]),
-      })),
+      lines: lines('okPerS'),
     },
   ]
   return renderFigure({
