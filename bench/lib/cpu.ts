@@ -2,7 +2,7 @@
 // (nginx workers), in seconds. Taken before and after a load round, the difference divided by the
 // requests is the server's CPU per request.
 import { execFileSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readdirSync, readFileSync } from 'node:fs'
 
 let ticksPerSecond: number | undefined
 function clockTicks(): number {
@@ -46,4 +46,39 @@ export function childrenOf(pid: number): number[] {
 /** CPU seconds of a process and its children. */
 export function treeCpuSeconds(pid: number): number {
   return [pid, ...childrenOf(pid)].reduce((sum, p) => sum + cpuSeconds(p), 0)
+}
+
+/** Seconds `pid` (all its threads, and its children) spent on a CPU (`run`: system calls and the
+ * network work the kernel does for them included) and runnable but waiting for one (`wait`), from
+ * /proc/<pid>/task/<tid>/schedstat; zeros when it is gone. */
+export function schedSeconds(pid: number): { run: number; wait: number } {
+  let run = 0
+  let wait = 0
+  for (const p of [pid, ...childrenOf(pid)]) {
+    let tasks: string[] = []
+    try {
+      tasks = readdirSync(`/proc/${p}/task`)
+    } catch {
+      continue
+    }
+    for (const task of tasks) {
+      try {
+        const [onCpu, queued] = readFileSync(`/proc/${p}/task/${task}/schedstat`, 'utf8').split(' ')
+        run += Number(onCpu) / 1e9
+        wait += Number(queued) / 1e9
+      } catch {
+        // the thread ended meanwhile
+      }
+    }
+  }
+  return { run, wait }
+}
+
+/** Seconds all CPUs of the machine have been busy (not idle, not waiting for I/O), from /proc/stat. */
+export function machineBusySeconds(): number {
+  const fields = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number)
+  const [user, nice, system, , , irq, softirq, steal] = fields as number[]
+  return (
+    ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (irq ?? 0) + (softirq ?? 0) + (steal ?? 0)) / clockTicks()
+  )
 }

@@ -4,6 +4,7 @@ import { adaptiveScenarios } from './adaptive.js'
 import { adaptiveAttacksScenarios } from './adaptive-attacks.js'
 import { adminFloodScenarios } from './admin-flood.js'
 import { gatewayScenarios } from './gateway.js'
+import { gatewayLatencyScenarios } from './gateway-latency.js'
 import { holdsScenarios } from './holds.js'
 import { middlewareScenarios } from './middleware.js'
 import { mutexScenarios } from './mutex.js'
@@ -26,6 +27,7 @@ export const scenarios: Scenario[] = [
   ...weightedScenarios,
   ...rwlockScenarios,
   ...gatewayScenarios,
+  ...gatewayLatencyScenarios,
   ...adminFloodScenarios,
   ...middlewareScenarios,
   ...adaptiveScenarios,
