@@ -1,4 +1,4 @@
-// Overload scenario (README "Overload"): who gets in when demand exceeds capacity, with 3 gateway
+// Overload scenario (docs/middleware.md, "Overload"): who gets in when demand exceeds capacity, with 3 gateway
 // replicas in front of the upstream simulator of the adaptive bench (C slots of S ms each), under an
 // open-loop load (bench/lib/open-loop.ts: arrivals at fixed rates, whatever the answers), each stream
 // sticking to one replica (tenant i, or class i, to replica i mod 3: affinity, which a per-replica
@@ -134,7 +134,7 @@ const SHAPES: Shape[] = [
   },
 ]
 
-/** The route's concurrency for one discipline and limit (the gateway's config, README "Overload"). */
+/** The route's concurrency for one discipline and limit (the gateway's config, docs/middleware.md, "Overload"). */
 function concurrency(
   discipline: Discipline,
   limit: Limit,

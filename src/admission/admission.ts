@@ -651,7 +651,7 @@ export interface Bucket {
   gate: Gate
   keyed: boolean
   weight: number
-  /** Its class and flow when the bucket is a fair queue (README "Overload"); undefined otherwise. */
+  /** Its class and flow when the bucket is a fair queue (docs/middleware.md, "Overload"); undefined otherwise. */
   fair?: FairRequest | undefined
 }
 

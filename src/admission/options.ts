@@ -50,7 +50,7 @@ export interface TollgateInfo {
  * its bucket were waiting already (or, with `overload.maxQueued`, the fleet's queue was full of
  * requests to be served before it); `store_unavailable`, the store failed and `failOpen` is off;
  * `shed`, it was waiting when a request of a higher priority class took its place in a full queue
- * (README "Overload"). */
+ * (docs/middleware.md, "Overload"). */
 export const REJECT_REASONS = ['busy', 'timeout', 'queue_full', 'store_unavailable', 'shed'] as const
 export type RejectReason = (typeof REJECT_REASONS)[number]
 
@@ -148,7 +148,7 @@ export interface CommonOptions<Req> {
 export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
   /** Permits per bucket (the in-flight cap). Required unless `adaptive` is given. */
   permits?: number
-  /** An adaptive limit instead of `permits` (README "Adaptive limits"): the limit follows the
+  /** An adaptive limit instead of `permits` (docs/adaptive.md): the limit follows the
    * latency and drops of the requests it admits, within `min` and `max`, one limit for every process
    * sharing the store. One bucket (no `key`, `permitsFor` or `weight` beside it). */
   adaptive?: AdaptiveOptions
@@ -162,7 +162,7 @@ export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
    * and 1000 (more is counted as that). FIFO holds: a heavy request at the head of the queue is not
    * overtaken by light ones. A throwing or invalid answer is logged and counted as 1. @default 1 */
   weight?: (req: Req) => number
-  /** The request's priority class (README "Overload"): 'critical', 'standard', 'sheddable' or an
+  /** The request's priority class (docs/middleware.md, "Overload"): 'critical', 'standard', 'sheddable' or an
    * integer from 0 to 7, higher first; a higher class is always admitted first. A throwing or invalid
    * answer is logged (once per kind) and counted as 'standard'. Implies `overload: {}`. */
   priority?: (req: Req) => Priority
@@ -171,7 +171,7 @@ export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
    * flow; a throwing or invalid one is logged (once per kind) and takes the default flow. Implies
    * `overload: {}`. */
   flow?: (req: Req) => string | undefined | null
-  /** Make each bucket's queue a fair queue (README "Overload"): the per-flow weights and caps, and a
+  /** Make each bucket's queue a fair queue (docs/middleware.md, "Overload"): the per-flow weights and caps, and a
    * fleet-wide bound on waiters that sheds the lowest class first. */
   overload?: OverloadOptions
 }
@@ -180,7 +180,7 @@ export interface SemaphoreMiddlewareOptions<Req> extends CommonOptions<Req> {
 export type MaxWaitByClass = Readonly<Partial<Record<keyof typeof PRIORITY_CLASSES, number>>> &
   Readonly<Record<number, number>>
 
-/** The semaphore's `overload` option (README "Overload"): the bucket's queue becomes a fair queue. */
+/** The semaphore's `overload` option (docs/middleware.md, "Overload"): the bucket's queue becomes a fair queue. */
 export type { OverloadOptions } from '../primitives/overload.js'
 
 export interface RwlockMiddlewareOptions<Req> extends CommonOptions<Req> {

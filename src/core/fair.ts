@@ -1,4 +1,4 @@
-// Who gets in when not everyone can (README "Overload"): a semaphore with `overload` orders its queue
+// Who gets in when not everyone can (docs/middleware.md, "Overload"): a semaphore with `overload` orders its queue
 // by priority class first (strict: a higher class is always served first), then fairly between the
 // flows of a class (start-time fair queuing, by flow weight), then first come first served inside a
 // flow. The order is decided in the store, one order for the whole fleet (lua/lib/fair.lua and its

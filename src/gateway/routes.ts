@@ -213,7 +213,7 @@ function semaphoreFor(
   return admission
 }
 
-/** The admission options of a fair queue (src/admission: README "Overload"), none for a plain one:
+/** The admission options of a fair queue (src/admission: docs/middleware.md, "Overload"), none for a plain one:
  * each request's class and flow as decide() set them, the flows' weights and caps, the fleet-wide
  * bound, and each class's wait (the routes sharing a per: global queue agree on them: resolve.ts). */
 export function fairOptions(

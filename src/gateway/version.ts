@@ -94,7 +94,7 @@ routes: # matched in order; the first match serves the request. Without routes: 
       pathPrefix: /search
     concurrency:
       per: route # an adaptive limit is one bucket: per route or global
-      adaptive: # instead of permits: found from the requests' latency and drops (README "Adaptive limits")
+      adaptive: # instead of permits: found from the requests' latency and drops (docs/adaptive.md)
         max: 200 # never above this (required; --adaptive-max)
         min: 4 # never below, default 1 (--adaptive-min)
         initial: 16 # before the first step, default min (--adaptive-initial)

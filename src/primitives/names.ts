@@ -3,7 +3,7 @@
 // keep keys of their own kind, so one name may not be two of them: a process that creates a second
 // kind of lock on a name its store already uses for another kind gets a ConfigError naming both.
 // The check is per process: two processes that use one name for two kinds still get two locks
-// (their keys differ by kind; README "One name, one lock").
+// (their keys differ by kind; docs/api.md, "One name, one lock").
 import { ConfigError } from '../core/errors.js'
 import type { Store } from '../core/protocol/store.js'
 

@@ -1,4 +1,4 @@
-// A semaphore's `overload` option (README "Semaphore"): its queue becomes a fair queue, ordered by
+// A semaphore's `overload` option (docs/api.md, `createSemaphore`): its queue becomes a fair queue, ordered by
 // priority class, then fairly between flows by weight (core/fair.ts). This file validates the option
 // and turns one acquire's `priority` and `flow` into the discipline its token carries.
 import { ConfigError } from '../core/errors.js'

@@ -47,11 +47,11 @@ export interface SemaphoreOptions extends LockOptions {
   /** How many leases may be held at once across every process (G1). Required unless `adaptive` is
    * given. */
   permits?: number
-  /** An adaptive limit instead of `permits` (README "Adaptive limits"): the permits follow the hold
+  /** An adaptive limit instead of `permits` (docs/adaptive.md): the permits follow the hold
    * times and drops of the leases, within `min` and `max`, one limit for every process sharing the
    * store (`scope: 'local'`: this process's own). */
   adaptive?: AdaptiveOptions
-  /** Make this name's queue a fair queue (README "Semaphore"): acquire({ priority, flow }) then
+  /** Make this name's queue a fair queue (docs/api.md, `createSemaphore`): acquire({ priority, flow }) then
    * orders it by priority class, then fairly between flows by weight, with an optional cap per flow
    * and a fleet-wide bound that sheds the lowest class first. Present (even `{}`) on every process
    * that shares the name. */

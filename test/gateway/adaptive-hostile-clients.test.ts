@@ -1,5 +1,5 @@
 // What one client can make the upstream answer must not set the fleet's adaptive limit (issue 37,
-// README "Adaptive limits", "What a client cannot do"): two replicas of the real bin on one Redis (the
+// docs/adaptive.md, "What a client cannot do"): two replicas of the real bin on one Redis (the
 // second without the lean paths), an upstream that answers in 20 ms far below its capacity (a process
 // of its own), 8 well-behaved clients, each from an address of its own (127.0.0.10-17; the attackers
 // from others). With no attack the limit sits at or near its max (16). One fleet meets every attack

@@ -1,4 +1,4 @@
-// An adaptive limit's drop rules in the gateway's config (README "Adaptive limits"): the default
+// An adaptive limit's drop rules in the gateway's config (docs/adaptive.md): the default
 // drops (timeouts and 503, not 429: one user's answer), and the share of a client's requests above
 // which it counts as dropped (`dropShare`, --adaptive-drop-share), validated where it is given.
 import { describe, expect, it } from 'vitest'

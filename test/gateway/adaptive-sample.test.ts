@@ -1,4 +1,4 @@
-// What the gateway's adaptive sample of one request is (README "Adaptive limits", "What a client
+// What the gateway's adaptive sample of one request is (docs/adaptive.md, "What a client
 // cannot do"): the upstream's own time, whatever the client does around it. One request alone in its
 // window (windows of 100 ms, scope 'local'), on the lean upstream path and on undici's, in-process.
 import { once } from 'node:events'

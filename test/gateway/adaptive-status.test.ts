@@ -1,4 +1,4 @@
-// What the gateway shows of an adaptive limit (README "Adaptive limits"): numbers rounded for people
+// What the gateway shows of an adaptive limit (docs/adaptive.md): numbers rounded for people
 // in GET /limits and /metrics, the latency and gradient gauges kept while the route is idle (a series
 // that comes and goes is a gap in every graph of it) with their age and the last window's requests
 // beside them, and change log lines that say the lowest and highest limit since the line before.

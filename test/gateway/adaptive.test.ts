@@ -1,4 +1,4 @@
-// The gateway with an adaptive limit (README "Adaptive limits"), end to end: two replicas of the real
+// The gateway with an adaptive limit (docs/adaptive.md), end to end: two replicas of the real
 // bin on one Redis, in front of an upstream with a true capacity (C requests served at once, the rest
 // queued inside it), under closed-loop load of 3 x C. The replicas find C as one limit, follow it when
 // it halves, show it in GET /limits and /metrics, and an operator's override wins while it is set.

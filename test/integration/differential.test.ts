@@ -79,7 +79,7 @@ function actorsOf(family: Family, store: Store): Record<string, Side> {
     }
   }
   if (family === 'fair') {
-    // A fair queue (README "Overload") of 2 permits: three classes, three flows (b weighs 2, c capped
+    // A fair queue (docs/middleware.md, "Overload") of 2 permits: three classes, three flows (b weighs 2, c capped
     // at 1 permit), a weight-2 request, and a fleet bound of 3 waiters that evicts lower classes.
     const overload = { flowWeights: { b: 2 }, flowMax: { c: 1 }, maxQueued: 3 }
     const sem = createSemaphore(store, NAME, { permits: 2, ...long, overload })

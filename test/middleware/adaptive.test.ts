@@ -1,5 +1,5 @@
 // The middleware's `adaptive` option: the limit learns from the responses the handlers send (their
-// status decides the drops, README "Adaptive limits"), in Express and Koa alike; a client that leaves
+// status decides the drops, docs/adaptive.md), in Express and Koa alike; a client that leaves
 // before its response is not counted; a client that reads slowly is not a slow handler (the sample
 // ends when the handler ends its response); and the option refuses what would not be one limit.
 import { createReadStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs'

@@ -1,4 +1,4 @@
-// semaphore() with `priority`, `flow` and `overload` end to end (README "Overload"), on the memory
+// semaphore() with `priority`, `flow` and `overload` end to end (docs/middleware.md, "Overload"), on the memory
 // store's fair queue: the store admits a critical request before an older sheddable one; the local
 // maxQueue sheds the newest sheddable for a critical arrival (503, Retry-After, reason "shed"), whose
 // handler never runs; maxWaitMs per class; metric labels bounded whatever flow header clients send.

@@ -153,9 +153,11 @@ describe('the tarball', () => {
     )
     expect(entries.filter((entry) => /\.map$|^src\/|^test\//.test(entry))).toEqual([])
     expect(readFileSync(path.join(tmp, 'full/node_modules/tollgate/LICENSE'), 'utf8')).toMatch(/^MIT License/)
-    // README links to docs/*.md must resolve in the package (and on the npm page, via `repository`).
+    // The README's links to files (docs/*.md, CHANGELOG.md) must resolve in the package (and on the
+    // npm page, via `repository`).
     const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8')
-    const linked = [...readme.matchAll(/\]\((docs\/[^)#\s]+)/g)].map((match) => match[1]!)
+    const linked = [...readme.matchAll(/\]\(((?!https?:|#)[^)#\s]+)/g)].map((match) => match[1]!)
+    expect(linked).toEqual(expect.arrayContaining(['docs/api.md', 'CHANGELOG.md']))
     expect(linked.filter((doc) => !entries.includes(doc))).toEqual([])
     // Compiled code never locates files by its own URL (bundles and CommonJS have none to offer).
     const installed = path.join(tmp, 'full/node_modules/tollgate/dist')
@@ -532,18 +534,26 @@ console.log(JSON.stringify({ ok: true, missing }))
   })
 })
 
-describe('the README', () => {
-  it('runs every complete program in it with plain Node (no TypeScript, no transpiler) against the tarball', async () => {
-    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8')
-    const programs = [...readme.matchAll(/```js\n(\/\/ A complete program[^\n]*\n[\s\S]*?)```/g)].map(
-      (m) => m[1] as string,
-    )
-    expect(programs.length).toBeGreaterThanOrEqual(1)
-    for (const [i, program] of programs.entries()) {
-      const file = path.join(tmp, `full/readme-${i}.mjs`)
+describe('the README and the docs', () => {
+  it('run every complete program in them with plain Node (no TypeScript, no transpiler) against the tarball, printing no warning', async () => {
+    const docs = ['README.md', ...readdirSync(path.join(ROOT, 'docs')).map((file) => `docs/${file}`)]
+    const programs = docs
+      .filter((doc) => doc.endsWith('.md'))
+      .flatMap((doc) =>
+        [
+          ...readFileSync(path.join(ROOT, doc), 'utf8').matchAll(
+            /```js\n(\/\/ A complete program[^\n]*\n[\s\S]*?)```/g,
+          ),
+        ].map((m) => ({ doc, program: m[1] as string })),
+      )
+    expect(programs.filter(({ doc }) => doc === 'README.md').length).toBeGreaterThanOrEqual(2)
+    for (const [i, { doc, program }] of programs.entries()) {
+      const file = path.join(tmp, `full/program-${i}.mjs`)
       write(file, program)
-      const { stdout } = await run(process.execPath, [file], path.dirname(file))
-      expect(stdout, program).toMatch(/\S/)
+      const { stdout, stderr } = await run(process.execPath, [file], path.dirname(file))
+      expect(stdout, `${doc}:\n${program}`).toMatch(/\S/)
+      // As pasted, a sample runs without a warning (e.g. TOLLGATE_UNNAMED_POLICY) or a stack trace.
+      expect(stderr, `${doc}:\n${program}`).toBe('')
     }
   })
 })

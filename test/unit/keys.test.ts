@@ -74,7 +74,7 @@ describe('the keys of each kind of lock (what must not change across versions)',
       return lease.key
     }
     expect(await keyOf(() => createMutex(store, 'orders').acquire())).toBe('tollgate:{mutex:orders}')
-    // Was {rmutex:orders}: one name is one lock (README "Upgrading").
+    // Was {rmutex:orders}: one name is one lock (docs/api.md, "Upgrading").
     expect(await keyOf(() => createReentrantMutex(store, 'orders', { owner: 'job' }).acquire())).toBe(
       'tollgate:{mutex:orders}',
     )

@@ -1,4 +1,4 @@
-// The admission layer of a fair bucket (README "Overload"), on real memory-store semaphores: the
+// The admission layer of a fair bucket (docs/middleware.md, "Overload"), on real memory-store semaphores: the
 // class-aware local maxQueue (an arrival of a higher class sheds this process's newest waiter of the
 // lowest class), maxWaitMs per class, the `shed` rejection, and metric labels bounded whatever flows
 // the requests claim. The store's own order (priority, fair shares) is the semaphore's, tested with

@@ -1,4 +1,4 @@
-// The middleware's overload options (README "Overload"): `priority`, `flow`, `overload` and maxWaitMs
+// The middleware's overload options (docs/middleware.md, "Overload"): `priority`, `flow`, `overload` and maxWaitMs
 // per class, checked at construction (ConfigError naming the option, unknown keys refused), and a
 // request's class and flow taken from the user's functions, whose failures take the default.
 import { describe, expect, it } from 'vitest'

@@ -1,4 +1,4 @@
-// What must NOT change for a middleware without `priority`, `flow` or `overload` (README "Overload":
+// What must NOT change for a middleware without `priority`, `flow` or `overload` (docs/middleware.md, "Overload":
 // a bucket without them costs what it costs today): its buckets' semaphores get the options they got
 // before, and each acquire, tryAcquire and acquireNow the same arguments; no per-class series appear.
 // The semaphore module is the real one, with its three entry points recorded.

@@ -237,7 +237,7 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
                               or strips the header, or any client can claim critical
   --flow-from <tenant|ip|header:name>  share each bucket fairly between the flows found here
   --adaptive-max <n>          an adaptive limit instead of --permits: found from the requests' latency and
-                              drops, one for the fleet, never above n (README "Adaptive limits")
+                              drops, one for the fleet, never above n (docs/adaptive.md)
   --adaptive-min <n>          never below n (default 1)
   --adaptive-initial <n>      the limit before the first step (default: --adaptive-min)
   --adaptive-algorithm <gradient|aimd>  gradient: follows latency; aimd: only drops (default gradient)

@@ -140,7 +140,7 @@ const DROP_RULE = "expected an HTTP status from 400 to 599, '5xx' or 'timeout'"
 const dropRule = z.union([intIn(400, 599, DROP_RULE), z.literal('5xx'), z.literal('timeout')], {
   error: DROP_RULE,
 })
-/** An adaptive limit (README "Adaptive limits"); cross-field rules (min <= initial <= max) are checked
+/** An adaptive limit (docs/adaptive.md); cross-field rules (min <= initial <= max) are checked
  * when the route is resolved. */
 export const adaptiveSchema = z.strictObject({
   min: positiveInt(1_000_000).optional(),

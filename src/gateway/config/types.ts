@@ -42,7 +42,7 @@ export interface ConcurrencyConfig {
   /** The permits one request of the route counts for (an export 5, a health check 1); at most
    * `permits`. Routes of `per: global` share one bucket, each with its own weight. */
   weight: number
-  /** An adaptive limit instead of `permits` (README "Adaptive limits"); undefined: `permits`. */
+  /** An adaptive limit instead of `permits` (docs/adaptive.md); undefined: `permits`. */
   adaptive: ResolvedAdaptiveOptions | undefined
   /** The priority class of the route's requests (docs/gateway.md, "Priorities and fair shares");
    * undefined: every request is standard and the bucket is FIFO (unless `flow` is set). */

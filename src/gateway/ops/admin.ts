@@ -59,7 +59,7 @@ interface BucketState {
   effective: number
   holders: number
   queued: number
-  /** An adaptive limit's state (README "Adaptive limits"): the limit in force in the store (null: none
+  /** An adaptive limit's state (docs/adaptive.md): the limit in force in the store (null: none
    * there now), and what this replica knows of its controller. */
   adaptive?: (AdaptiveStatus & { inStore: number | null; initial: number; algorithm: string }) | undefined
   /** A fair queue's (a route with priority or flow): the fleet's waiters by class, parked at their

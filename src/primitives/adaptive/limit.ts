@@ -35,7 +35,7 @@
 // state.
 //
 // What is measured: what the upstream does, not what a client does, since one client's behaviour must
-// not set a limit every client shares (README "Adaptive limits", "What a client cannot do"):
+// not set a limit every client shares (docs/adaptive.md, "What a client cannot do"):
 // - latency runs from admission, or from the request body's last byte if that came later (the
 //   upstream cannot answer before it), to the upstream's last byte (the gateway) or to the handler's
 //   end() call (the middleware), not to the end of the client's reading: a slow reader holds its
