@@ -86,7 +86,8 @@ export const middlewareThroughput: Scenario = {
           detail: `${fmtFixed(overhead(2), 1)} µs vs ${fmtFixed(overhead(1), 1)} µs (Redis store: ${fmtFixed(overhead(3), 1)} µs)`,
         },
         {
-          target: "aim: tollgate semaphore's overhead per request <= half of express-rate-limit's (in-memory)",
+          target:
+            "aim: tollgate semaphore's overhead per request <= half of express-rate-limit's (in-memory)",
           pass: overhead(2) <= overhead(1) / 2,
           detail: `${fmtFixed(overhead(2) / overhead(1))} x express-rate-limit's`,
         },
