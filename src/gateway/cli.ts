@@ -102,9 +102,10 @@ export async function runCli(argv: readonly string[]): Promise<void> {
   const state: { gateway?: Gateway; signalled?: NodeJS.Signals } = {}
   const stop = (signal: NodeJS.Signals) => {
     if (state.signalled) {
-      state.gateway?.logger.warn({ signal }, 'second signal: exiting now')
-      state.gateway?.logger.flush()
-      process.exit(1)
+      const gateway = state.gateway
+      if (!gateway) process.exit(1)
+      exitAfterFlush(gateway, 1, () => gateway.logger.warn({ signal }, 'second signal: exiting now'))
+      return
     }
     state.signalled = signal
     if (state.gateway) shutdown(state.gateway, signal)
@@ -211,17 +212,31 @@ function watchConfig(path: string, reload: () => Promise<void>): void {
 const WATCH_INTERVAL_MS = 500
 
 function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
-  gateway.logger.info({ signal }, 'shutting down: draining in-flight requests')
+  logged(() => gateway.logger.info({ signal }, 'shutting down: draining in-flight requests'))
   gateway.close().then(
-    () => {
-      gateway.logger.info('shutdown complete')
-      gateway.logger.flush(() => process.exit(0))
-    },
-    (error: unknown) => {
-      gateway.logger.error({ err: error }, 'shutdown failed')
-      gateway.logger.flush(() => process.exit(1))
-    },
+    () => exitAfterFlush(gateway, 0, () => gateway.logger.info('shutdown complete')),
+    (error: unknown) =>
+      exitAfterFlush(gateway, 1, () => gateway.logger.error({ err: error }, 'shutdown failed')),
   )
+}
+
+/** A logger that throws (one given in-process; pino's own never does) never stops a shutdown. */
+function logged(line: () => void): void {
+  try {
+    line()
+  } catch {
+    // the exit goes on without the line
+  }
+}
+
+/** The longest the exit waits for the log to be written out. */
+const EXIT_FLUSH_MS = 2000
+
+/** Write the `last` line, then exit once the log is written, or failed to be (its reader has gone),
+ * or after EXIT_FLUSH_MS (a stuck reader): the log never keeps the process from exiting. */
+function exitAfterFlush(gateway: Gateway, code: number, last: () => void): void {
+  logged(last)
+  void gateway.logWritten(EXIT_FLUSH_MS).then(() => process.exit(code))
 }
 
 /** package.json's version, embedded at build time (scripts/embed-version.mjs): no import.meta, so the

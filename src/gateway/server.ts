@@ -71,6 +71,9 @@ export interface Gateway {
   /** Graceful shutdown: stop accepting, let in-flight requests and WebSockets finish (up to
    * shutdownGraceMs, then cut them), release every permit, close the store. Idempotent. */
   close(): Promise<void>
+  /** Resolves once the log has written what it holds, or failed to (its reader has gone), or after
+   * `withinMs`: then the process may exit without losing lines or waiting on a dead reader. */
+  logWritten(withinMs: number): Promise<void>
 }
 
 /** Under sonic-boom's 16 KB maxWrite: one write call per batch. */
@@ -391,7 +394,38 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
       closing ??= shutdown()
       return closing
     },
+    logWritten(withinMs) {
+      accessLines?.flush()
+      if (!destination) return Promise.resolve()
+      return written(destination, withinMs)
+    },
   }
+}
+
+/**
+ * Resolves once `destination` has written everything it holds ('drain'), or a write failed
+ * ('error': pino then stops writing to it, EPIPE included), or after `withinMs`. Exiting before then
+ * would leave the lines to the exit handlers' flushSync(), which retries a failed write every 100 ms
+ * for ever (sonic-boom 4.2: any error but EAGAIN): a reader that has gone would keep the process.
+ */
+function written(destination: ReturnType<typeof pino.destination>, withinMs: number): Promise<void> {
+  // What sonic-boom holds and whether a write is on the way (its own fields: no public getter). Nothing
+  // held, or fields this version lacks: nothing to wait for.
+  const pending = destination as unknown as { _len?: unknown; _writing?: unknown }
+  if (typeof pending._len !== 'number' || (pending._len === 0 && pending._writing !== true))
+    return Promise.resolve()
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      destination.off('drain', done)
+      destination.off('error', done)
+      resolve()
+    }
+    const timer = setTimeout(done, withinMs)
+    destination.once('drain', done)
+    destination.once('error', done)
+    destination.flush()
+  })
 }
 
 function urlOf(server: http.Server): string {

@@ -50,6 +50,46 @@ describe('gateway process edge', () => {
     expect(await keysUnder(redis, prefix)).toEqual([])
   }, 20_000)
 
+  it('G14: SIGTERM stops the gateway also when the reader of its log has gone (writes fail with EPIPE)', async () => {
+    const upstream = await startRecorder()
+    const gateway = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      '--shutdown-grace-ms',
+      '500',
+    ])
+    expect((await fetch(`${gateway.url}/before`)).status).toBe(200)
+    // A log shipper that dies, or `tollgate ... | head`: the gateway's next writes fail.
+    gateway.closeOutput()
+    expect((await fetch(`${gateway.url}/after`)).status).toBe(200) // its access line cannot be written
+    gateway.kill('SIGTERM')
+    // The grace period, then at most a bounded wait for the log: it exits on its own.
+    const exit = await Promise.race([
+      gateway.exited,
+      sleep(8000).then(() => 'still running 8 s after SIGTERM'),
+    ])
+    expect(exit).toEqual({ code: 0, signal: null })
+
+    // A second signal while a request holds the drain: exit now (1), also with nobody reading the log.
+    const draining = await spawnGateway([
+      ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+      '--shutdown-grace-ms',
+      '30000',
+    ])
+    const held = await rawConnect(Number(new URL(draining.url).port))
+    held.write('GET /hold HTTP/1.1\r\nHost: gw\r\n\r\n')
+    await eventually(() => upstream.requests.filter((r) => r.url === '/hold').length === 1)
+    draining.closeOutput()
+    // Back to back (two signals: two SIGTERMs may merge into one), before its first log line has
+    // even failed to be written.
+    draining.kill('SIGTERM')
+    draining.kill('SIGINT')
+    const now = await Promise.race([
+      draining.exited,
+      sleep(8000).then(() => 'still running 8 s after the second signal'),
+    ])
+    expect(now).toEqual({ code: 1, signal: null })
+  }, 30_000)
+
   for (const failOpen of [false, true]) {
     it(`G14: a Redis known down is answered at once${failOpen ? ' (through, with --fail-open)' : ' (503)'}, logged once, and /readyz ${failOpen ? 'stays ready' : 'says so'}`, async () => {
       const upstream = await startRecorder()

@@ -30,6 +30,9 @@ export interface GatewayProcess {
   logs(): Record<string, unknown>[]
   /** Signal this PID (default SIGKILL); no-op once it has exited. */
   kill(signal?: NodeJS.Signals): void
+  /** Close this end of its stdout and stderr pipes, as a log reader that goes away does: its writes
+   * then fail (EPIPE). */
+  closeOutput(): void
 }
 
 const live = new Set<ChildProcess>()
@@ -140,6 +143,10 @@ export function runGateway(
         }),
     kill(signal: NodeJS.Signals = 'SIGKILL') {
       if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+    },
+    closeOutput() {
+      child.stdout?.destroy()
+      child.stderr?.destroy()
     },
   }
 }
