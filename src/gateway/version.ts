@@ -8,9 +8,9 @@ export const VERSION = '0.1.0'
 export const EXAMPLE_CONFIG = `# A complete tollgate gateway config: every field, each with its default in the comment.
 #   npx tollgate --example-config > tollgate.yaml   (this file, from an installed package)
 #   npx tollgate --config tollgate.yaml
-# As written it shares limits through a Redis on 127.0.0.1:6379 (without one it starts, /readyz says
-# not ready and requests get 503); comment out \`url:\` under \`redis:\` to run it on the in-memory store.
-# Upstreams: 127.0.0.1:3000 and :3001 (\`node --import tsx examples/demo-upstream.ts\` serves :3000).
+# As written it runs on the in-memory store (limits per process) in front of one upstream on
+# 127.0.0.1:3000: start any HTTP server there (e.g. \`python3 -m http.server 3000\`), then
+# \`curl -i localhost:8080/export\`. Uncomment \`redis:\` to share the limits with every replica.
 # Flags given on the command line win over this file (--port, --redis, --permits, ...), and so do
 # TOLLGATE_* environment variables (TOLLGATE_PORT, TOLLGATE_REDIS_URL, ...). kill -HUP reloads it.
 # Unknown fields are errors; so is a value of the wrong type (the message names the path).
@@ -24,14 +24,14 @@ admin: # /metrics, /healthz, /readyz, /limits; \`admin: false\` turns the listen
   port: 9090 # default 9090
   # tokenFile: /etc/tollgate/admin-token # bearer token of /limits; required for it off loopback
 
-redis: # leave the section out to run on the in-memory store (limits per process)
-  url: redis://127.0.0.1:6379 # one Redis; or \`cluster:\` (not both)
-  # cluster: [redis://10.0.0.1:7000, redis://10.0.0.2:7000, redis://10.0.0.3:7000]
-  # sentinel: { sentinels: [10.0.0.1:26379, 10.0.0.2:26379, 10.0.0.3:26379], name: mymaster }
-  # passwordFile: /etc/tollgate/redis-password # wins over a password in the URL
-  # tls: { ca: /etc/tollgate/ca.pem, cert: /etc/tollgate/client.pem, key: /etc/tollgate/client.key, servername: redis.internal }
-  prefix: tollgate # key prefix, default tollgate; no braces or whitespace
-  commandTimeoutMs: 2000 # a Redis call slower than this fails the admission, default 2000
+# redis: # without this section: the in-memory store (limits per process)
+#   url: redis://127.0.0.1:6379 # one Redis; or \`cluster:\` (not both)
+#   cluster: [redis://10.0.0.1:7000, redis://10.0.0.2:7000, redis://10.0.0.3:7000]
+#   sentinel: { sentinels: [10.0.0.1:26379, 10.0.0.2:26379, 10.0.0.3:26379], name: mymaster }
+#   passwordFile: /etc/tollgate/redis-password # wins over a password in the URL
+#   tls: { ca: /etc/tollgate/ca.pem, cert: /etc/tollgate/client.pem, key: /etc/tollgate/client.key, servername: redis.internal }
+#   prefix: tollgate # key prefix, default tollgate; no braces or whitespace
+#   commandTimeoutMs: 2000 # a Redis call slower than this fails the admission, default 2000
 
 ttlMs: 30000 # lease length; a crashed replica's permits come back after it, default 30000
 shutdownGraceMs: 10000 # SIGTERM waits this long for in-flight requests, default 10000
@@ -61,8 +61,8 @@ routes: # matched in order; the first match serves the request. Without routes: 
     match:
       pathPrefix: /export # matches /export and /export/..., not /exports
       methods: [GET, POST] # optional: any method by default
-      host: api.example.com # optional: any Host by default (the port is ignored)
-    upstream: http://127.0.0.1:3001 # optional: defaults.upstream
+      # host: api.example.com # optional: any Host by default (the port is ignored)
+    # upstream: http://127.0.0.1:3001 # optional: defaults.upstream
     stripPrefix: false # true: /export/a is sent upstream as /a
     concurrency: # merged over defaults.concurrency
       permits: 2

@@ -126,6 +126,9 @@ describe('the first hour', () => {
     const example = readFileSync(path.join(ROOT, 'examples/gateway.yaml'), 'utf8')
     expect(printed.stdout()).toBe(example.trimEnd() + '\n')
     const file = await writeFileIn('tollgate.yaml', printed.stdout())
+    // As printed (only the ports moved, and the upstream: the file's is 127.0.0.1:3000), it runs on
+    // the in-memory store, and `curl localhost:8080/export` reaches the export route, whatever Host.
+    const upstream = await startRecorder()
     const gateway = await spawnGateway([
       '--config',
       file,
@@ -133,10 +136,15 @@ describe('the first hour', () => {
       '0',
       '--admin-port',
       '0',
-      '--prefix',
-      prefix(),
+      '--upstream',
+      upstream.url,
     ])
     expect(gateway.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+    expect(gateway.logs().find((line) => line.msg === 'tollgate ready')).toMatchObject({ store: 'memory' })
+    const response = await fetch(`${gateway.url}/export`)
+    expect(response.status).toBe(200)
+    expect(response.headers.get('ratelimit-policy')).toContain('"export"')
+    expect(upstream.requests.map((request) => request.url)).toContain('/export')
   })
 
   it('--log-format pretty writes readable lines (pino-pretty); json stays the default', async () => {
