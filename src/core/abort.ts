@@ -13,9 +13,9 @@ export interface AbortSignalLike {
 
 /**
  * A one-shot abort flag with listeners: what an `AbortController` gives a wait, without an
- * `EventTarget` (and its maps) per request. The gateway's CPU profile showed `createAbortSignal` at
- * ~2.5 us per request, and its allocation profile showed the signals surviving into the old
- * generation (~700 bytes each), which made every request pay for extra full collections.
+ * `EventTarget` (and its maps) per request: signals cost CPU per request and survive into the old
+ * generation, which makes every request pay for extra full collections (docs/cost.md, "Why the code
+ * is as it is").
  */
 export class AbortFlag implements AbortSignalLike {
   aborted = false

@@ -24,7 +24,7 @@ export function openStore(
     return { store: createMemoryStore({ prefix: config.prefix }), redis: undefined }
   // No ioredis auto-pipelining: the store already sends the acquires (and releases) of a turn as one
   // script call, and auto-pipelining's per-command bookkeeping then costs more than it saves
-  // (npm run bench -- gateway, Redis vs in-memory req/s: 0.94-0.98 without, 0.82-0.83 with).
+  // (docs/cost.md, "Why the code is as it is").
   const reconnectOnError = reconnectOnFailover(config.commandTimeoutMs)
   const common = { enableAutoPipelining: false, reconnectOnError }
   let redis: Redis | Cluster

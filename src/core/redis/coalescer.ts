@@ -9,10 +9,9 @@
 //   construction.
 //
 // Under load (the gateway with 50 connections) this turns the acquires of a turn into one script call
-// instead of one each (npm run bench -- gateway). An earlier rule also sent each turn's first call
-// straight while others were in flight: that made two script calls of every turn's acquires (and two
-// of its releases), 0.40 scripts per request against 0.27, for ~2.5 µs more Redis CPU per request and
-// a longer p99, with no gain in throughput.
+// instead of one each. A call made while others of its name are in flight waits for the end of the
+// turn, even the turn's first: sending it straight splits each turn's acquires (and releases) into
+// two script calls (docs/cost.md, "Why the code is as it is").
 
 import { tokenWeight } from '../weight.js'
 

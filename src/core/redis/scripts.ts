@@ -1,8 +1,8 @@
 // The Lua of the Redis store, assembled from the embedded lua/ sources in two forms that run the same
 // code, one unit per family (permits, rwlock, adaptive) in both:
 //   - a function library per family (FUNCTION LOAD once per server, then FCALL): the preludes run once
-//     at load, so a call pays only for its own script (the default; ~2.4 µs less Redis time a call
-//     than an EVAL whose preludes make their helpers again every time, docs/cost.md);
+//     at load, so a call pays only for its own script (the default; an EVAL's preludes would make
+//     their helpers again at every call: docs/cost.md, "How the store calls Redis");
 //   - one script per family (SCRIPT LOAD once per server, then EVALSHA), for a server or user that may
 //     not load functions (an ACL without FUNCTION/FCALL, a managed Redis that forbids them); a call
 //     names its script in its last argument, as an FCALL names its function.

@@ -259,11 +259,10 @@ class RedisStore implements Store {
    * the way: the socket stays corked until the microtasks running now are done, or WRITES_PER_FLUSH
    * calls are held, whichever comes first. The replies of a burst of names arrive together, and the
    * calls they lead to are made in the same microtasks: they leave in a few writes instead of one
-   * each (a write is a system call, ~5 us of the client's CPU: half of it per call, in profiles of 50
-   * names). A lone call, with nothing else on the way, is written at once, and no call waits for the
-   * event loop. (Flushing only once the microtasks are done made Redis idle while the client read a
-   * whole burst of replies: the two took turns instead of working at once; npm run bench --
-   * primitives, 50 names.)
+   * each (a write is a system call, the larger part of a call's client CPU). A lone call, with
+   * nothing else on the way, is written at once, and no call waits for the event loop. The cap of
+   * WRITES_PER_FLUSH keeps Redis busy while the client reads a burst of replies: flushing only once
+   * the microtasks are done makes the two take turns (docs/cost.md, "How the store calls Redis").
    */
   private holdWrite(): void {
     if (this.held > 0) {
@@ -549,8 +548,8 @@ const VERBS: Record<ScriptName, string> = {
 }
 
 /** A call as the coalescer queues it. One class (every field always set) rather than a spread of the
- * spec: the hot path then reads fields of one object shape (a spread cost ~20 µs per acquire +
- * release in profiles, npm run bench -- mutex-uncontended). */
+ * spec: the hot path then reads fields of one object shape (docs/cost.md, "Why the code is as it
+ * is"). */
 class QueuedCall implements ScriptCall {
   readonly name: string
   readonly kind: string | undefined

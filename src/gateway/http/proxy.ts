@@ -4,7 +4,7 @@
 // Content-Length or chunked and refuses Transfer-Encoding, Upgrade or Expect given as headers), so
 // no client framing can reach the upstream as a second request (G13). Bodiless requests to http://
 // upstreams take the lean pool instead (lean-upstream.ts: the same handler API and rules, no body
-// to frame, ~6 µs less per request; docs/gateway.md, "Lean paths"). Which headers are sent is
+// to frame; docs/gateway.md, "Lean paths"). Which headers are sent is
 // decided by the caller (headers.ts); this module moves bytes, enforces the upstream and send
 // timeouts, and maps failures to 502/504 (or a cut connection once the response has started).
 import http from 'node:http'

@@ -96,10 +96,9 @@ function lineBound(line: AccessLine): number {
 /**
  * Access-log lines held until LOG_BUFFER_BYTES have gathered (or flush() is called: every second, on
  * close, and before any other log line, so lines stay in order), then written as one string: nginx's
- * `access_log ... buffer= flush=`. A write per line cost a thread-pool round trip per few requests
- * (~10 us of CPU per request under load), and sonic-boom's own minLength buffering measures the
- * pending buffer with Buffer.byteLength on every write, flattening it each time (2.5 KB copied per
- * request in an allocation profile). Lines are held as bytes in one reused buffer (64 KB of room
+ * `access_log ... buffer= flush=`. A write per line costs a thread-pool round trip per few requests,
+ * and sonic-boom's own minLength buffering measures the pending buffer with Buffer.byteLength on
+ * every write, flattening it each time (docs/cost.md, "Why the code is as it is"). Lines are held as bytes in one reused buffer (64 KB of room
  * past the limit; a line that could not fit even then is written alone, after what is held).
  */
 export class LineBuffer {
@@ -125,7 +124,7 @@ export class LineBuffer {
   /**
    * An access line, written as bytes straight into the batch: what accessJson() returns, without the
    * string (a tree of some 35 concatenated pieces per line, flattened again when the batch was
-   * joined: 5-7 µs of CPU per request in the gateway, measured with a constant line in its place).
+   * joined).
    */
   pushAccess(line: AccessLine, time = Date.now()): void {
     const bound = lineBound(line)

@@ -35,7 +35,7 @@
 //   baseline. Three quarters, not less: the limit settles within a quarter above the capacity, so
 //   three quarters of it leave the upstream unqueued, and the probe costs a quarter of the throughput
 //   for a window, not three quarters (at a quarter, an overloaded fleet's queue, critical requests
-//   included, waited the whole window: a p99 of 266 ms against 50 in the overload bench). A probe
+//   included, waits the whole window). A probe
 //   whose latency is above the baseline (by more than 25 % past the tolerance) cannot tell an
 //   upstream that got slower from a limit far above a capacity that fell: the next window probes
 //   at a quarter, and its median is the baseline. That also learns an upstream that got slower for good, at the next probe.
