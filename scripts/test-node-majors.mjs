@@ -15,7 +15,7 @@ import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
-/** The newest release of each major on the registry when last checked (docs/gateway.md, "Lean paths",
+/** The newest release of each major on the registry when last checked (docs/gateway/internals.md, "Lean paths",
  * lists the versions tested). Node 20 is the one `npm test` runs on in CI. */
 const MAJORS = { 22: '22.23.3', 24: '24.21.0', 25: '25.9.0', 26: '26.12.1' }
 const SUITES = [

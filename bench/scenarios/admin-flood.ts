@@ -1,4 +1,4 @@
-// Admin flood scenario (docs/gateway.md, "Admin listener"): the proxied path's latency while clients
+// Admin flood scenario (docs/gateway/operate.md, "Admin listener"): the proxied path's latency while clients
 // flood the admin listener of the same process. At the start of a flooded round, 64 connections each
 // write 1 MB of pipelined GET /metrics, /readyz or /dashboard/data.json (small heads, or ~5 KB ones)
 // and never read an answer, until the round ends. Rounds with and without the flood alternate; wrk

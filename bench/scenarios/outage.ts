@@ -5,7 +5,7 @@
 // Phases, 10 s each (BENCH_OUTAGE_SECONDS): normal; Redis SIGSTOPped (hung); recovery (SIGCONT);
 // Redis SIGKILLed and started again on the same port (dead for the phase); recovery. The load runs
 // phase by phase (started and stopped at each edge), so each phase has its own latencies.
-// --command-timeout-ms 500 for every mode (docs/gateway.md, "Redis outages": share answers within
+// --command-timeout-ms 500 for every mode (docs/gateway/behaviour.md, "Redis outages": share answers within
 // the command timeout when Redis hangs).
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'

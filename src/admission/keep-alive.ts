@@ -1,7 +1,7 @@
 // Permit keep-alive (opt-in, the gateway's `concurrency.keepAliveMs`): a finished request's lease is
 // kept for the next request of its bucket in this process, as nginx's upstream `keepalive` keeps a
 // connection, so a busy replica takes and gives back permits in the store only once per keepAliveMs
-// per lease instead of once per request. What holds and what is traded (docs/gateway.md, "Permit
+// per lease instead of once per request. What holds and what is traded (docs/gateway/behaviour.md, "Permit
 // keep-alive"):
 // - G1 (the cap) holds: a kept lease is a live holder in the store, so requests in flight never
 //   outnumber the store's holders, and a request only ever runs on a lease nobody else has.

@@ -67,7 +67,7 @@ export async function startFromArgs(
     await gateway.close() // e.g. EADDRINUSE: let go of Redis too, or the process would linger
     if (error instanceof RedisAccessError) {
       io.stderr(`tollgate: ${error.message}`)
-      io.stderr('tollgate: see docs/gateway.md, "Redis ACL"')
+      io.stderr('tollgate: see docs/gateway/operate.md, "Redis ACL"')
       return 2
     }
     throw error

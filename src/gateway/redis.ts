@@ -107,7 +107,7 @@ function tlsOptions(tls: RedisTlsConfig | undefined, secureUrl: boolean): Connec
   return defined({ ca: tls?.ca, cert: tls?.cert, key: tls?.key, servername: tls?.servername })
 }
 
-/** The Redis ACL rule the gateway needs, for a key prefix (docs/gateway.md, "Redis ACL"). */
+/** The Redis ACL rule the gateway needs, for a key prefix (docs/gateway/operate.md, "Redis ACL"). */
 export function aclRule(prefix: string): string {
   const commands = [
     'fcall',

@@ -1,4 +1,4 @@
-// The admin listener under hostile clients (docs/gateway.md, "Admin listener"): pipelined floods that
+// The admin listener under hostile clients (docs/gateway/operate.md, "Admin listener"): pipelined floods that
 // never read, a client holding every connection it can get or keeping them all waiting on a slow
 // store, many askers of one answer at once, heads that trickle in. A real gateway (the bin in a child process where its memory is measured), a
 // private redis-server whose INFO commandstats count what the listener costs the store, raw sockets

@@ -1,7 +1,7 @@
 // A client that leaves while its request is held upstream and the gateway is not reading its
 // connection (a request parsed behind the held one, or a read-ahead beyond 64 KB handed back to the
 // socket): the request is given up (the upstream's connection closes) and its permit released once
-// (the store's script calls: one acquisition, one release), on both front ends (docs/gateway.md,
+// (the store's script calls: one acquisition, one release), on both front ends (docs/gateway/internals.md,
 // "Lean paths").
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import type { Gateway } from '../../src/gateway/index.js'

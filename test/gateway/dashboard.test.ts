@@ -1,6 +1,6 @@
 /// <reference lib="dom" />
 /// <reference lib="dom.iterable" />
-// The admin listener's dashboard (docs/gateway.md, "Dashboard") in a real browser: Debian's Chromium
+// The admin listener's dashboard (docs/gateway/operate.md, "Dashboard") in a real browser: Debian's Chromium
 // driven by playwright-core (no browser is downloaded; scripts/ensure-browser.mjs installs chromium
 // where it can, and these tests skip, saying why, where no browser can be had). Against two replicas
 // of the real bin on Redis, with requests held by the upstream: the page loads with no console error

@@ -1,4 +1,4 @@
-// The gateway's priorities and fair shares (docs/gateway.md, "Priorities and fair shares"): the
+// The gateway's priorities and fair shares (docs/gateway/behaviour.md, "Priorities and fair shares"): the
 // config's rules, each refused with the path and the fix, and what a request's class and flow are.
 import { describe, expect, it } from 'vitest'
 import { GatewayConfigError, parseFlags, resolveConfig, validateConfigFile } from '../../src/gateway/index.js'

@@ -1,4 +1,4 @@
-// /limits of a fair route (docs/gateway.md, "Priorities and fair shares"): the fleet's waiters by
+// /limits of a fair route (docs/gateway/behaviour.md, "Priorities and fair shares"): the fleet's waiters by
 // class, parked and evicted, the busiest flows this replica saw with their weight and cap, and one
 // flow read by name. Hand-over of i38-F: passes once i38-D (Semaphore.stats() with classes,
 // parked, evicted; Semaphore.flow(name)) and i38-E (the admission's priority/flow/overload options) merge.

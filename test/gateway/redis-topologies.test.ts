@@ -231,7 +231,7 @@ describe('Redis Sentinel', () => {
     const SWITCH_BOUND_MS = 3_000
     // As operators should run a Sentinel master: it refuses writes (NOREPLICAS) once it has no
     // replica in sync, so nothing is written to it after its replica is promoted; the gateway resends
-    // those calls to the new master (docs/gateway.md, "Redis Sentinel").
+    // those calls to the new master (docs/gateway/operate.md, "Redis Sentinel").
     const master = stopAfterTest(
       await startRedisServer({ args: ['--min-replicas-to-write', '1', '--min-replicas-max-lag', '10'] }),
     )

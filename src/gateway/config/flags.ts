@@ -71,7 +71,7 @@ export interface GatewayFlags {
   outage?: 'closed' | 'open' | 'share'
   outageShare?: number
   permitKeepAliveMs?: number
-  /** Every route's requests take their priority class from this header (trusted: docs/gateway.md,
+  /** Every route's requests take their priority class from this header (trusted: docs/gateway/behaviour.md,
    * "Priorities and fair shares"). */
   priorityHeader?: string
   /** Every route's requests are shared fairly between flows from here: tenant, ip or header:<name>. */
@@ -255,7 +255,7 @@ A reverse proxy that caps the requests in flight; replicas share the caps throug
   --log-level <level>         fatal|error|warn|info|debug|trace|silent (default ${GATEWAY_DEFAULTS.logLevel})
   --log-format <json|pretty>  pretty: one readable line per log record, for a terminal (needs the
                               pino-pretty package; default json)
-  --lean <on|off>             the lean HTTP paths on Node internals (docs/gateway.md, "Lean paths");
+  --lean <on|off>             the lean HTTP paths on Node internals (docs/gateway/internals.md, "Lean paths");
                               off: every request through http.Server and undici (default on)
   --access-log-sample <0..1>  share of successful (< 400) requests written to the access log (default 1)
   --config <file>             YAML or JSON config file (routes, per-tenant overrides, ...); flags win

@@ -37,14 +37,14 @@ export interface ConcurrencyConfig {
   /** Permits of particular buckets (tenant ids or addresses). */
   overrides: Readonly<Record<string, number>>
   /** Permit keep-alive: a lease serves this replica's requests of its bucket for up to this long
-   * before it goes back to the store (docs/gateway.md, "Permit keep-alive"); 0 = off. */
+   * before it goes back to the store (docs/gateway/behaviour.md, "Permit keep-alive"); 0 = off. */
   keepAliveMs: number
   /** The permits one request of the route counts for (an export 5, a health check 1); at most
    * `permits`. Routes of `per: global` share one bucket, each with its own weight. */
   weight: number
   /** An adaptive limit instead of `permits` (docs/adaptive.md); undefined: `permits`. */
   adaptive: ResolvedAdaptiveOptions | undefined
-  /** The priority class of the route's requests (docs/gateway.md, "Priorities and fair shares");
+  /** The priority class of the route's requests (docs/gateway/behaviour.md, "Priorities and fair shares");
    * undefined: every request is standard and the bucket is FIFO (unless `flow` is set). */
   priority: PriorityConfig | undefined
   /** The fair share of the route's requests between flows inside its bucket; undefined: none. */
@@ -163,10 +163,10 @@ export interface GatewayConfig {
    * X-Forwarded-* headers that came in are kept and extended upstream). */
   trustProxy: TrustProxy
   logFormat: LogFormat
-  /** The lean HTTP paths (docs/gateway.md, "Lean paths"): on by default; false serves every request
+  /** The lean HTTP paths (docs/gateway/internals.md, "Lean paths"): on by default; false serves every request
    * through Node's http.Server and undici only. */
   lean: boolean
-  /** How request paths are made canonical before routing (docs/gateway.md, "Paths"). */
+  /** How request paths are made canonical before routing (docs/gateway/behaviour.md, "Paths"). */
   paths: PathOptions
   /** Share of successful (status < 400) requests written to the access log; the others always are. */
   accessLogSample: number

@@ -1,6 +1,6 @@
 // The HTTP/1.1 front end. Node's http.Server stays the server (it listens, and it serves everything
 // unusual), but its connections go first to a lean path that serves the common request on the raw
-// socket: no IncomingMessage, no ServerResponse, one string per response head (docs/gateway.md,
+// socket: no IncomingMessage, no ServerResponse, one string per response head (docs/gateway/internals.md,
 // "Lean paths").
 //
 // The lean path takes a request only when all of this holds, and hands the connection to Node's own

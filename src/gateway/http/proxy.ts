@@ -1,10 +1,10 @@
 // The one module that talks to upstreams: undici's Pool.dispatch() (Node's own HTTP client, by the
-// Node.js core team), chosen by measurement (docs/gateway.md, "Proxy core"): no IncomingMessage or
+// Node.js core team), chosen by measurement (docs/gateway/internals.md, "Proxy core"): no IncomingMessage or
 // ClientRequest per request, keep-alive pools, and request bodies framed by undici itself (it sends
 // Content-Length or chunked and refuses Transfer-Encoding, Upgrade or Expect given as headers), so
 // no client framing can reach the upstream as a second request (G13). Bodiless requests to http://
 // upstreams take the lean pool instead (lean-upstream.ts: the same handler API and rules, no body
-// to frame; docs/gateway.md, "Lean paths"). Which headers are sent is
+// to frame; docs/gateway/internals.md, "Lean paths"). Which headers are sent is
 // decided by the caller (headers.ts); this module moves bytes, enforces the upstream and send
 // timeouts, and maps failures to 502/504 (or a cut connection once the response has started).
 import http from 'node:http'

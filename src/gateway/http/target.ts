@@ -1,6 +1,6 @@
 // The canonical request target (G13): decided once, before routing, and what the upstream receives.
 // Routing, locking and forwarding all use the result, so no spelling of a path reaches the upstream as
-// a path the gateway did not match. Pure functions; every rule is in docs/gateway.md ("Paths").
+// a path the gateway did not match. Pure functions; every rule is in docs/gateway/behaviour.md ("Paths").
 import { decodeForResource } from '../../admission/keys.js'
 
 export interface PathOptions {

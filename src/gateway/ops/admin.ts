@@ -1,7 +1,7 @@
 // The admin listener: /metrics (Prometheus), /healthz, /readyz, and /limits, the API that reads every
 // route's limits, holders and queue and sets a route's or a bucket's limit for every replica sharing
 // the store (Semaphore.setPermits). Loopback by default; bound anywhere else, /limits answers only
-// with the bearer token (docs/gateway.md, "Admin API").
+// with the bearer token (docs/gateway/operate.md, "Admin API").
 import { createHash, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { Socket } from 'node:net'
@@ -64,7 +64,7 @@ interface BucketState {
   adaptive?: (AdaptiveStatus & { inStore: number | null; initial: number; algorithm: string }) | undefined
   /** A fair queue's (a route with priority or flow): the fleet's waiters by class, parked at their
    * flow's cap, evicted by class since the bucket was last idle, and the busiest flows this replica
-   * saw (docs/gateway.md, "Priorities and fair shares"). */
+   * saw (docs/gateway/behaviour.md, "Priorities and fair shares"). */
   classes?: Record<string, { waiting: number }>
   parked?: number | null
   evicted?: Record<string, number>

@@ -1,4 +1,4 @@
-// The dashboard of the admin listener (docs/gateway.md, "Dashboard"): a page at / and /dashboard
+// The dashboard of the admin listener (docs/gateway/operate.md, "Dashboard"): a page at / and /dashboard
 // (dashboard/*, embedded by scripts/embed-dashboard.mjs), and /dashboard/data.json, what it draws.
 //
 // Cost: a viewer costs the data plane nothing. The data is one snapshot, made at most once a second

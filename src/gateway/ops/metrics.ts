@@ -5,7 +5,7 @@
 // What every request touches (admitted, in flight, responses, and the three duration histograms) is
 // kept in plain numbers per route and read into the registry at scrape time: prom-client hashes the
 // labels on every observe(), also through a bound child, and that was the largest item of the
-// gateway's own cost per request in profiles (docs/gateway.md, "What this work changed, and what is
+// gateway's own cost per request in profiles (docs/gateway/internals.md, "What this work changed, and what is
 // left").
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { REJECT_REASONS } from '../../admission/options.js'
