@@ -17,7 +17,7 @@
 //   - 1xx responses are skipped (a 100 or 101 nobody asked for is broken), a HEAD response has no
 //     body, a response without a length ends with the connection;
 //   - at most `connections` sockets per upstream; requests beyond them wait in order.
-// docs/gateway.md, "Lean paths", has the whole list and the one deliberate difference (a 304).
+// docs/gateway/internals.md, "Lean paths", has the whole list and the one deliberate difference (a 304).
 import { validateHeaderName, validateHeaderValue } from 'node:http'
 import net from 'node:net'
 import type { Dispatcher } from 'undici'
@@ -51,7 +51,7 @@ export interface LeanPoolOptions {
 }
 
 /** One request on its way: the controller its handler sees. */
-class Exchange implements Dispatcher.DispatchController {
+class UpstreamRequest implements Dispatcher.DispatchController {
   aborted = false
   paused = false
   reason: Error | null = null
@@ -106,7 +106,7 @@ class Exchange implements Dispatcher.DispatchController {
 class UpstreamSocket {
   readonly socket: net.Socket
   private readonly parser: Parser
-  current: Exchange | undefined
+  current: UpstreamRequest | undefined
   private keepAlive = false
   private status = 0
   /** The response's Content-Length (-1: none) and the body bytes that came. */
@@ -146,18 +146,18 @@ class UpstreamSocket {
     return !this.socket.destroyed && this.error === undefined
   }
 
-  send(exchange: Exchange): void {
-    this.current = exchange
-    exchange.socket = this
+  send(call: UpstreamRequest): void {
+    this.current = call
+    call.socket = this
     this.status = 0
     if (!this.connected) return // written on connect
-    this.write(exchange)
+    this.write(call)
   }
 
-  private write(exchange: Exchange): void {
-    this.headersDeadline = Date.now() + exchange.timeoutMs
-    this.socket.setTimeout(exchange.timeoutMs)
-    this.socket.write(exchange.head, 'latin1')
+  private write(call: UpstreamRequest): void {
+    this.headersDeadline = Date.now() + call.timeoutMs
+    this.socket.setTimeout(call.timeoutMs)
+    this.socket.write(call.head, 'latin1')
   }
 
   private readonly onConnect = (): void => {
@@ -169,9 +169,8 @@ class UpstreamSocket {
    * byte nobody asked for: a stray response would answer the next request). */
   private readonly onBegin = (): void => {
     this.batches = []
-    const exchange = this.current
-    if (!exchange || exchange.done)
-      this.broken(new UpstreamFailure('response nobody asked for', 'UND_ERR_SOCKET'))
+    const call = this.current
+    if (!call || call.done) this.broken(new UpstreamFailure('response nobody asked for', 'UND_ERR_SOCKET'))
   }
 
   private readonly onBatch = (raw: string[]): void => {
@@ -190,8 +189,8 @@ class UpstreamSocket {
     upgrade: boolean,
     keepAlive: boolean,
   ): number => {
-    const exchange = this.current
-    if (!exchange || exchange.done) {
+    const call = this.current
+    if (!call || call.done) {
       this.broken(new UpstreamFailure('response nobody asked for', 'UND_ERR_SOCKET'))
       return 0
     }
@@ -208,7 +207,7 @@ class UpstreamSocket {
     this.status = status
     if (status < 200) {
       // Other 1xx: the final response follows, within a new headers deadline (as undici re-arms).
-      this.headersDeadline = Date.now() + exchange.timeoutMs
+      this.headersDeadline = Date.now() + call.timeoutMs
       return 0
     }
     const raw = this.batches.length === 0 ? (given ?? []) : given ? this.batches.concat(given) : this.batches
@@ -225,7 +224,7 @@ class UpstreamSocket {
     }
     // Never kept after a HEAD: a server that sends a body anyway would answer the next request with
     // it (undici does not reuse that socket either).
-    this.keepAlive = keepAlive && exchange.method !== 'HEAD'
+    this.keepAlive = keepAlive && call.method !== 'HEAD'
     // The upstream's own idle timeout, less undici's 2 s margin (keepAliveTimeoutThreshold), at most
     // undici's keepAliveMaxTimeout (600 s).
     const hint = headers['keep-alive']
@@ -237,22 +236,22 @@ class UpstreamSocket {
     const length = headers['content-length']
     this.declared = typeof length === 'string' ? Number.parseInt(length, 10) : -1
     this.bytesRead = 0
-    exchange.started = true
-    exchange.handler.onResponseStart?.(exchange, status, headers, '')
+    call.started = true
+    call.handler.onResponseStart?.(call, status, headers, '')
     // 1: no body (llhttp's skip-body), as for every response to a HEAD.
-    return exchange.method === 'HEAD' ? 1 : 0
+    return call.method === 'HEAD' ? 1 : 0
   }
 
   private readonly onBody = (chunk: Buffer): void => {
-    const exchange = this.current
-    if (!exchange || exchange.done || !exchange.started) return
+    const call = this.current
+    if (!call || call.done || !call.started) return
     this.bytesRead += chunk.length
-    exchange.handler.onResponseData?.(exchange, chunk)
+    call.handler.onResponseData?.(call, chunk)
   }
 
   private readonly onComplete = (): void => {
-    const exchange = this.current
-    if (!exchange || exchange.done) return
+    const call = this.current
+    if (!call || call.done) return
     if (this.status < 200) return
     // As undici: a body shorter or longer than its Content-Length (a 204 with a body: llhttp reads
     // none) is a broken response, not a complete one. Not for HEAD, nor for a 304, whose length is
@@ -260,18 +259,18 @@ class UpstreamSocket {
     if (
       this.declared >= 0 &&
       this.bytesRead !== this.declared &&
-      exchange.method !== 'HEAD' &&
+      call.method !== 'HEAD' &&
       this.status !== 304
     ) {
       this.broken(new UpstreamFailure('response body length mismatch', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH'))
       return
     }
-    exchange.done = true
+    call.done = true
     this.current = undefined
-    exchange.socket = undefined
+    call.socket = undefined
     if (this.keepAlive && this.idleMs > 0) this.pool.release(this)
     else this.socket.destroy()
-    exchange.handler.onResponseEnd?.(exchange, {})
+    call.handler.onResponseEnd?.(call, {})
   }
 
   private readonly onData = (chunk: Buffer): void => {
@@ -290,8 +289,8 @@ class UpstreamSocket {
           (used as NodeJS.ErrnoException).code ?? 'HPE_ERROR',
         ),
       )
-    const exchange = this.current
-    if (exchange && !exchange.started && this.connected && Date.now() > this.headersDeadline)
+    const call = this.current
+    if (call && !call.started && this.connected && Date.now() > this.headersDeadline)
       this.broken(
         new UpstreamFailure('the upstream sent no complete head in time', 'UND_ERR_HEADERS_TIMEOUT'),
       )
@@ -316,32 +315,32 @@ class UpstreamSocket {
     const parser = this.parser
     setImmediate(() => parser.close())
     this.pool.closed(this)
-    const exchange = this.current
+    const call = this.current
     this.current = undefined
-    if (exchange && !exchange.done)
-      exchange.fail(this.error ?? new UpstreamFailure('the upstream closed the connection', 'UND_ERR_SOCKET'))
+    if (call && !call.done)
+      call.fail(this.error ?? new UpstreamFailure('the upstream closed the connection', 'UND_ERR_SOCKET'))
   }
 
   private readonly onTimeout = (): void => {
-    const exchange = this.current
-    if (!exchange) return void this.socket.destroy() // idle for its keep-alive time
-    if (exchange.paused) return
+    const call = this.current
+    if (!call) return void this.socket.destroy() // idle for its keep-alive time
+    if (call.paused) return
     const code = !this.connected
       ? 'UND_ERR_CONNECT_TIMEOUT'
-      : exchange.started
+      : call.started
         ? 'UND_ERR_BODY_TIMEOUT'
         : 'UND_ERR_HEADERS_TIMEOUT'
     this.broken(new UpstreamFailure(`the upstream was silent too long (${code})`, code))
   }
 
-  /** The response is broken: its exchange fails now (nothing more of this socket reaches it). */
+  /** The response is broken: its call fails now (nothing more of this socket reaches it). */
   private broken(error: Error): void {
     this.error ??= error
     this.socket.destroy()
-    const exchange = this.current
+    const call = this.current
     this.current = undefined
-    if (exchange) exchange.socket = undefined
-    exchange?.fail(error)
+    if (call) call.socket = undefined
+    call?.fail(error)
   }
 
   /** Back in the pool: idle, reading (not paused), closed after its keep-alive time. */
@@ -355,7 +354,7 @@ class UpstreamSocket {
 export class LeanPool {
   private readonly free: UpstreamSocket[] = []
   private resting: UpstreamSocket[] = []
-  private readonly waiting: Exchange[] = []
+  private readonly waiting: UpstreamRequest[] = []
   private open = 0
   private closing: (() => void) | undefined
   private shut = false
@@ -379,24 +378,24 @@ export class LeanPool {
     } catch (error) {
       // Reported to the handler, as undici reports its InvalidArgumentError.
       return handler.onResponseError?.(
-        new Exchange(this, '', request.method, timeoutMs, handler),
+        new UpstreamRequest(this, '', request.method, timeoutMs, handler),
         error as Error,
       )
     }
-    const exchange = new Exchange(this, head, request.method, timeoutMs, handler)
-    handler.onRequestStart?.(exchange, {})
-    if (exchange.aborted) return
-    if (this.shut) return exchange.fail(new UpstreamFailure('the proxy is closed', 'UND_ERR_DESTROYED'))
+    const call = new UpstreamRequest(this, head, request.method, timeoutMs, handler)
+    handler.onRequestStart?.(call, {})
+    if (call.aborted) return
+    if (this.shut) return call.fail(new UpstreamFailure('the proxy is closed', 'UND_ERR_DESTROYED'))
     // The most recently used socket that is still open (one closing waits for its 'close' in the list).
     let socket = this.free.pop()
     while (socket && !socket.usable) socket = this.free.pop()
-    if (socket) return socket.send(exchange)
+    if (socket) return socket.send(call)
     if (this.open >= this.options.connections) {
-      this.waiting.push(exchange)
+      this.waiting.push(call)
       return
     }
     this.open++
-    new UpstreamSocket(this).send(exchange)
+    new UpstreamSocket(this).send(call)
   }
 
   /** A socket whose response is complete: reused after one turn of the event loop (as undici), so
@@ -435,8 +434,8 @@ export class LeanPool {
     if (this.open === 0) this.closing?.()
   }
 
-  unqueue(exchange: Exchange): void {
-    const at = this.waiting.indexOf(exchange)
+  unqueue(call: UpstreamRequest): void {
+    const at = this.waiting.indexOf(call)
     if (at >= 0) this.waiting.splice(at, 1)
   }
 
