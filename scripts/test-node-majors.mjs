@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The gateway's lean HTTP paths stand on Node internals (`_http_common`'s parser binding, in
-// src/gateway/http/front.ts and lean-upstream.ts), and so does the admin listener's parser
+// src/gateway/http/lean/), and so does the admin listener's parser
 // (src/gateway/http/parse-turns.ts: http.Server's 'data' listener, socket._paused,
 // httpAllowHalfOpen). This runs the HTTP edge suites on every other Node major that package.json's
 // `engines` admits, so that a Node release cannot silently change what the gateway forwards:

@@ -22,7 +22,7 @@ import { type LiveRoute, matchRoute, OTHER_FLOW, type RequestFacts } from './rou
 import { canonicalTarget, normalizeHost } from './http/target.js'
 import { type FairMetrics, statusClass } from './ops/metrics.js'
 import { boundSend } from './http/send-bound.js'
-import type { ClientRequest, ClientResponse } from './http/front.js'
+import type { ClientRequest, ClientResponse } from './http/client.js'
 import { trustOf } from './http/trust.js'
 import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './ops/access-log.js'
 import { policyValue, remainingValue } from '../admission/response.js'

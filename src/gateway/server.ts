@@ -21,7 +21,8 @@ import { createMetrics, type GatewayMetrics } from './ops/metrics.js'
 import { createProxy } from './http/proxy.js'
 import { checkRedisAccess, openStore, timedStore } from './redis.js'
 import { buildRoutes } from './routes.js'
-import { type ClientRequest, type ClientResponse, leanFrontEnd } from './http/front.js'
+import type { ClientRequest, ClientResponse } from './http/client.js'
+import { leanFrontEnd } from './http/lean/front-end.js'
 import { handleRequest } from './web.js'
 import { handleUpgrade } from './websocket.js'
 
@@ -39,8 +40,8 @@ export interface GatewayOptions {
   /** Export Node process metrics (CPU, memory, event loop) on /metrics too. @default true */
   processMetrics?: boolean
   /** The lean paths: the common request (HTTP/1.1, no body, no upgrade) served on the raw socket
-   * (front.ts), and bodiless requests to http:// upstreams sent on sockets of our own
-   * (lean-upstream.ts). false: every connection is Node's http.Server's and every request undici's.
+   * (http/lean/front-end.ts), and bodiless requests to http:// upstreams sent on sockets of our own
+   * (http/lean/upstream-pool.ts). false: every connection is Node's http.Server's and every request undici's.
    * @default config.lean (the `lean` field, `--lean on|off`) */
   lean?: boolean
 }

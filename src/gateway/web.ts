@@ -1,7 +1,7 @@
 // Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
 import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
-import type { ClientRequest, ClientResponse } from './http/front.js'
+import type { ClientRequest, ClientResponse } from './http/client.js'
 import type { GatewayContext } from './context.js'
 import { bufferBody, ClientBodyTimeout, timedBody } from './http/body.js'
 import {
@@ -187,7 +187,7 @@ function serve(
   return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
 }
 
-/** A request with a body is Node's: the lean front end hands those to http.Server (front.ts). */
+/** A request with a body is Node's: the lean front end hands those to http.Server (lean/front-end.ts). */
 function bodyOf(req: ClientRequest): http.IncomingMessage {
   if (!(req instanceof http.IncomingMessage)) throw new Error('a request with a body on the lean path')
   return req

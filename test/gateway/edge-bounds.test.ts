@@ -5,7 +5,7 @@
 // http.Server with undici (lean: false). Raw sockets on the client side; a recording upstream judges.
 import http from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
-import { readAheadHeld } from '../../src/gateway/http/front.js'
+import { readAheadHeld } from '../../src/gateway/http/lean/front-end.js'
 import type { Gateway } from '../../src/gateway/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { type RawConnection, rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'

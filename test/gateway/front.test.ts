@@ -1,19 +1,18 @@
-// The lean front end (src/gateway/http/front.ts) against Node's http.Server, on raw sockets: the same
+// The lean front end (src/gateway/http/lean/front-end.ts) against Node's http.Server, on raw sockets: the same
 // handler behind a plain http.Server and behind the lean path must put the same bytes on the wire
 // (Date aside), and everything the lean path does not serve must reach Node exactly as before.
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { once } from 'node:events'
 import http from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
+import type { ClientRequest, ClientResponse } from '../../src/gateway/http/client.js'
 import {
-  type ClientRequest,
-  type ClientResponse,
   LeanRequest,
   leanFrontEnd,
   liveParsers,
   nodeBinding,
   readAheadHeld,
-} from '../../src/gateway/http/front.js'
+} from '../../src/gateway/http/lean/front-end.js'
 import { rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
 
 const servers: http.Server[] = []

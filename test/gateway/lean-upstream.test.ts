@@ -1,4 +1,4 @@
-// The lean upstream pool (src/gateway/http/lean-upstream.ts) against undici's Pool, on scripted raw-TCP
+// The lean upstream pool (src/gateway/http/lean/upstream-pool.ts) against undici's Pool, on scripted raw-TCP
 // upstreams: the same handler must see the same response, or the same failure, from both; and the
 // pool's own rules (reuse, idle times, the connection cap) hold.
 import { once } from 'node:events'
@@ -6,7 +6,7 @@ import net from 'node:net'
 import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
 import { afterEach, describe, expect, it } from 'vitest'
-import { LeanPool, requestHead, responseBinding } from '../../src/gateway/http/lean-upstream.js'
+import { LeanPool, requestHead, responseBinding } from '../../src/gateway/http/lean/upstream-pool.js'
 import { classify, dispatchOptions, type Outgoing } from '../../src/gateway/http/upstream.js'
 
 const closers: (() => Promise<unknown> | void)[] = []

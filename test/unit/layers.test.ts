@@ -1,7 +1,8 @@
 // The layout is a rule, checked: dependencies point down only (gateway and middleware -> admission ->
 // primitives -> core), core's parts keep to their side (protocol knows nobody; the client knows the
 // protocol, not a backend; a backend knows the protocol, not the client), and no import cycle exists
-// anywhere in src/, type-only imports included.
+// anywhere in src/, type-only imports included. The gateway's lean paths (src/gateway/http/lean/) are
+// imported only by the server (the front end) and the proxy core (the upstream pool).
 import { readdirSync, readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -81,6 +82,23 @@ describe('the layout', () => {
       }
     }
     expect(wrong).toEqual([])
+  })
+
+  it("keeps the gateway's lean paths in their room: only the server and the proxy core import http/lean/", () => {
+    const lean = path.join(SRC, 'gateway/http/lean') + path.sep
+    const allowed = new Set(
+      ['gateway/server.ts', 'gateway/http/proxy.ts'].map((file) => path.join(SRC, file)),
+    )
+    const wrong = [...graph].flatMap(([file, imports]) =>
+      file.startsWith(lean) || allowed.has(file)
+        ? []
+        : imports
+            .filter((target) => target.startsWith(lean))
+            .map((target) => `${rel(file)} -> ${rel(target)}`),
+    )
+    expect(wrong).toEqual([])
+    // Everything past the front end sees the one contract both paths serve, not a lean type.
+    expect(graph.get(path.join(SRC, 'gateway/http/client.ts'))).toEqual([])
   })
 
   it('has no import cycle (type-only imports included)', () => {

@@ -3,17 +3,17 @@
 // ClientRequest per request, keep-alive pools, and request bodies framed by undici itself (it sends
 // Content-Length or chunked and refuses Transfer-Encoding, Upgrade or Expect given as headers), so
 // no client framing can reach the upstream as a second request (G13). Bodiless requests to http://
-// upstreams take the lean pool instead (lean-upstream.ts: the same handler API and rules, no body
+// upstreams take the lean pool instead (lean/upstream-pool.ts: the same handler API and rules, no body
 // to frame; docs/gateway/internals.md, "Lean paths"). Which headers are sent is
 // decided by the caller (headers.ts); this module moves bytes, enforces the upstream and send
 // timeouts, and maps failures to 502/504 (or a cut connection once the response has started).
 import http from 'node:http'
 import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
-import type { ClientResponse } from './front.js'
+import type { ClientResponse } from './client.js'
 import { clientResponseHeaderList } from './headers.js'
 import { boundSend } from './send-bound.js'
-import { LeanPool, responseBinding } from './lean-upstream.js'
+import { LeanPool, responseBinding } from './lean/upstream-pool.js'
 import { forwardUpgrade } from './tunnel.js'
 import {
   ClientGone,
@@ -35,7 +35,7 @@ export type {
 } from './upstream.js'
 
 /** Per-origin keep-alive pools; requests beyond `connections` queue in the pool (holding their permit).
- * Bodiless requests to an http:// upstream go on the lean pool (lean-upstream.ts) unless `lean` is
+ * Bodiless requests to an http:// upstream go on the lean pool (lean/upstream-pool.ts) unless `lean` is
  * false; everything else through undici. */
 export function createProxy(options: { connections?: number; lean?: boolean } = {}): Proxy {
   const connections = options.connections ?? 1024

@@ -2,7 +2,7 @@
 // rejections, 502s and 504s): a client that takes none of such a response for the send timeout is
 // cut, as one that stops reading a proxied response is (proxy.ts). Without it, a client that never
 // reads pins the connection for ever, and the permit of the request the response answers with it.
-import type { ClientResponse } from './front.js'
+import type { ClientResponse } from './client.js'
 
 /** After `res.end()`: if the client has not taken the whole response within `ms` of the response
  * owning the connection (a pipelined one waits for those ahead), destroy it; its 'close' then

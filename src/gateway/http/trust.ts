@@ -4,7 +4,7 @@
 // the address matching, as in Express.
 import proxyaddr from 'proxy-addr'
 import type { GatewayConfig, TrustProxy } from '../config/types.js'
-import type { ClientRequest } from './front.js'
+import type { ClientRequest } from './client.js'
 
 /** A config's trust, compiled once. */
 export interface Trust {

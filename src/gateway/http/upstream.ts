@@ -2,7 +2,7 @@
 // the options of a forwarded request or upgrade. Shared by proxy.ts and tunnel.ts.
 import type { Duplex, Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
-import type { ClientResponse } from './front.js'
+import type { ClientResponse } from './client.js'
 
 export type UpstreamErrorKind = 'refused' | 'unresolved' | 'timeout' | 'reset' | 'other'
 

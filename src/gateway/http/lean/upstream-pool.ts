@@ -1,5 +1,5 @@
 // Bodiless requests to an http:// upstream on keep-alive sockets of our own, parsed by Node's llhttp
-// binding (the one http.ClientRequest uses): the upstream half of the lean path (front.ts is the
+// binding (the one http.ClientRequest uses): the upstream half of the lean path (front-end.ts is the
 // client half). Requests with a body, upgrades and https:// upstreams stay undici's (proxy.ts).
 //
 // It speaks to the caller as undici's Pool.dispatch() does (the same handler, WebForward, and a
@@ -21,8 +21,8 @@
 import { validateHeaderName, validateHeaderValue } from 'node:http'
 import net from 'node:net'
 import type { Dispatcher } from 'undici'
-import { nodeBinding, type Parser } from './front.js'
-import type { Outgoing } from './upstream.js'
+import type { Outgoing } from '../upstream.js'
+import { nodeBinding, type Parser } from './front-end.js'
 
 type Handler = Dispatcher.DispatchHandler
 type Headers = Record<string, string | string[]>
@@ -471,7 +471,7 @@ export function requestHead(request: Outgoing): string {
 }
 
 /** A token name and a value without control characters: Node's own header checks (the ones
- * ServerResponse and front.ts apply), which are undici's rules too. */
+ * ServerResponse and front-end.ts apply), which are undici's rules too. */
 function valid(name: string, value: string): boolean {
   try {
     validateHeaderName(name)

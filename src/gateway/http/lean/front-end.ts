@@ -24,45 +24,11 @@ import { channel } from 'node:diagnostics_channel'
 import { EventEmitter } from 'node:events'
 import http, { STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http'
 import type { Socket } from 'node:net'
-import { probeWhilePaused } from './reset-probe.js'
-
-/** What the gateway reads of a request (http.IncomingMessage has all of it). */
-export interface ClientRequest {
-  readonly method?: string | undefined
-  readonly url?: string | undefined
-  readonly httpVersion: string
-  readonly headers: http.IncomingHttpHeaders
-  readonly rawHeaders: string[]
-  readonly socket: Socket
-  readonly destroyed: boolean
-}
-
-type HeaderList = (string | string[])[]
-type HeaderObject = Record<string, string | number | string[]>
-
-/** What the gateway does with a response (http.ServerResponse has all of it). */
-export interface ClientResponse {
-  statusCode: number
-  readonly headersSent: boolean
-  readonly destroyed: boolean
-  readonly writableFinished: boolean
-  readonly writableLength: number
-  readonly writableNeedDrain: boolean
-  readonly socket: Socket | null
-  writeHead(statusCode: number, headers?: HeaderObject | HeaderList): unknown
-  write(chunk: Buffer | string): boolean
-  end(chunk?: Buffer | string): unknown
-  destroy(): unknown
-  setHeader(name: string, value: string): unknown
-  writeContinue(): void
-  once(event: 'close' | 'drain' | 'finish' | 'socket', listener: () => void): unknown
-  off(event: 'close' | 'drain' | 'finish', listener: () => void): unknown
-}
-
-export type RequestHandler = (req: ClientRequest, res: ClientResponse) => void
+import type { ClientRequest, ClientResponse, HeaderList, HeaderObject, RequestHandler } from '../client.js'
+import { probeWhilePaused } from '../reset-probe.js'
 
 /** Node's llhttp binding as http.Server and http.ClientRequest drive it (lib/_http_common.js,
- * lib/_http_server.js, lib/_http_client.js); lean-upstream.ts uses it in response mode. */
+ * lib/_http_server.js, lib/_http_client.js); upstream-pool.ts uses it in response mode. */
 export interface Parser {
   initialize(type: number, resource: object, maxHeaderSize: number, lenient: number): void
   execute(data: Buffer): number | Error
