@@ -1,5 +1,5 @@
 // The gateway, wired: listeners, the shared context, readiness and the graceful shutdown. What happens
-// to one request is in web.ts (HTTP) and websocket.ts (Upgrade); createGateway() builds everything
+// to one request is in plain-request.ts (HTTP) and websocket.ts (Upgrade); createGateway() builds everything
 // from a GatewayConfig without listening, so tests run it in-process.
 import { once } from 'node:events'
 import http from 'node:http'
@@ -23,7 +23,7 @@ import { checkRedisAccess, openStore, timedStore } from './redis.js'
 import { buildRoutes } from './routes.js'
 import type { ClientRequest, ClientResponse } from './http/client.js'
 import { leanFrontEnd } from './http/lean/front-end.js'
-import { handleRequest } from './web.js'
+import { handleRequest } from './plain-request.js'
 import { handleUpgrade } from './websocket.js'
 
 export { FENCING_HEADER } from './http/headers.js'
@@ -169,7 +169,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   const server = http.createServer(onRequest)
   if (options.lean ?? config.lean) leanFrontEnd(server, onRequest)
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
-  // is admitted (web.ts), so a rejected client never uploads its body.
+  // is admitted (plain-request.ts), so a rejected client never uploads its body.
   server.on('checkContinue', onRequest)
   server.on('upgrade', (req, socket, head) => handleUpgrade(ctx, req, socket, head))
   // CONNECT is for forward proxies: answered, never tunnelled (the socket would otherwise just close).

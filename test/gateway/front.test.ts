@@ -40,7 +40,7 @@ interface Seen {
   headers: http.IncomingHttpHeaders
 }
 
-/** Responses written the ways the gateway writes them (web.ts, exchange.ts, proxy.ts). */
+/** Responses written the ways the gateway writes them (plain-request.ts, exchange.ts, proxy.ts). */
 function handler(seen: Seen[]) {
   return (req: ClientRequest, res: ClientResponse): void => {
     seen.push({ lean: req instanceof LeanRequest, method: req.method, url: req.url, headers: req.headers })

@@ -1,4 +1,5 @@
-// Plain HTTP requests: understand, bound the body, admit, forward, release once on close.
+// One plain HTTP request (an Upgrade is websocket.ts's): understand, bound the body, admit, forward,
+// release once on close. Both front ends (Node's http.Server and the lean one) hand theirs here.
 import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
 import type { ClientRequest, ClientResponse } from './http/client.js'
