@@ -53,7 +53,7 @@ import { randomBytes } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js'
 import type { KeySpace } from '../../core/keys.js'
 import { createMemoryStore } from '../../core/memory/store.js'
-import type { AdaptiveReportReply, FairCall, Store } from '../../core/protocol/store.js'
+import type { AdaptiveReport, AdaptiveReportReply, FairCall, Store } from '../../core/protocol/store.js'
 import {
   type AdaptiveLimitOptions,
   BRAKE_SAMPLES,
@@ -361,30 +361,36 @@ export class AdaptiveLimit {
     }
   }
 
+  /** A report of nothing in the window running now: how a replica joins the fleet (and reads its
+   * state) or leaves it. */
+  private emptyReport(as: { join: true } | { leave: true }): AdaptiveReport {
+    const { windowMs } = this.options
+    return {
+      replica: this.replica,
+      window: Math.floor(this.storeNow() / windowMs) * windowMs,
+      requests: 0,
+      drops: 0,
+      latencyUs: 0,
+      maxInFlight: 0,
+      clients: 0,
+      clientsOver: 0,
+      latency: [],
+      windowMs,
+      leaderTtlMs: LEADER_WINDOWS * windowMs,
+      stateTtlMs: STATE_TTL_MS,
+      ...as,
+    }
+  }
+
   /** The fleet's state and the last window stepped, read now (a join: it counts nothing of a
    * window), and the store's clock from its reply; undefined when the store does not answer (said
    * unless `quiet`). */
   private async readFleet(quiet = false): Promise<AdaptiveReportReply | undefined> {
-    const { windowMs } = this.options
     try {
       const asked = Date.now()
       const reply = await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(
         this.target.space,
-        {
-          replica: this.replica,
-          window: Math.floor(this.storeNow() / windowMs) * windowMs,
-          requests: 0,
-          drops: 0,
-          latencyUs: 0,
-          maxInFlight: 0,
-          clients: 0,
-          clientsOver: 0,
-          latency: [],
-          windowMs,
-          leaderTtlMs: LEADER_WINDOWS * windowMs,
-          stateTtlMs: STATE_TTL_MS,
-          join: true,
-        },
+        this.emptyReport({ join: true }),
       )
       this.offsetMs = reply.now - (asked + Date.now()) / 2
       return reply
@@ -496,23 +502,7 @@ export class AdaptiveLimit {
     this.timer = undefined
     const adaptive = this.target.store.adaptive
     if (this.options.scope !== 'fleet' || !adaptive) return
-    const { windowMs } = this.options
-    const leaving = async () =>
-      adaptive.report(this.target.space, {
-        replica: this.replica,
-        window: Math.floor(this.storeNow() / windowMs) * windowMs,
-        requests: 0,
-        drops: 0,
-        latencyUs: 0,
-        maxInFlight: 0,
-        clients: 0,
-        clientsOver: 0,
-        latency: [],
-        windowMs,
-        leaderTtlMs: LEADER_WINDOWS * windowMs,
-        stateTtlMs: STATE_TTL_MS,
-        leave: true,
-      })
+    const leaving = async () => adaptive.report(this.target.space, this.emptyReport({ leave: true }))
     leaving().catch(() => undefined)
   }
 
