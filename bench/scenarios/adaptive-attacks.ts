@@ -13,18 +13,18 @@
 // without it, and the limit stays within +-25 % of its median without it (its lowest and highest
 // with the attack).
 import http from 'node:http'
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { onProcessExit } from '../../test/helpers/process-cleanup.js'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN, requireBuiltGateway } from '../lib/gateway-bin.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
 import { median } from '../lib/stats.js'
 
-const GATEWAY_BIN = 'dist/gateway/main.js'
 const ADAPTIVE = { max: 16, initial: 16 }
 const GOOD_CLIENTS = 8
 const REPLICAS = 2
@@ -427,7 +427,7 @@ export const adaptiveAttacksScenario: Scenario = {
   title: `adaptive limits vs one client: 2 replicas on Redis, upstream 20 ms far below capacity, ${GOOD_CLIENTS} good clients; a 503/429 path once per window, 3 slow readers of 16 MB, slow uploads, one client's 503s, one user's slow queries; alternating rounds`,
   seconds: ATTACKS.length * 2 * PAIRS * (WARMUP_S + ROUND_S + 3) + 5,
   async run(ctx) {
-    if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
+    requireBuiltGateway()
     const dir = mkdtempSync(path.join(os.tmpdir(), 'tollgate-bench-attacks-'))
     const forgetDir = onProcessExit(() => rmSync(dir, { recursive: true, force: true }))
     const processes: BenchProcess[] = []

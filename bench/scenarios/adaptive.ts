@@ -7,13 +7,14 @@
 // its PID. Also writes a plot of the limit, the upstream's in flight and its p99 over time
 // (bench/results/adaptive.svg). BENCH_ADAPTIVE_QUICK=1 runs every plan at a tenth of its length.
 import http from 'node:http'
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { mkdir, writeFile } from 'node:fs/promises'
 import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { onProcessExit } from '../../test/helpers/process-cleanup.js'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN, requireBuiltGateway } from '../lib/gateway-bin.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt } from '../lib/report.js'
 import type { BenchContext, Scenario, Table, Verdict } from '../lib/scenario.js'
@@ -46,7 +47,6 @@ const BAND = 0.25
 const SETTLE_TARGET_S = 5
 /** Per-run start and stop of the processes, for the estimate shown before the run. */
 const OVERHEAD_S = 2
-const GATEWAY_BIN = 'dist/gateway/main.js'
 const ROUTE = 'sim'
 const REQUEST_PATH = '/work'
 const RESULTS_DIR = new URL('../results/', import.meta.url)
@@ -781,7 +781,7 @@ export const adaptiveScenario: Scenario = {
     UNLOADED_S + 3 + VARIANTS.length * PLANS.reduce((sum, plan) => sum + plan.seconds + OVERHEAD_S, 0),
   ),
   async run(ctx) {
-    if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
+    requireBuiltGateway()
     const control = controlClient()
     const dir = mkdtempSync(path.join(os.tmpdir(), 'tollgate-bench-adaptive-'))
     const forgetDir = onProcessExit(() => rmSync(dir, { recursive: true, force: true }))

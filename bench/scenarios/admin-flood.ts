@@ -8,11 +8,12 @@
 // that never reads (and probes the gateway's /healthz as often): what the flood costs the machine
 // (the kernel's copies, the flooding clients, the probes) with no gateway work, the physical floor.
 import { writeFile } from 'node:fs/promises'
-import { readFileSync, existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { readFileSync, mkdtempSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN, requireBuiltGateway } from '../lib/gateway-bin.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { diffSnapshots, type ServerDelta, sumDeltas } from '../lib/redis.js'
 import { fmtFixed, fmtInt, fmtMs } from '../lib/report.js'
@@ -34,7 +35,6 @@ const TARGETS = { p99Ratio: 2, rssMb: 64, probeMs: 1000 }
 /** Store commands of the admin listener per second of answers at most: a PING and a read per route
  * for /metrics, a PING for /readyz, a read per route for data.json, each made once a second. */
 const COMMANDS_PER_S = 1 + ROUTES + 1 + ROUTES
-const GATEWAY_BIN = 'dist/gateway/main.js'
 
 const PATHS = ['/metrics', '/readyz', '/dashboard/data.json']
 const PAD = `X-Pad: ${'p'.repeat(5000)}\r\n`
@@ -118,7 +118,7 @@ export const adminFlood: Scenario = {
     const processes: BenchProcess[] = []
     const dir = mkdtempSync(path.join(os.tmpdir(), 'tollgate-bench-admin-'))
     try {
-      if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
+      requireBuiltGateway()
       const upstreamPort = await freePort()
       const upstream = await startProcess('examples/demo-upstream.ts', [], /(http:\/\/\S+)/, {
         PORT: String(upstreamPort),

@@ -5,8 +5,8 @@
 // path's capacity). Peers in the same rounds: the upstream alone and nginx (the floor), and the same
 // gateway with permit keep-alive. Inside each gateway, its own histograms split a request's time
 // into the wait for its permit, the upstream leg and the rest (means over each round, from /metrics).
-import { existsSync } from 'node:fs'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN, KEEPALIVE_MS, requireBuiltGateway, UNLIMITED_PERMITS } from '../lib/gateway-bin.js'
 import { post } from '../lib/control.js'
 import { machineBusySeconds, schedSeconds, treeCpuSeconds } from '../lib/cpu.js'
 import { type Nginx, nginxBinary, startNginx } from '../lib/nginx.js'
@@ -30,9 +30,6 @@ const OPEN_ROUND_MS = 5000
  * then (each round starts with none), and a burst of new connections costs every proxy hundreds of ms
  * for about a second. Before the measured rounds, one warm-up round per variant. */
 const OPEN_SKIP_MS = 1500
-const PERMITS = 1000
-const KEEPALIVE_MS = 100
-const GATEWAY_BIN = 'dist/gateway/main.js'
 
 interface Target {
   name: string
@@ -117,7 +114,7 @@ export const gatewayLatency: Scenario = {
       return started
     }
     try {
-      if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
+      requireBuiltGateway()
       const upstreamPort = await freePort()
       const upstreamProcess = await start('examples/demo-upstream.ts', [], { PORT: String(upstreamPort) })
       const upstream = upstreamProcess.ready
@@ -129,7 +126,7 @@ export const gatewayLatency: Scenario = {
       const gateway = async (name: string, extra: string[], to = upstream): Promise<Target> => {
         const adminPort = await freePort()
         const flags = ['--upstream', to, '--port', '0', '--admin-port', String(adminPort)]
-        const started = await start(GATEWAY_BIN, [...flags, '--permits', String(PERMITS), ...extra])
+        const started = await start(GATEWAY_BIN, [...flags, '--permits', String(UNLIMITED_PERMITS), ...extra])
         return {
           name,
           url: started.ready,
@@ -396,7 +393,7 @@ export const gatewayLatency: Scenario = {
         verdicts,
         notes: [
           `GET ${UPSTREAM_PATH} of examples/demo-upstream.ts (answers after a 1 ms timer). Every server in its own process on this 2-core machine, the load generator too. Closed loop: ${generator}, ${WARMUP_S} s warm-up per variant and concurrency, then ${ROUNDS} rounds of ${ROUND_S} s, order flipped every round; req/s, p50, p99, CPU: medians over the rounds; 'x in-memory' and 'p50 - in-memory': medians over the rounds of the comparison within a round.`,
-          `Variants: the built bin (node ${GATEWAY_BIN}) with --permits ${PERMITS} (never waits: the cost is measured, not queueing), access log at info to a discarded stderr, metrics on; 'strict': every request takes a permit and a fence in Redis and gives it back (the default); 'permit keep-alive' (opt-in, --permit-keepalive-ms ${KEEPALIVE_MS}): a finished request's lease serves the next request of its bucket on this replica, no fence sent. nginx: worker_processes 1, upstream keepalive 64.`,
+          `Variants: the built bin (node ${GATEWAY_BIN}) with --permits ${UNLIMITED_PERMITS} (never waits: the cost is measured, not queueing), access log at info to a discarded stderr, metrics on; 'strict': every request takes a permit and a fence in Redis and gives it back (the default); 'permit keep-alive' (opt-in, --permit-keepalive-ms ${KEEPALIVE_MS}): a finished request's lease serves the next request of its bucket on this replica, no fence sent. nginx: worker_processes 1, upstream keepalive 64.`,
           `In the gateway (means over the round, from its own histograms on /metrics): 'wait for permit' is tollgate_wait_seconds (request parsed to permit granted), 'upstream leg' tollgate_upstream_duration_seconds (forwarded to upstream response headers), 'in gateway' tollgate_request_duration_seconds (request arrived to response closed).`,
           `Open loop: bench/lib/open-loop.ts (Node, undici, Poisson arrivals looked at every 2 ms, up to 4096 in flight), ${OPEN_ROUNDS} rounds of ${OPEN_ROUND_MS / 1000} s per variant at each rate, order flipped every round; after one warm-up round each; the first ${OPEN_SKIP_MS} ms of a round left out (connections being opened). The generator is a Node process on the same 2 cores, so at high rates it takes CPU the proxies need. The rates are fractions of the in-memory path's closed-loop req/s at 50 connections in this run (${fmtInt(capacity)}). Latency includes the generator's own (the 'direct' row): the '- direct' columns are what the proxy adds, medians over rounds of the difference within a round.`,
         ],

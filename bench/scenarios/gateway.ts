@@ -5,9 +5,9 @@
 // shared machine hits them alike; each server's CPU per request comes from /proc. Then one autocannon
 // round per variant as a cross-check, and the client-abort leak check: clients abort requests the
 // upstream is still working on; how many upstream requests are left running?
-import { existsSync } from 'node:fs'
 import autocannon from 'autocannon'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN, KEEPALIVE_MS, requireBuiltGateway, UNLIMITED_PERMITS } from '../lib/gateway-bin.js'
 import { treeCpuSeconds } from '../lib/cpu.js'
 import { type Nginx, nginxBinary, startNginx } from '../lib/nginx.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
@@ -23,19 +23,12 @@ const WARMUP_S = 2
 // the median ratio ignores) rather than a large part of one variant's time.
 const ROUNDS = 6
 const ROUND_S = 3
-/** Far above CONNECTIONS: the limiter's cost is measured, not its queueing. */
-const PERMITS = 1000
-/** The permit keep-alive variant's --permit-keepalive-ms: long enough that a busy replica rarely calls Redis,
- * short enough to bound what other replicas wait (docs/gateway/behaviour.md, "Permit keep-alive"). */
-const KEEPALIVE_MS = 100
 /** Dashboard viewers polling /dashboard/data.json while the dashboard variant runs, and how often
  * each polls (the page polls every 2 s: these poll twice as often). */
 const VIEWERS = 10
 const VIEWER_POLL_MS = 1000
 const LEAK_REQUESTS = 20
 const LEAK_UPSTREAM_MS = 2000
-/** The bin as it ships (npm run build; prebench builds it): tsx would add its own per-call cost. */
-const GATEWAY_BIN = 'dist/gateway/main.js'
 
 interface Target {
   name: string
@@ -155,14 +148,14 @@ export const gatewayThroughput: Scenario = {
         '--admin-port',
         '0',
         '--permits',
-        String(PERMITS),
+        String(UNLIMITED_PERMITS),
       ]
       const redisUrl = `redis://${ctx.redis.host}:${ctx.redis.port}`
       const binary = nginxBinary()
       if (binary) nginx = await startNginx(binary, upstreamPort)
       else
         ctx.log('  nginx not installed: its variant is left out (scripts/ensure-bench-tools.mjs installs it)')
-      if (!existsSync(GATEWAY_BIN)) throw new Error(`${GATEWAY_BIN} is missing: run npm run build first`)
+      requireBuiltGateway()
       const proxy = await start('bench/lib/bare-proxy.ts', ['http-proxy', upstream])
       const memory = await start(GATEWAY_BIN, gatewayFlags)
       const quiet = await start(GATEWAY_BIN, [...gatewayFlags, '--log-level', 'warn'])
@@ -179,7 +172,7 @@ export const gatewayThroughput: Scenario = {
         '--admin-port',
         String(dashboardPort),
         '--permits',
-        String(PERMITS),
+        String(UNLIMITED_PERMITS),
         '--redis',
         redisUrl,
         '--prefix',
@@ -365,7 +358,7 @@ export const gatewayThroughput: Scenario = {
         verdicts,
         notes: [
           `GET / of examples/demo-upstream.ts (a few bytes, no delay). Every server in its own process on this 2-core machine, the load generator too (${generator}); ${ROUNDS} rounds of ${ROUND_S} s per variant after a ${WARMUP_S} s warm-up, order flipped every round. req/s, p50, p99 and CPU: medians over the rounds; 'x http-proxy' and 'x nginx': the median over the rounds of the ratio to that peer in the same round (robust against bursts of other load); the verdicts use them. 'autocannon req/s': one extra round each with autocannon (a Node process competing for the same 2 cores).`,
-          `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the built bin (node ${GATEWAY_BIN}) with --permits ${PERMITS} (never waits), its pino access log at info to a discarded stderr (the 'no access log' variant: --log-level warn), metrics on.`,
+          `Peers, in the configuration a production user would run: nginx ${binary ? '' : '(not installed) '}with worker_processes 1, an upstream block with keepalive 64, proxy_http_version 1.1, access_log off; http-proxy 1.18.1 with new http.Agent({ keepAlive: true }) as its docs recommend. tollgate: the built bin (node ${GATEWAY_BIN}) with --permits ${UNLIMITED_PERMITS} (never waits), its pino access log at info to a discarded stderr (the 'no access log' variant: --log-level warn), metrics on.`,
           `CPU per request: utime + stime from /proc/<pid>/stat of the proxy process (nginx: master and worker) over each round, divided by the round's requests; 'upstream CPU' is the demo upstream's.`,
           `Permit keep-alive (opt-in: --permit-keepalive-ms ${KEEPALIVE_MS}, docs/gateway/behaviour.md "Permit keep-alive"): a finished request's lease serves the next request of its bucket on this replica for up to ${KEEPALIVE_MS} ms after Redis granted it, so Redis sees an acquire and a release per lease instead of per request; no fencing header is sent then, and a waiter of another replica can be passed over for up to about ${KEEPALIVE_MS} ms. The default 'tollgate + Redis' row takes and gives back a permit in Redis for every request.`,
           `Redis per tollgate + Redis request: scripts/req = EVALSHA calls (an acquire and a release per request, batched per event-loop turn while calls of the name are in flight), cmds/req = every command the server ran, those inside the scripts included; redis CPU = used_cpu_user + used_cpu_sys of INFO cpu over the rounds, divided by their requests (redis-server shares the 2 cores with everything else): ${topCommands(

@@ -11,13 +11,13 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { freePort, startRedisServer } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN } from '../lib/gateway-bin.js'
 import { post } from '../lib/control.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt } from '../lib/report.js'
 import type { Scenario, Table, Verdict } from '../lib/scenario.js'
 import { type Line, type Panel, renderFigure } from '../lib/svg-plot.js'
 
-const GATEWAY_BIN = 'dist/gateway/main.js'
 const RESULTS_DIR = new URL('../results/', import.meta.url)
 const REPLICAS = 3
 const LIMIT = 12

@@ -19,6 +19,7 @@ import os from 'node:os'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { freePort } from '../../test/helpers/redis-server.js'
+import { GATEWAY_BIN } from '../lib/gateway-bin.js'
 import { post } from '../lib/control.js'
 import { type BenchProcess, startProcess } from '../lib/processes.js'
 import { fmtFixed, fmtInt } from '../lib/report.js'
@@ -47,7 +48,6 @@ const SHEDDABLE_WAIT_MS = 250
 /** The fleet's queue bound of the fair variants (eviction of lower classes past it). */
 const MAX_QUEUED = 4 * CAPACITY
 const TENANTS = 10
-const GATEWAY_BIN = 'dist/gateway/main.js'
 const RESULTS_DIR = new URL('../results/', import.meta.url)
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 const range = (n: number) => Array.from({ length: n }, (_, i) => i)
