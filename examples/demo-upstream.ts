@@ -4,13 +4,16 @@
 import http from 'node:http'
 import { pathToFileURL } from 'node:url'
 
+/** How long a request waits before its answer: /slow?ms=N (500 by default, at most 60 s), else 0. */
+export function delayMsOf(url: URL): number {
+  return url.pathname.endsWith('/slow') ? Math.min(Number(url.searchParams.get('ms') ?? 500) || 0, 60_000) : 0
+}
+
 export function startDemoUpstream(port = 3000, host = '127.0.0.1'): Promise<http.Server> {
   let inFlight = 0
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://upstream')
-    const ms = url.pathname.endsWith('/slow')
-      ? Math.min(Number(url.searchParams.get('ms') ?? 500) || 0, 60_000)
-      : 0
+    const ms = delayMsOf(url)
     inFlight++
     const timer = setTimeout(() => {
       res.end(

@@ -11,6 +11,7 @@
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Worker } from 'node:worker_threads'
+import { delayMsOf } from '../../examples/demo-upstream.js'
 
 /** The timer thread, plain JavaScript (a worker does not inherit tsx's loader): sleeps until the
  * earliest deadline, or until the server publishes another (shared[0] bumped), and wakes the server
@@ -54,9 +55,7 @@ for (;;) {
   let inFlight = 0
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://upstream')
-    const ms = url.pathname.endsWith('/slow')
-      ? Math.min(Number(url.searchParams.get('ms') ?? 500) || 0, 60_000)
-      : 0
+    const ms = delayMsOf(url) // the demo upstream's rule, only its timer differs
     inFlight++
     res.once('close', () => inFlight--)
     const answer = () => {
