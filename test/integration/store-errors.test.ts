@@ -2,10 +2,16 @@
 // attached, no noise on the console from a client the store owns, and no warning for a signal that
 // many waits share.
 import { afterEach, expect, it, vi } from 'vitest'
-import { createMutex, createRedisStore, createSemaphore, StoreUnavailableError } from '../../src/index.js'
+import {
+  ConfigError,
+  createMutex,
+  createRedisStore,
+  createSemaphore,
+  StoreUnavailableError,
+} from '../../src/index.js'
 import { describeStores, keysUnder, REDIS_KINDS } from '../helpers/contract.js'
 import { proxiedStore } from '../helpers/proxied.js'
-import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
+import { connectStandalone, topology, uniquePrefix } from '../helpers/redis.js'
 import { freePort } from '../helpers/redis-server.js'
 
 afterEach(() => {
@@ -32,6 +38,41 @@ it('a store from a URL with Redis down: the error says what could not be done an
   } finally {
     await store.close()
   }
+})
+
+/** Sockets this process has open (net sockets, ioredis's among them). */
+const openSockets = () => process.getActiveResourcesInfo().filter((kind) => kind === 'TCPSocketWrap').length
+
+it('a store from a URL on a live Redis: it connects the client itself, a waiter is woken by pub/sub, and close() ends its two connections', async () => {
+  const { host, port } = topology().standalone
+  const before = openSockets()
+  const store = createRedisStore(`redis://${host}:${port}`, { prefix: uniquePrefix().slice(0, -1) })
+  // Asked before the client is made: the calls wait for it.
+  const mutex = createMutex(store, 'url')
+  const held = await mutex.acquire({ timeoutMs: 2000 })
+  const started = Date.now()
+  const waiting = mutex.acquire({ timeoutMs: 5000 })
+  setTimeout(() => void held.release(), 100)
+  await (await waiting).release()
+  // Woken by its grant, not found by a backoff re-check (those come at 1 s and more here).
+  expect(Date.now() - started).toBeLessThan(900)
+  expect(openSockets()).toBe(before + 2) // the store's connection and its subscriber
+  await store.close()
+  await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
+})
+
+it('a store from a URL closed before its client is made: the client is ended once made, and calls say the store is closed', async () => {
+  const { host, port } = topology().standalone
+  const before = openSockets()
+  const store = createRedisStore(`redis://${host}:${port}`)
+  await store.close()
+  await expect(createMutex(store, 'gone').tryAcquire()).rejects.toThrow('the store is closed')
+  await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
+})
+
+it('a client that is not an ioredis Redis or Cluster is refused when the store is made', () => {
+  for (const wrong of [{}, { isCluster: false, status: 'ready' }, new Map(), 'localhost:6379'])
+    expect(() => createRedisStore(wrong as never)).toThrow(ConfigError)
 })
 
 for (const kind of REDIS_KINDS as ('standalone' | 'cluster')[]) {

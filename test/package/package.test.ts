@@ -502,6 +502,78 @@ console.log(JSON.stringify({ ok: true, missing }))
     expect(failed).toContain('npm install pino prom-client undici yaml zod')
   })
 
+  it('with no Redis client installed, the library loads, runs the memory store and type-checks; a URL store says to install ioredis', async () => {
+    const project = path.join(tmp, 'no-client')
+    const modules = path.join(project, 'node_modules')
+    await unpackInto(modules)
+    link(modules, '@types/node')
+    write(path.join(project, 'package.json'), JSON.stringify({ name: 'no-client', type: 'module' }))
+    // The memory store, the adapters, and a URL store whose calls say what to install.
+    const program = (load: string) => `${load}
+const store = createMemoryStore()
+const lease = await createMutex(store, 'm').acquire({ timeoutMs: 1000 })
+await lease.release()
+const middleware = typeof semaphore(2)
+const viaUrl = createRedisStore('redis://127.0.0.1:9')
+let failed = ''
+try {
+  await createMutex(viaUrl, 'm').tryAcquire()
+} catch (error) {
+  failed = error.code + ': ' + error.message + ' / ' + error.cause?.message
+}
+await viaUrl.close()
+console.log(JSON.stringify({ fence: typeof lease.fencingToken, middleware, failed }))
+`
+    write(
+      path.join(project, 'esm.mjs'),
+      program(
+        "import { createMemoryStore, createMutex, createRedisStore } from 'tollgate'\nimport { semaphore } from 'tollgate/express'",
+      ),
+    )
+    write(
+      path.join(project, 'cjs.cjs'),
+      `const { createMemoryStore, createMutex, createRedisStore } = require('tollgate')
+const { semaphore } = require('tollgate/express')
+;(async () => {
+${program('')}
+})().catch((error) => { console.error(error); process.exit(1) })
+`,
+    )
+    const expected = {
+      fence: 'number',
+      middleware: 'function',
+      failed:
+        'ERR_TOLLGATE_STORE_UNAVAILABLE: Could not acquire "m": createRedisStore() connects a redis:// URL with ioredis, which is not installed: run "npm install ioredis", or pass a client you made. / createRedisStore() connects a redis:// URL with ioredis, which is not installed: run "npm install ioredis", or pass a client you made.',
+    }
+    expect(await report(project, ['esm.mjs'])).toEqual(expected)
+    expect(await report(project, ['cjs.cjs'])).toEqual(expected)
+    // The typings need no ioredis either, even with every declaration file checked.
+    write(
+      path.join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          strict: true,
+          skipLibCheck: false,
+          types: ['node'],
+          noEmit: true,
+        },
+        files: ['index.ts'],
+      }),
+    )
+    write(
+      path.join(project, 'index.ts'),
+      `import { createMemoryStore, createMutex, createRedisStore, type RedisClient } from 'tollgate'
+import { semaphore } from 'tollgate/express'
+const client: RedisClient | undefined = undefined
+export const made = [createMutex(createMemoryStore(), 'm'), semaphore(2), client ?? createRedisStore('redis://x')]
+`,
+    )
+    await run(process.execPath, [TSC, '-p', project], project)
+  })
+
   it('the bin without ioredis (a peer: not installed by yarn 1, pnpm without auto-install-peers, legacy-peer-deps) names it in the install command', async () => {
     const project = path.join(tmp, 'no-ioredis')
     const modules = path.join(project, 'node_modules')

@@ -12,7 +12,8 @@
 // function of (KEYS, ARGV) that starts with its family's begin(), and both run through one runner
 // contract (LuaRunner), so the store keeps one reload barrier for both.
 import { createHash } from 'node:crypto'
-import { Cluster, type Redis, ReplyError } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
+import { isCluster, isReplyError } from './client.js'
 import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 
 /** Preludes of each family of scripts, prepended in this order (they declare the helpers and begin()). */
@@ -208,7 +209,7 @@ export async function loadScripts(client: Redis): Promise<boolean> {
     await Promise.all(scriptSources().map((lua) => client.script('LOAD', lua)))
     return true
   } catch (error) {
-    if (error instanceof ReplyError && REFUSED.test((error as Error).message)) return false
+    if (isReplyError(error) && REFUSED.test(error.message)) return false
     throw error
   }
 }
@@ -277,7 +278,7 @@ class ScriptRunner implements LuaRunner {
   ): Promise<unknown> {
     const { family, fn } = callForm(name)
     if (this.everywhere) return client.evalsha(family.sha, keys.length, ...keys, channel, ...args, fn)
-    const node = client instanceof Cluster ? masterOf(client, keys) : ''
+    const node = isCluster(client) ? masterOf(client, keys) : ''
     if (node !== undefined) {
       let families = this.sent.get(node)
       if (families?.has(family.family))

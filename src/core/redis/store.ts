@@ -4,7 +4,7 @@
 // the acquires (and releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on
 // one connection.
 import { debuglog } from 'node:util'
-import { Cluster, Redis, ReplyError } from 'ioredis'
+import type { Redis } from 'ioredis'
 import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
@@ -19,6 +19,7 @@ import type {
 } from '../protocol/store.js'
 import { parseMessage } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
+import { asClient, type Client, connectUrl, isCluster, isReplyError } from './client.js'
 import { Coalescer } from './coalescer.js'
 import { Reload } from './reload.js'
 import { Subscriptions } from './subscriptions.js'
@@ -42,6 +43,16 @@ export interface RedisStoreOptions {
    * Redis hangs. A permit granted by a call that timed out is given back when its reply arrives.
    * @default 2000 */
   commandTimeoutMs?: number
+}
+
+/**
+ * What `createRedisStore()` takes as a client: an ioredis `Redis` or `Cluster` instance (ioredis 5 or
+ * 6). Typed by two fields every such instance has, so that this package's types need no ioredis
+ * installed (a memory-store user may have none); the rest is checked when the store is made.
+ */
+export interface RedisClient {
+  readonly isCluster: boolean
+  readonly status: string
 }
 
 const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
@@ -80,9 +91,10 @@ const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 
 /**
  * A store on Redis standalone or Redis Cluster. Pass the ioredis client you already have (it stays
- * yours: `close()` does not quit it) or a `redis://` URL (then the store owns and closes the client).
+ * yours: `close()` does not quit it) or a `redis://` URL (then the store connects one with ioredis,
+ * and owns and closes it).
  */
-export function createRedisStore(client: Redis | Cluster | string, options?: RedisStoreOptions): Store {
+export function createRedisStore(client: RedisClient | string, options?: RedisStoreOptions): Store {
   isPlainObjectOrUndefined('options', options)
   rejectUnknown(options, ['prefix', 'commandTimeoutMs'], {
     timeout: 'it is `commandTimeoutMs`',
@@ -91,19 +103,15 @@ export function createRedisStore(client: Redis | Cluster | string, options?: Red
   const config = { ...DEFAULTS, ...defined(options) }
   const prefix = keyPrefix('prefix', config.prefix)
   const commandTimeoutMs = positiveInt('commandTimeoutMs', config.commandTimeoutMs, 600_000)
-  let redis: Redis | Cluster
-  let owned = false
   if (typeof client === 'string') {
     if (!/^rediss?:\/\//.test(client))
       throw new ConfigError('client', 'an ioredis client or a redis:// URL', client)
-    redis = new Redis(client, { lazyConnect: false })
-    owned = true
-  } else if (client instanceof Redis || client instanceof Cluster) {
-    redis = client
-  } else {
-    throw new ConfigError('client', 'an ioredis Redis or Cluster instance, or a redis:// URL', client)
+    return new RedisStore(connectUrl(client), true, prefix, commandTimeoutMs)
   }
-  return new RedisStore(redis, owned, prefix, commandTimeoutMs)
+  const given = asClient(client)
+  if (!given)
+    throw new ConfigError('client', 'an ioredis Redis or Cluster instance, or a redis:// URL', client)
+  return new RedisStore(given, false, prefix, commandTimeoutMs)
 }
 
 /** One subscriber of a channel: its grants, and a fair queue's shed tokens. */
@@ -152,27 +160,48 @@ class RedisStore implements Store {
   readonly rwlock: RwLockFamily = rwLockFamily((spec) => this.call(spec))
   readonly adaptive: AdaptiveFamily = adaptiveFamily((spec) => this.call(spec))
 
+  /** The client; undefined while the one for a URL is being made (`connecting`). */
+  private redis: Client | undefined
+  /** The client for a URL, until it is made (or could not be: every call then fails with why). */
+  private readonly connecting: Promise<Client> | undefined
+
   constructor(
-    private readonly redis: Redis | Cluster,
+    client: Client | Promise<Client>,
     private readonly owned: boolean,
     readonly prefix: string,
     readonly commandTimeoutMs: number,
   ) {
     this.deadlines = new Deadlines(commandTimeoutMs)
-    this.subscriptions = new Subscriptions(redis, commandTimeoutMs, (channel, message) =>
-      this.deliver(channel, message),
+    this.subscriptions = new Subscriptions(
+      () => this.redis as Client,
+      commandTimeoutMs,
+      (channel, message) => this.deliver(channel, message),
     )
-    if (owned) {
-      // Ours to watch: without a listener, ioredis prints "Unhandled error event" at every reconnect
-      // attempt. Failed calls say what happened instead (failure()).
-      redis.on('error', (error: Error) => {
-        this.connectionError = error
-        debug('connection error: %s', error.message)
+    if (client instanceof Promise) {
+      this.connecting = client.then((made) => {
+        this.redis = made
+        this.watch(made)
+        // Closed while it was being made: it is not used.
+        if (this.closed) void quit(made)
+        return made
       })
-      redis.on('ready', () => {
-        this.connectionError = undefined
-      })
+      this.connecting.catch((error: unknown) => debug('could not make the client: %o', error))
+    } else {
+      this.redis = client
+      if (owned) this.watch(client)
     }
+  }
+
+  /** Ours to watch: without a listener, ioredis prints "Unhandled error event" at every reconnect
+   * attempt. Failed calls say what happened instead (failure()). */
+  private watch(redis: Client): void {
+    redis.on('error', (error: Error) => {
+      this.connectionError = error
+      debug('connection error: %s', error.message)
+    })
+    redis.on('ready', () => {
+      this.connectionError = undefined
+    })
   }
 
   get notificationsHealthy(): boolean {
@@ -200,6 +229,14 @@ class RedisStore implements Store {
       this.subscriptions.remove(channel)
     }
     // Until Redis confirms it, waiting degrades to backoff re-checks; it never fails an acquire.
+    if (!this.redis) {
+      try {
+        await this.connecting
+      } catch {
+        return unsubscribe // no client: every call fails, and says why
+      }
+      if (this.closed) return unsubscribe
+    }
     await this.subscriptions.add(channel)
     return unsubscribe
   }
@@ -208,7 +245,8 @@ class RedisStore implements Store {
     if (this.closed) return
     this.closed = true
     this.listeners.clear()
-    await Promise.allSettled([this.subscriptions.close(), this.owned ? quit(this.redis) : undefined])
+    const redis = this.redis
+    await Promise.allSettled([this.subscriptions.close(), this.owned && redis ? quit(redis) : undefined])
   }
 
   /** Hand a name's message to this process's listeners of its channel: its grants, then a fair
@@ -238,8 +276,8 @@ class RedisStore implements Store {
   /** The socket of a standalone connection that is ready, to cork; undefined otherwise (Cluster,
    * connecting). */
   private socket(): Redis['stream'] | undefined {
-    const stream =
-      this.redis instanceof Redis && this.redis.status === 'ready' ? this.redis.stream : undefined
+    const redis = this.redis
+    const stream = redis && !isCluster(redis) && redis.status === 'ready' ? redis.stream : undefined
     return stream && !stream.destroyed ? stream : undefined
   }
 
@@ -336,7 +374,7 @@ class RedisStore implements Store {
       const runner = this.runner
       let reply: unknown
       try {
-        reply = await runner.call(this.redis, script, keys, channel, args)
+        reply = await runner.call(this.redis as Client, script, keys, channel, args)
       } catch (error) {
         const refused = replyMessage(error)
         if (refused === undefined) throw error
@@ -377,7 +415,8 @@ class RedisStore implements Store {
    * command timeout (the calls waiting for it fail then, and the next call tries again). A server
    * that refuses functions makes the store run scripts (EVALSHA) from then on: loaded then. */
   private async load(): Promise<void> {
-    const nodes = this.redis instanceof Cluster ? this.redis.nodes('master') : [this.redis]
+    const redis = this.redis as Client
+    const nodes = isCluster(redis) ? redis.nodes('master') : [redis]
     const runner = this.runner
     try {
       const loaded = await within(runner.load(nodes), this.commandTimeoutMs)
@@ -409,7 +448,8 @@ class RedisStore implements Store {
     const what = `Could not ${VERBS[script]} "${space.name}"`
     if (this.closed)
       return new StoreUnavailableError(`${what}: the store is closed (store.close() was called).`)
-    const status = this.redis.status
+    // No client yet: what is missing is the reason itself.
+    const status = this.redis?.status ?? 'ready'
     const link =
       status === 'ready'
         ? ''
@@ -433,11 +473,11 @@ class RedisStore implements Store {
     this.version ??= (async () => {
       let info: string
       try {
-        const answered = await within(this.redis.info('server'), this.commandTimeoutMs)
+        const answered = await within((this.redis as Client).info('server'), this.commandTimeoutMs)
         if (!answered.ok) throw answered.error
         info = answered.value
       } catch (error) {
-        if (error instanceof ReplyError) {
+        if (isReplyError(error)) {
           this.versionChecked = true
           return
         }
@@ -459,6 +499,15 @@ class RedisStore implements Store {
   /** Send calls of one name and kind as one script call; each caller gets its own part of the reply. */
   private async send(calls: readonly ScriptCall[]): Promise<void> {
     const first = calls[0] as ScriptCall
+    if (!this.redis) {
+      try {
+        await this.connecting
+      } catch (error) {
+        this.coalescer.landed(first.name)
+        for (const call of calls) call.reject(this.failure(first.script, first.space, error))
+        return
+      }
+    }
     if (!this.versionChecked) {
       try {
         await this.checkVersion()
@@ -524,7 +573,7 @@ class RedisStore implements Store {
 
 /** The message of an error reply of the server; undefined for any other failure. */
 function replyMessage(error: unknown): string | undefined {
-  return error instanceof ReplyError ? (error as Error).message : undefined
+  return isReplyError(error) ? error.message : undefined
 }
 
 /** The scripts a reload runs again when they ran ahead of an earlier call that failed (reload.ts). */
@@ -611,7 +660,7 @@ export function fairKeys(space: KeySpace): string[] {
   return (cached.fair ??= FAIR_PARTS.map((part) => space.key(part)))
 }
 
-async function quit(client: Redis | Cluster): Promise<void> {
+async function quit(client: Client): Promise<void> {
   const done = await within(client.quit(), 1000)
   if (!done.ok) client.disconnect()
 }

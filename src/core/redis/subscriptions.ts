@@ -45,7 +45,8 @@ export class Subscriptions {
   private closed = false
 
   constructor(
-    private readonly source: Redis | Cluster,
+    /** The store's client (asked only once it is made: the store subscribes then). */
+    private readonly source: () => Redis | Cluster,
     private readonly timeoutMs: number,
     private readonly deliver: (channel: string, message: string) => void,
   ) {}
@@ -94,7 +95,7 @@ export class Subscriptions {
 
   private ensureConnection(): void {
     if (this.connection) return
-    const connection = this.source.duplicate()
+    const connection = this.source().duplicate()
     connection.on('error', (error: Error) => debug('subscriber error: %s', error.message))
     connection.on('message', (channel: string, message: string) => this.deliver(channel, message))
     connection.on('ready', () => {
