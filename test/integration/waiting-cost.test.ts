@@ -31,6 +31,17 @@ afterAll(async () => {
   await Promise.all([server?.stop(), cluster?.stop()])
 })
 
+/** Until `counter` sees 250 ms without a command (at most 5 s). */
+async function quiet(counter: Redis | Cluster): Promise<void> {
+  let last = await commandCount(counter)
+  for (const until = Date.now() + 5000; Date.now() < until;) {
+    await sleep(250)
+    const now = await commandCount(counter)
+    if (now === last) return
+    last = now
+  }
+}
+
 const PRIMITIVES = {
   mutex: (store: Store, name: string) => createMutex(store, name),
   semaphore: (store: Store, name: string) => createSemaphore(store, name, { permits: 1 }),
@@ -59,12 +70,14 @@ describe.each([
         .acquire({ timeoutMs: 30_000 })
         .then((lease) => lease.release()),
     )
-    await eventually(
-      async () =>
-        (await store.permits.inspect(keySpace('cost', primitive === 'mutex' ? 'mutex' : 'sem', name)))
-          .queued === WAITERS,
-    )
-    await sleep(50) // let the subscription's race-closing re-check finish before counting
+    const space = keySpace('cost', primitive === 'mutex' ? 'mutex' : 'sem', name)
+    await eventually(async () => (await store.permits.inspect(space)).queued === WAITERS)
+    // The waiters' channel confirmed by Redis (a subscription of it resolves then): until then they
+    // re-check by backoff (G10's fallback), which a loaded machine can stretch past any fixed pause.
+    await store.subscribe(space, () => {})
+    // Settled: each waiter's subscription confirmed and its race-closing re-check done, seen as
+    // 250 ms without a command (a waiter still re-checking by backoff is counted below).
+    await quiet(counter)
     const before = await commandCount(counter)
     await sleep(WAIT_MS)
     const during = (await commandCount(counter)) - before
