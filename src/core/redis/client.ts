@@ -1,7 +1,6 @@
-// The ioredis client as the store sees it. ioredis is an optional peer: it is recognised by its shape,
-// never by its classes, so a process that uses only the memory store never loads it (nor needs it
-// installed), and ioredis 5 and 6 are both taken. The store loads ioredis itself only for a
-// `redis://` URL, when it is asked to connect one.
+// The ioredis client as the store sees it: recognised by its shape, never by its classes, so a
+// process that uses only the memory store never loads ioredis (nor needs it installed), and ioredis 5
+// and 6 are both taken. The store loads ioredis itself only to connect a `redis://` URL.
 import type { Cluster, Redis } from 'ioredis'
 import { ConfigError } from '../errors.js'
 
@@ -24,9 +23,14 @@ export function isCluster(client: Client): client is Cluster {
   return client.isCluster
 }
 
-/** Whether `error` is an error reply of the server (ioredis's ReplyError, of any copy of ioredis). */
+/** Whether `error` is an error reply of the server, not a connection's failure: ioredis's ReplyError,
+ * of any copy of ioredis. Its name is its class's, which a minifier renames, so it is also known by
+ * what ioredis attaches to every error reply: the command it answered. */
 export function isReplyError(error: unknown): error is Error {
-  return error instanceof Error && error.name === 'ReplyError'
+  if (!(error instanceof Error)) return false
+  if (error.name === 'ReplyError') return true
+  const command = (error as { command?: { name?: unknown } }).command
+  return typeof command === 'object' && command !== null && typeof command.name === 'string'
 }
 
 /** A new ioredis connection to `url`, ioredis loaded now (the store owns it). */
@@ -46,7 +50,9 @@ export async function connectUrl(url: string): Promise<Redis> {
   return new RedisClass(url, { lazyConnect: false })
 }
 
+/** Whether the import failed because ioredis itself is not installed (not one of its own parts). */
 function isMissing(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code
-  return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND'
+  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown }
+  const notFound = code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND'
+  return notFound && typeof message === 'string' && /['"]ioredis['"]/.test(message)
 }

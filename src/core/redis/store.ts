@@ -181,11 +181,14 @@ class RedisStore implements Store {
       this.connecting = client.then((made) => {
         this.redis = made
         this.watch(made)
-        // Closed while it was being made: it is not used.
-        if (this.closed) void quit(made)
         return made
       })
-      this.connecting.catch((error: unknown) => debug('could not make the client: %o', error))
+      // A setup error (ioredis not installed) fails every call; said once here too, since a policy
+      // that fails open would otherwise run without a limit and show only outages.
+      this.connecting.catch((error: unknown) => {
+        debug('could not make the client: %o', error)
+        if (error instanceof ConfigError) process.emitWarning(error.message, { code: 'TOLLGATE_NO_CLIENT' })
+      })
     } else {
       this.redis = client
       if (owned) this.watch(client)
@@ -245,7 +248,8 @@ class RedisStore implements Store {
     if (this.closed) return
     this.closed = true
     this.listeners.clear()
-    const redis = this.redis
+    // A client still being made is ended once made, before close() resolves.
+    const redis = this.redis ?? (await this.connecting?.catch(() => undefined))
     await Promise.allSettled([this.subscriptions.close(), this.owned && redis ? quit(redis) : undefined])
   }
 
