@@ -16,6 +16,7 @@ import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { type LocalHold, OutageShare, RESERVE_WAIT_MS } from './outage.js'
 import { KeptPermits } from './keep-alive.js'
+import { AdmissionTelemetry } from './telemetry.js'
 import type { AdaptiveLimit, AdaptiveStatus, Outcome } from '../primitives/adaptive/limit.js'
 
 /** The adaptive limit of a middleware made with the `adaptive` option. */
@@ -106,6 +107,8 @@ export class Admission<Req> {
   overload: OverloadCounters | undefined = undefined
   /** Whether the store is known down (shared by every admission on the store). */
   readonly health: StoreHealth
+  /** Spans and metrics in OpenTelemetry, when the application registered providers (telemetry.ts). */
+  private readonly telemetry: AdmissionTelemetry
   /** `outage: 'share'`: this process's share of each bucket while the store is down (outage.ts). */
   readonly outage: OutageShare | undefined
   /** `outage: 'share'`: a bucket's gate in `store` (the outage's memory store) with `permits`. */
@@ -180,6 +183,7 @@ export class Admission<Req> {
     keepAliveMs = 0,
   ) {
     this.health = storeHealth(config.store)
+    this.telemetry = new AdmissionTelemetry(config.name)
     this.outage =
       config.outage === 'share'
         ? new OutageShare(
@@ -282,7 +286,7 @@ export class Admission<Req> {
     } catch (error) {
       if (place?.full) return this.reject(bucket, 'queue_full', started)
       if (error instanceof AcquireTimeoutError) return this.reject(bucket, 'timeout', started)
-      if (signal.aborted) throw error // the client left: nothing to answer
+      if (signal.aborted) return this.canceled(bucket, started, error) // the client left: nothing to answer
       if (!moving?.moved) this.health.failed(error, this.config.logger)
       // (Known down now, or moved by the outage: admitted in memory. Any other failure: as always.)
       if (this.outage?.local) return this.admitLocal(bucket, signal, started)
@@ -328,7 +332,7 @@ export class Admission<Req> {
       if (error instanceof ShedError)
         return this.reject(bucket, error.reason === 'evicted' ? 'shed' : 'queue_full', started, wait)
       if (error instanceof AcquireTimeoutError) return this.reject(bucket, 'timeout', started, wait)
-      if (signal.aborted) throw error // the client left: nothing to answer
+      if (signal.aborted) return this.canceled(bucket, started, error) // the client left: nothing to answer
       if (!moving?.moved) this.health.failed(error, this.config.logger)
       // (Known down now, or moved by the outage: admitted in memory. Any other failure: as always.)
       if (this.outage?.local) return this.admitLocal(bucket, signal, started)
@@ -384,7 +388,7 @@ export class Admission<Req> {
     } catch (error) {
       if (place?.full) return this.reject(local, 'queue_full', started, wait)
       if (error instanceof AcquireTimeoutError) return this.reject(local, 'timeout', started, wait)
-      if (signal.aborted) throw error
+      if (signal.aborted) return this.canceled(local, started, error)
       if (back?.moved) return this.admitFrom(bucket, signal, started)
       return this.reject(local, 'store_unavailable', started, wait)
     }
@@ -419,6 +423,7 @@ export class Admission<Req> {
     const left = permits === undefined ? 0 : permits - (lease.holders ?? permits)
     const info = this.info(bucket, lease, started)
     if (this.adaptive) info.admittedAt = this.adaptive.admitted()
+    this.telemetry.decided('admitted', bucket.key, bucket.keyed, started, info)
     return { outcome: 'admitted', info, left: Math.max(0, left) }
   }
 
@@ -445,10 +450,12 @@ export class Admission<Req> {
   ): AdmitResult {
     if (this.config.dryRun && reason !== 'store_unavailable') {
       this.counters.dryRunRejected++
+      this.telemetry.decided('dry_run', bucket.key, bucket.keyed, started)
       return { outcome: 'passed', info: this.info(bucket, undefined, started), left: 0 }
     }
     this.counters.rejected[reason]++
     if (bucket.fair) this.overload?.reject(bucket.fair, reason)
+    this.telemetry.decided(reason, bucket.key, bucket.keyed, started)
     const status =
       reason === 'store_unavailable' ? 503 : (this.config.statusCode ?? (bucket.keyed ? 429 : 503))
     const retryAfterS = Math.max(1, Math.ceil(waitMs / 1000))
@@ -458,28 +465,37 @@ export class Admission<Req> {
     }
   }
 
+  /** The client left while its request waited: nothing to answer (rethrows `error`). */
+  private canceled(bucket: Bucket, started: number, error: unknown): never {
+    this.telemetry.decided('canceled', bucket.key, bucket.keyed, started)
+    throw error
+  }
+
   private storeFailed(bucket: Bucket, started: number): AdmitResult {
     this.counters.storeErrors++
     if (this.config.failOpen || this.config.dryRun) {
       this.counters.failedOpen++
+      this.telemetry.decided('failed_open', bucket.key, bucket.keyed, started)
       return { outcome: 'passed', info: this.info(bucket, undefined, started), left: 0 }
     }
     return this.reject(bucket, 'store_unavailable', started)
   }
 
   /** Take a place in a bucket's queue (false: the queue is full); see QueuePlace. */
-  enterQueue(key: string): boolean {
+  enterQueue(key: string, waiter: object): boolean {
     const waiting = this.waiting.get(key) ?? 0
     if (waiting >= this.config.maxQueue) return false
     this.waiting.set(key, waiting + 1)
     this.counters.queued++
+    this.telemetry.enteredQueue(waiter)
     // A request of ours waits in the store's queue: leases kept for the bucket go back to it now.
     this.kept?.flush(key)
     return true
   }
 
-  leaveQueue(key: string): void {
+  leaveQueue(key: string, waiter: object): void {
     this.counters.queued--
+    this.telemetry.leftQueue(waiter)
     countDown(this.waiting, key)
   }
 
@@ -495,7 +511,7 @@ export class Admission<Req> {
       victim.evict(new ShedError(key, 'evicted'))
       queue = this.classQueues.get(key)
     }
-    if (!this.enterQueue(key)) return false
+    if (!this.enterQueue(key, place)) return false
     if (!queue) this.classQueues.set(key, (queue = new ClassQueue()))
     queue.push(place)
     this.overload?.waiting(place.priority, 1)
@@ -510,7 +526,7 @@ export class Admission<Req> {
       if (queue.size === 0) this.classQueues.delete(place.key)
     }
     this.overload?.waiting(place.priority, -1)
-    this.leaveQueue(place.key)
+    this.leaveQueue(place.key, place)
   }
 
   /** Under an adaptive limit: the request's response ended where the limit measures it (the
@@ -543,6 +559,7 @@ export class Admission<Req> {
     const lease = info.lease
     if (!lease) return undefined
     this.counters.inFlight--
+    this.telemetry.released(info)
     if (this.tracking) countDown(this.holding, info.key)
     if (info.admittedAt !== undefined) {
       this.measured(info, outcome)
@@ -702,7 +719,7 @@ class QueuePlace {
   ) {}
 
   readonly onQueued = (): boolean => {
-    if (!this.admission.enterQueue(this.key)) {
+    if (!this.admission.enterQueue(this.key, this)) {
       this.full = true
       return false
     }
@@ -711,7 +728,7 @@ class QueuePlace {
   }
 
   leave(): void {
-    if (this.counted) this.admission.leaveQueue(this.key)
+    if (this.counted) this.admission.leaveQueue(this.key, this)
     this.counted = false
   }
 }

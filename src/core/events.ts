@@ -28,10 +28,12 @@ export const events = {
 export function traceName(name: string): string {
   const colon = name.indexOf(':')
   if (colon === -1) return name
-  return `${name.slice(0, colon)}:#${createHash('sha256')
-    .update(name.slice(colon + 1))
-    .digest('hex')
-    .slice(0, 8)}`
+  return `${name.slice(0, colon)}:${keyDigest(name.slice(colon + 1))}`
+}
+
+/** A bucket's key as traces carry it: '#' and 8 hex digits of its SHA-256. */
+export function keyDigest(key: string): string {
+  return `#${createHash('sha256').update(key).digest('hex').slice(0, 8)}`
 }
 
 /** `NODE_DEBUG=tollgate*` (or tollgate:acquire, ...) traces every event on stderr, as Node's own
