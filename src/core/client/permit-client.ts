@@ -30,7 +30,7 @@ export class PermitClient extends LockClient {
     return this.currentPermits
   }
 
-  /** The permits this client asks for from now on (an adaptive limit's, src/admission/adaptive.ts). */
+  /** The permits this client asks for from now on (an adaptive limit's, src/primitives/adaptive/limit.ts). */
   setPermits(permits: number): void {
     this.currentPermits = permits
   }
