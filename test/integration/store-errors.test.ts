@@ -18,6 +18,37 @@ afterEach(() => {
   vi.restoreAllMocks()
 })
 
+/** Sockets this process has open (net sockets, ioredis's among them). These tests come first in the
+ * file: a store of a later test, to a server that is down, opens and drops sockets as it retries. */
+const openSockets = () => process.getActiveResourcesInfo().filter((kind) => kind === 'TCPSocketWrap').length
+
+it('a store from a URL on a live Redis: it connects the client itself, a waiter is woken by pub/sub, and close() ends its two connections', async () => {
+  const { host, port } = topology().standalone
+  const before = openSockets()
+  const store = createRedisStore(`redis://${host}:${port}`, { prefix: uniquePrefix().slice(0, -1) })
+  // Asked before the client is made: the calls wait for it.
+  const mutex = createMutex(store, 'url')
+  const held = await mutex.acquire({ timeoutMs: 2000 })
+  const started = Date.now()
+  const waiting = mutex.acquire({ timeoutMs: 5000 })
+  setTimeout(() => void held.release(), 100)
+  await (await waiting).release()
+  // Woken by its grant, not found by a backoff re-check (those come at 1 s and more here).
+  expect(Date.now() - started).toBeLessThan(900)
+  await expect.poll(openSockets, { timeout: 2000 }).toBe(before + 2) // the store's connection and its subscriber
+  await store.close()
+  await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
+})
+
+it('a store from a URL closed before its client is made: the client is ended once made, and calls say the store is closed', async () => {
+  const { host, port } = topology().standalone
+  const before = openSockets()
+  const store = createRedisStore(`redis://${host}:${port}`)
+  await store.close()
+  await expect(createMutex(store, 'gone').tryAcquire()).rejects.toThrow('the store is closed')
+  await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
+})
+
 it('a store from a URL with Redis down: the error says what could not be done and why, with the cause; ioredis prints nothing', async () => {
   const printed = vi.spyOn(console, 'error').mockImplementation(() => {})
   const port = await freePort()
@@ -38,36 +69,6 @@ it('a store from a URL with Redis down: the error says what could not be done an
   } finally {
     await store.close()
   }
-})
-
-/** Sockets this process has open (net sockets, ioredis's among them). */
-const openSockets = () => process.getActiveResourcesInfo().filter((kind) => kind === 'TCPSocketWrap').length
-
-it('a store from a URL on a live Redis: it connects the client itself, a waiter is woken by pub/sub, and close() ends its two connections', async () => {
-  const { host, port } = topology().standalone
-  const before = openSockets()
-  const store = createRedisStore(`redis://${host}:${port}`, { prefix: uniquePrefix().slice(0, -1) })
-  // Asked before the client is made: the calls wait for it.
-  const mutex = createMutex(store, 'url')
-  const held = await mutex.acquire({ timeoutMs: 2000 })
-  const started = Date.now()
-  const waiting = mutex.acquire({ timeoutMs: 5000 })
-  setTimeout(() => void held.release(), 100)
-  await (await waiting).release()
-  // Woken by its grant, not found by a backoff re-check (those come at 1 s and more here).
-  expect(Date.now() - started).toBeLessThan(900)
-  expect(openSockets()).toBe(before + 2) // the store's connection and its subscriber
-  await store.close()
-  await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
-})
-
-it('a store from a URL closed before its client is made: the client is ended once made, and calls say the store is closed', async () => {
-  const { host, port } = topology().standalone
-  const before = openSockets()
-  const store = createRedisStore(`redis://${host}:${port}`)
-  await store.close()
-  await expect(createMutex(store, 'gone').tryAcquire()).rejects.toThrow('the store is closed')
-  await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
 })
 
 it('a client that is not an ioredis Redis or Cluster is refused when the store is made', () => {
