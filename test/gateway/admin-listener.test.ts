@@ -112,8 +112,8 @@ async function probeOf(port: number, path: string, ms: number): Promise<number |
   return /\r\n\r\n/.test(data) && status ? Number(status) : undefined
 }
 
-/** `count` connections pipelining 31 requests each (under the 32 a connection serves), `next()` the
- * path of each, reading the answers, each reopened once closed, until stop(). */
+/** `count` connections pipelining 31 requests each (a connection serves one: the rest is dropped),
+ * `next()` the path of each, reading the answers, each reopened once closed, until stop(). */
 function pipeliners(port: number, count: number, next: () => string) {
   let running = true
   const one = async () => {
@@ -451,7 +451,7 @@ describe('the admin listener', () => {
     expect(performance.now() - started).toBeLessThan(6500)
   }, 15_000)
 
-  it('a connection serves 32 requests, the last one whole (its body arriving in pieces) and answered Connection: close; nothing after it is parsed', async () => {
+  it('a connection serves one request, read whole (its body arriving in pieces) and answered Connection: close; nothing after it is parsed', async () => {
     const upstream = await startUpstream()
     const { gateway } = await startInProcess(gateways, {
       admin: { host: '127.0.0.1', port: 0 },
@@ -462,18 +462,18 @@ describe('the admin listener', () => {
     })
     const client = await rawConnect((gateway.admin!.address() as net.AddressInfo).port)
     const body = '{"permits": 3}'
-    client.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'.repeat(31))
     client.write(
       `PUT /limits/default HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 5)}`,
     )
     await sleep(200)
     client.write(`${body.slice(5)}GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n`)
+    client.write('GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n'.repeat(30))
     const received = await Promise.race([client.closed, sleep(3000).then(() => 'still open')])
-    // Before: 33 answers, and the connection kept open.
-    expect(statuses(received)).toEqual(Array(32).fill(200))
-    const put = received.slice(received.lastIndexOf('HTTP/1.1 200'))
-    expect(put).toMatch(/\r\nconnection: close\r\n/i)
-    expect(put).toContain('"override": 3')
+    // Before (32 a connection): the PUT and 31 GETs answered. One a connection since the admin
+    // flood's p99 (docs/gateway/operate.md, "Admin listener").
+    expect(statuses(received)).toEqual([200])
+    expect(received).toMatch(/\r\nconnection: close\r\n/i)
+    expect(received).toContain('"override": 3')
   })
 
   it('GET /limits on a per: tenant route lists the busiest live buckets, as the dashboard does', async () => {

@@ -79,8 +79,12 @@ const ADMIN_SEND_MS = 10_000
 /** Connections the admin listener keeps open at once (connection-cap.ts: the idle go first). */
 const ADMIN_CONNECTIONS = 64
 /** Requests one connection of the admin listener serves before it is closed (nginx's
- * keepalive_requests). */
-const ADMIN_REQUESTS_PER_CONNECTION = 32
+ * keepalive_requests): one. Its clients ask every few seconds at most (probes and Prometheus
+ * reconnect anyway, past Node's 5 s keep-alive; the dashboard polls once a second), so a kept
+ * connection saves them a loopback connect; it gave a client that pipelines and never reads an
+ * answer per request, each a write on the data plane's event loop (docs/cost.md, "Why the code is
+ * as it is"). */
+const ADMIN_REQUESTS_PER_CONNECTION = 1
 
 export function createAdminServer(view: AdminView): http.Server {
   /** Buckets of per: tenant/ip routes set through this replica, listed by GET /limits. */
