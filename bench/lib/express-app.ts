@@ -3,35 +3,14 @@
 // (variants: bare, rate-limit, semaphore, semaphore-redis, semaphore-otel-absent, semaphore-otel)
 // prints "listening on <url>". The handler answers a few bytes at once: what is measured is the cost
 // of the middleware in front of it.
-import { register } from 'node:module'
 import type { AddressInfo } from 'node:net'
 import express from 'express'
 import { rateLimit } from 'express-rate-limit'
+import { withOpenTelemetryProviders, withoutOpenTelemetry } from './otel-conditions.js'
 
 const [variant, redisUrl] = process.argv.slice(2)
-if (variant === 'semaphore-otel-absent') {
-  // As where @opentelemetry/api is not installed: resolving it fails (before the library loads).
-  const hook = `export async function resolve(specifier, context, next) {
-    if (specifier === '@opentelemetry/api') throw Object.assign(new Error('absent'), { code: 'ERR_MODULE_NOT_FOUND' })
-    return next(specifier, context)
-  }`
-  register(`data:text/javascript,${encodeURIComponent(hook)}`)
-} else if (variant === 'semaphore-otel') {
-  // The SDK's providers registered, as an application that exports its telemetry has them: spans
-  // sampled and processed in batches (to an exporter that drops them), metrics aggregated (and
-  // never collected here).
-  const { metrics, trace } = await import('@opentelemetry/api')
-  const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
-  const { MeterProvider } = await import('@opentelemetry/sdk-metrics')
-  const dropped = {
-    export: (_spans: unknown, done: (result: { code: 0 }) => void) => done({ code: 0 }),
-    shutdown: async () => {},
-  }
-  trace.setGlobalTracerProvider(
-    new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(dropped)] }),
-  )
-  metrics.setGlobalMeterProvider(new MeterProvider())
-}
+if (variant === 'semaphore-otel-absent') withoutOpenTelemetry()
+else if (variant === 'semaphore-otel') await withOpenTelemetryProviders()
 
 // The library as it ships (dist/, built by prebench), not src/ through tsx, whose transform adds its
 // own per-call cost; express-rate-limit runs from its published JavaScript too. A path in a variable:

@@ -3,28 +3,12 @@
 // request moves by more than that between rounds).
 //   node --import tsx bench/lib/telemetry-cost.ts <absent|no-provider|providers>
 // prints one JSON line: { ns } per decided() + released() of an admitted request, median of 7 runs.
-import { register } from 'node:module'
+import { withOpenTelemetryProviders, withoutOpenTelemetry } from './otel-conditions.js'
 
 const [variant] = process.argv.slice(2)
-if (variant === 'absent') {
-  const hook = `export async function resolve(specifier, context, next) {
-    if (specifier === '@opentelemetry/api') throw Object.assign(new Error('absent'), { code: 'ERR_MODULE_NOT_FOUND' })
-    return next(specifier, context)
-  }`
-  register(`data:text/javascript,${encodeURIComponent(hook)}`)
-} else if (variant === 'providers') {
-  const { metrics, trace } = await import('@opentelemetry/api')
-  const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
-  const { MeterProvider } = await import('@opentelemetry/sdk-metrics')
-  const dropped = {
-    export: (_spans: unknown, done: (result: { code: 0 }) => void) => done({ code: 0 }),
-    shutdown: async () => {},
-  }
-  trace.setGlobalTracerProvider(
-    new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(dropped)] }),
-  )
-  metrics.setGlobalMeterProvider(new MeterProvider())
-} else if (variant !== 'no-provider') {
+if (variant === 'absent') withoutOpenTelemetry()
+else if (variant === 'providers') await withOpenTelemetryProviders()
+else if (variant !== 'no-provider') {
   process.stderr.write('usage: telemetry-cost.ts <absent|no-provider|providers>\n')
   process.exit(2)
 }
