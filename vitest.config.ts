@@ -21,7 +21,8 @@ const LONG = [
   'test/gateway/admin-listener.test.ts',
 ]
 for (const file of LONG)
-  if (!existsSync(file)) throw new Error(`vitest.config.ts: LONG names ${file}, which does not exist`)
+  if (!existsSync(new URL(file, import.meta.url)))
+    throw new Error(`vitest.config.ts: LONG names ${file}, which does not exist`)
 const suite = process.env.TOLLGATE_TEST_SUITE ?? 'default'
 if (!['default', 'long', 'all'].includes(suite))
   throw new Error(`TOLLGATE_TEST_SUITE: expected long or all (or unset), got ${JSON.stringify(suite)}`)
