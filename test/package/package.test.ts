@@ -12,6 +12,7 @@
 import { execFile, spawn } from 'node:child_process'
 import {
   cpSync,
+  existsSync,
   mkdirSync,
   mkdtempSync,
   readdirSync,
@@ -86,6 +87,21 @@ async function report(
 function write(file: string, text: string): void {
   mkdirSync(path.dirname(file), { recursive: true })
   writeFileSync(file, text)
+}
+
+/** A tsconfig.json in `project` that checks `file` strictly, every declaration file too (no
+ * skipLibCheck), as a user's project on nodenext would. */
+function strictProject(project: string, file: string, emit: { outDir: string } | { noEmit: true }): void {
+  const compilerOptions = {
+    module: 'nodenext',
+    moduleResolution: 'nodenext',
+    target: 'es2022',
+    strict: true,
+    skipLibCheck: false,
+    types: ['node'],
+    ...emit,
+  }
+  write(path.join(project, 'tsconfig.json'), JSON.stringify({ compilerOptions, files: [file] }))
 }
 
 function link(modules: string, name: string): void {
@@ -414,6 +430,57 @@ main().catch((error: unknown) => {
     }
   }, 30_000)
 
+  it('node-redis and no ioredis: the primitives run on a node-redis client and cluster, and type-check', async () => {
+    const project = path.join(tmp, 'node-redis')
+    const modules = path.join(project, 'node_modules')
+    await unpackInto(modules)
+    for (const name of [
+      'redis',
+      '@redis/client',
+      '@redis/bloom',
+      '@redis/json',
+      '@redis/search',
+      '@redis/time-series',
+      'cluster-key-slot',
+      '@types/node',
+    ])
+      link(modules, name)
+    write(path.join(project, 'package.json'), JSON.stringify({ name: 'node-redis-app', type: 'module' }))
+    write(
+      path.join(project, 'app.ts'),
+      `import { createClient, createCluster } from 'redis'
+import { createMutex, createRedisStore, createSemaphore } from 'tollgate'
+const client = createClient({ url: process.env.REDIS_URL })
+await client.connect()
+const store = createRedisStore(client, { prefix: process.env.PREFIX })
+const sem = createSemaphore(store, 'nr', { permits: 1 })
+const first = await sem.acquire()
+const waiting = sem.acquire({ timeoutMs: 3000 })
+await first.release()
+await (await waiting).release()
+const cluster = createCluster({ rootNodes: [{ url: process.env.CLUSTER_URL }] })
+await cluster.connect()
+const clusterStore = createRedisStore(cluster, { prefix: process.env.PREFIX })
+const lease = await createMutex(clusterStore, 'nr-mutex').acquire({ timeoutMs: 2000 })
+await lease.release()
+await Promise.all([store.close(), clusterStore.close()])
+await Promise.all([client.close(), cluster.close()])
+console.log(JSON.stringify({ ok: true, fence: lease.fencingToken > 0 }))
+`,
+    )
+    strictProject(project, 'app.ts', { outDir: '.' })
+    expect(existsSync(path.join(modules, 'ioredis'))).toBe(false)
+    // Type-checked as a user's project would be (the client types of node-redis are accepted), then run.
+    await run(process.execPath, [TSC, '-p', project], project)
+    const { standalone, cluster } = topology()
+    const env = {
+      REDIS_URL: `redis://${standalone.host}:${standalone.port}`,
+      CLUSTER_URL: `redis://${cluster[0]!.host}:${cluster[0]!.port}`,
+      PREFIX: uniquePrefix().slice(0, -1),
+    }
+    expect(await report(project, ['app.js'], env)).toEqual({ ok: true, fence: true })
+  })
+
   it('ioredis 6 as the installed peer: the primitives run on it', async () => {
     const project = path.join(tmp, 'ioredis6')
     const modules = path.join(project, 'node_modules')
@@ -543,26 +610,12 @@ ${program('')}
       fence: 'number',
       middleware: 'function',
       failed:
-        'ERR_TOLLGATE_STORE_UNAVAILABLE: Could not acquire "m": createRedisStore() connects a redis:// URL with ioredis, which is not installed: run "npm install ioredis", or pass a client you made. / createRedisStore() connects a redis:// URL with ioredis, which is not installed: run "npm install ioredis", or pass a client you made.',
+        'ERR_TOLLGATE_STORE_UNAVAILABLE: Could not acquire "m": createRedisStore() connects a redis:// URL with ioredis, which is not installed: run "npm install ioredis", or pass a client you made (ioredis or node-redis). / createRedisStore() connects a redis:// URL with ioredis, which is not installed: run "npm install ioredis", or pass a client you made (ioredis or node-redis).',
     }
     expect(await report(project, ['esm.mjs'])).toEqual(expected)
     expect(await report(project, ['cjs.cjs'])).toEqual(expected)
     // The typings need no ioredis either, even with every declaration file checked.
-    write(
-      path.join(project, 'tsconfig.json'),
-      JSON.stringify({
-        compilerOptions: {
-          module: 'nodenext',
-          moduleResolution: 'nodenext',
-          target: 'es2022',
-          strict: true,
-          skipLibCheck: false,
-          types: ['node'],
-          noEmit: true,
-        },
-        files: ['index.ts'],
-      }),
-    )
+    strictProject(project, 'index.ts', { noEmit: true })
     write(
       path.join(project, 'index.ts'),
       `import { createMemoryStore, createMutex, createRedisStore, type RedisClient } from 'tollgate'

@@ -13,7 +13,14 @@
 // contract (LuaRunner), so the store keeps one reload barrier for both.
 import { createHash } from 'node:crypto'
 import type { Cluster, Redis } from 'ioredis'
-import { isCluster, isReplyError } from './client.js'
+import {
+  type Client,
+  type ClusterConnection,
+  type Connection,
+  isCluster,
+  isReplyError,
+  slotMaster,
+} from './client.js'
 import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 
 /** Preludes of each family of scripts, prepended in this order (they declare the helpers and begin()). */
@@ -188,7 +195,7 @@ export function registerScripts(client: Redis | Cluster): void {
  * is already there counts as loaded (its name is its code's digest). Rejects with the server's
  * error when it refuses FUNCTION LOAD (no permission, not supported).
  */
-export async function loadLibraries(client: Redis): Promise<void> {
+export async function loadLibraries(client: Connection): Promise<void> {
   await Promise.all(
     functionLibraries().map(async ({ code }) => {
       try {
@@ -204,7 +211,7 @@ export async function loadLibraries(client: Redis): Promise<void> {
 /** Load every family's script through `client` (a connection, or one Cluster node): SCRIPT LOAD.
  * Resolves false when the server or user refuses SCRIPT LOAD (then the scripts go as EVAL:
  * ScriptRunner). */
-export async function loadScripts(client: Redis): Promise<boolean> {
+export async function loadScripts(client: Connection): Promise<boolean> {
   try {
     await Promise.all(scriptSources().map((lua) => client.script('LOAD', lua)))
     return true
@@ -229,7 +236,7 @@ export type ScriptClient = Record<ScriptName, (...args: Arg[]) => Promise<unknow
 export interface LuaRunner {
   /** Send one call of a script: KEYS, then the channel and the arguments (ARGV). */
   call(
-    client: Redis | Cluster,
+    client: Client,
     script: ScriptName,
     keys: readonly string[],
     channel: string,
@@ -238,7 +245,7 @@ export interface LuaRunner {
   /** The error reply of a call that did not run because the server lacks the Lua. */
   readonly missing: RegExp
   /** Put the Lua on each of `nodes` (the connection, or every master of a Cluster). */
-  load(nodes: readonly Redis[]): Promise<void>
+  load(nodes: readonly Connection[]): Promise<void>
 }
 
 /** FCALL of the function libraries (the default). */
@@ -270,7 +277,7 @@ class ScriptRunner implements LuaRunner {
   private readonly sent = new Map<string, Set<Family>>()
 
   call(
-    client: Redis | Cluster,
+    client: Client,
     name: ScriptName,
     keys: readonly string[],
     channel: string,
@@ -291,7 +298,7 @@ class ScriptRunner implements LuaRunner {
 
   /** A server that lost one family (SCRIPT FLUSH, a restart) lost them all: forget every one, so that
    * none goes as EVALSHA until it is loaded or sent again. */
-  async load(nodes: readonly Redis[]): Promise<void> {
+  async load(nodes: readonly Connection[]): Promise<void> {
     this.everywhere = false
     this.sent.clear()
     const loaded = await Promise.all(nodes.map((node) => loadScripts(node)))
@@ -304,15 +311,15 @@ export function scriptRunner(): LuaRunner {
   return new ScriptRunner()
 }
 
-/** The master that a Cluster call of `keys` goes to, by its first key's slot in ioredis's table of
- * slots (undefined while that is not known): the calls of one name all go to one. */
-function masterOf(client: Cluster, keys: readonly string[]): string | undefined {
+/** The master that a Cluster call of `keys` goes to, by its first key's slot in the client's table
+ * of slots (undefined while that is not known): the calls of one name all go to one. */
+function masterOf(client: ClusterConnection, keys: readonly string[]): string | undefined {
   let slot = slots.get(keys)
   if (slot === undefined) {
     slot = keySlot(keys[0] ?? '')
     slots.set(keys, slot)
   }
-  return client.slots[slot]?.[0]
+  return slotMaster(client, slot)
 }
 
 /** Slots of KEYS arrays (a family's are made once per name: store.ts scriptKeys). */

@@ -4,7 +4,6 @@
 // the acquires (and releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on
 // one connection.
 import { debuglog } from 'node:util'
-import type { Redis } from 'ioredis'
 import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
@@ -19,7 +18,7 @@ import type {
 } from '../protocol/store.js'
 import { parseMessage } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
-import { asClient, type Client, connectUrl, isCluster, isReplyError } from './client.js'
+import { asClient, type Client, type Corkable, connectUrl, isCluster, isReplyError } from './client.js'
 import { Coalescer } from './coalescer.js'
 import { Reload } from './reload.js'
 import { Subscriptions } from './subscriptions.js'
@@ -47,12 +46,22 @@ export interface RedisStoreOptions {
 
 /**
  * What `createRedisStore()` takes as a client: an ioredis `Redis` or `Cluster` instance (ioredis 5 or
- * 6). Typed by two fields every such instance has, so that this package's types need no ioredis
- * installed (a memory-store user may have none); the rest is checked when the store is made.
+ * 6), or a node-redis (v5) client from `createClient()` or cluster from `createCluster()`, connected
+ * (or connecting). Typed by fields every such instance has, so that this package's types need no Redis
+ * client installed (a memory-store user may have none); the rest is checked when the store is made.
  */
-export interface RedisClient {
+export type RedisClient = IoredisClient | NodeRedisClient
+
+/** An ioredis `Redis` or `Cluster`. */
+export interface IoredisClient {
   readonly isCluster: boolean
   readonly status: string
+}
+
+/** A node-redis client or cluster. */
+export interface NodeRedisClient {
+  readonly isOpen: boolean
+  readonly sendCommand: (...args: never[]) => unknown
 }
 
 const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
@@ -90,8 +99,9 @@ const FAIR_PARTS = [...PERMIT_PARTS, 'd', 't', 'k', 'x'] as const
 const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
 
 /**
- * A store on Redis standalone or Redis Cluster. Pass the ioredis client you already have (it stays
- * yours: `close()` does not quit it) or a `redis://` URL (then the store connects one with ioredis,
+ * A store on Redis standalone or Redis Cluster. Pass the ioredis or node-redis client you already
+ * have (it stays yours: `close()` does not quit it; a node-redis client must be connected, or
+ * connecting, before the first call) or a `redis://` URL (then the store connects one with ioredis,
  * and owns and closes it).
  */
 export function createRedisStore(client: RedisClient | string, options?: RedisStoreOptions): Store {
@@ -105,12 +115,16 @@ export function createRedisStore(client: RedisClient | string, options?: RedisSt
   const commandTimeoutMs = positiveInt('commandTimeoutMs', config.commandTimeoutMs, 600_000)
   if (typeof client === 'string') {
     if (!/^rediss?:\/\//.test(client))
-      throw new ConfigError('client', 'an ioredis client or a redis:// URL', client)
+      throw new ConfigError('client', 'an ioredis or node-redis client, or a redis:// URL', client)
     return new RedisStore(connectUrl(client), true, prefix, commandTimeoutMs)
   }
   const given = asClient(client)
   if (!given)
-    throw new ConfigError('client', 'an ioredis Redis or Cluster instance, or a redis:// URL', client)
+    throw new ConfigError(
+      'client',
+      'an ioredis Redis or Cluster, a node-redis client or cluster, or a redis:// URL',
+      client,
+    )
   return new RedisStore(given, false, prefix, commandTimeoutMs)
 }
 
@@ -135,7 +149,7 @@ class RedisStore implements Store {
   )
   /** Calls sent straight and held in the corked socket (holdWrite()), and that socket. */
   private held = 0
-  private heldStream: Redis['stream'] | undefined
+  private heldStream: Corkable | undefined
   private readonly deadlines: Deadlines
   /** Wake-ups: one subscriber connection. On Cluster, PUBLISH from a script reaches every node, so
    * one subscribed connection to any node hears all grants. */
@@ -279,7 +293,7 @@ class RedisStore implements Store {
    */
   /** The socket of a standalone connection that is ready, to cork; undefined otherwise (Cluster,
    * connecting). */
-  private socket(): Redis['stream'] | undefined {
+  private socket(): Corkable | undefined {
     const redis = this.redis
     const stream = redis && !isCluster(redis) && redis.status === 'ready' ? redis.stream : undefined
     return stream && !stream.destroyed ? stream : undefined

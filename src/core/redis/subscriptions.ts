@@ -17,7 +17,7 @@
 //   (ioredis resubscribes on its own too; a second SUBSCRIBE of a channel changes nothing), and
 //   `healthy` stays false until they are, so waiters re-check meanwhile.
 import { debuglog } from 'node:util'
-import type { Cluster, Redis } from 'ioredis'
+import type { Client, Subscriber } from './client.js'
 import { within } from '../timeout.js'
 
 const debug = debuglog('tollgate:store')
@@ -34,7 +34,7 @@ interface Channel {
 }
 
 export class Subscriptions {
-  private connection: Redis | Cluster | undefined
+  private connection: Subscriber | undefined
   private readonly channels = new Map<string, Channel>()
   /** A SUBSCRIBE is in flight. */
   private busy = false
@@ -46,7 +46,7 @@ export class Subscriptions {
 
   constructor(
     /** The store's client (asked only once it is made: the store subscribes then). */
-    private readonly source: () => Redis | Cluster,
+    private readonly source: () => Client,
     private readonly timeoutMs: number,
     private readonly deliver: (channel: string, message: string) => void,
   ) {}
