@@ -4,6 +4,7 @@ import { Cluster, type Redis } from 'ioredis'
 import { afterEach, beforeEach, describe } from 'vitest'
 import type { KeySpace } from '../../src/core/keys.js'
 import { createMemoryStore, createRedisStore, type Store } from '../../src/index.js'
+import { NODE_REDIS, nodeRedisClient, nodeRedisCluster } from './node-redis.js'
 import { connectCluster, connectStandalone, uniquePrefix } from './redis.js'
 
 export type StoreKind = 'standalone' | 'cluster' | 'memory'
@@ -23,14 +24,18 @@ export interface StoreFixture {
   another(): Store
 }
 
-/** A store (with its own connection) for a kind and prefix; closed by the caller. */
+/** A store (with its own connection) for a kind and prefix; closed by the caller. `client` is an
+ * ioredis client of the same server, to look at it: the store's own under TOLLGATE_TEST_CLIENT unset,
+ * else the store has a node-redis client of its own. */
 export function storeFor(
   kind: StoreKind,
   prefix: string,
 ): { store: Store; client: Redis | Cluster | undefined } {
   if (kind === 'memory') return { store: createMemoryStore({ prefix }), client: undefined }
   const client = kind === 'standalone' ? connectStandalone() : connectCluster()
-  return { store: createRedisStore(client, { prefix }), client }
+  if (!NODE_REDIS) return { store: createRedisStore(client, { prefix }), client }
+  const own = kind === 'standalone' ? nodeRedisClient() : nodeRedisCluster()
+  return { store: createRedisStore(own, { prefix }), client }
 }
 
 /**

@@ -3,7 +3,8 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis'
 import { createRedisStore, type Store } from '../../src/index.js'
 import { type FaultProxy, proxiedClient } from './fault-proxy.js'
-import { topology } from './redis.js'
+import { closeNodeRedis, NODE_REDIS, nodeRedisClient, nodeRedisCluster } from './node-redis.js'
+import { connectCluster, connectStandalone, topology } from './redis.js'
 
 export interface ProxiedStore {
   store: Store
@@ -32,8 +33,24 @@ export async function proxiedStore(
 ): Promise<ProxiedStore> {
   const targets = kind === 'standalone' ? [topology().standalone] : topology().cluster
   const { client: clientOptions, ...storeOptions } = options
-  const { client, proxies } = await proxiedClient(targets, kind === 'cluster', clientOptions)
-  const store = createRedisStore(client, { prefix, ...storeOptions })
+  const proxiedIoredis = await proxiedClient(targets, kind === 'cluster', clientOptions)
+  const { proxies } = proxiedIoredis
+  let { client } = proxiedIoredis
+  let store: Store
+  let own: Parameters<typeof closeNodeRedis>[0] | undefined
+  if (!NODE_REDIS) store = createRedisStore(client, { prefix, ...storeOptions })
+  else {
+    // The store's node-redis client goes through the proxies; `client`, to look at the servers,
+    // goes straight to them (ioredis options shape only ioredis's resends: node-redis resends none).
+    client.disconnect()
+    client = kind === 'standalone' ? connectStandalone() : connectCluster()
+    const [proxy] = proxies as [FaultProxy]
+    own =
+      kind === 'standalone'
+        ? nodeRedisClient(proxy)
+        : nodeRedisCluster(targets, (node) => proxies[targets.indexOf(node)] as FaultProxy)
+    store = createRedisStore(own, { prefix, ...storeOptions })
+  }
   return {
     store,
     client,
@@ -56,6 +73,7 @@ export async function proxiedStore(
     async close() {
       await store.close()
       client.disconnect()
+      if (own) await closeNodeRedis(own)
       await Promise.all(proxies.map((proxy) => proxy.stop()))
     },
   }

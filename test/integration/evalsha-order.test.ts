@@ -13,10 +13,12 @@ import {
   createSemaphore,
   type Lease,
   type Mutex,
+  type RedisClient,
   type Store,
 } from '../../src/index.js'
 import { proxiedClient } from '../helpers/fault-proxy.js'
 import { startGateProxy } from '../helpers/gate-proxy.js'
+import { NODE_REDIS, nodeRedisClient, nodeRedisCluster } from '../helpers/node-redis.js'
 import {
   type RedisClusterHandle,
   type RedisServerHandle,
@@ -70,6 +72,14 @@ async function connect(kind: Kind, mode: Mode): Promise<Redis | Cluster> {
   return client
 }
 
+/** A client for a store only, of the kind this run tests (node-redis under TOLLGATE_TEST_CLIENT). */
+async function storeClient(kind: Kind, mode: Mode): Promise<RedisClient> {
+  if (!NODE_REDIS) return connect(kind, mode)
+  const user = USERS[mode]
+  if (kind === 'standalone') return nodeRedisClient(server, 20, user)
+  return nodeRedisCluster(cluster.nodes, (node) => node, user)
+}
+
 function masters(client: Redis | Cluster): Redis[] {
   return client instanceof Cluster ? client.nodes('master') : [client]
 }
@@ -104,7 +114,7 @@ for (const kind of ['standalone', 'cluster'] as const) {
       // put back the acquire's script alone: the release failed, the try ran, then the release.)
       it(`G11: after ${mode === 'FCALL' ? 'FUNCTION' : 'SCRIPT'} FLUSH, an un-awaited release() then tryAcquire() of the name finds it free, ${ROUNDS} of ${ROUNDS}`, async () => {
         const admin = await connect(kind, 'FCALL')
-        const store = createRedisStore(await connect(kind, mode), {
+        const store = createRedisStore(await storeClient(kind, mode), {
           prefix: `order-${mode.replaceAll(' ', '-')}`,
         })
         const mutex = createMutex(store, kind)
@@ -188,7 +198,7 @@ describe('G11 with some of the Lua on a server [EVALSHA]', () => {
 
   it('standalone, SCRIPT LOAD refused: after a second loss', async () => {
     const admin = (await connect('standalone', 'FCALL')) as Redis
-    const store = createRedisStore(await connect('standalone', 'EVALSHA without SCRIPT LOAD'), {
+    const store = createRedisStore(await storeClient('standalone', 'EVALSHA without SCRIPT LOAD'), {
       prefix: 'part-twice',
     })
     const mutex = createMutex(store, 'm')
@@ -208,7 +218,7 @@ describe('G11 with some of the Lua on a server [EVALSHA]', () => {
   for (const mode of ['EVALSHA', 'EVALSHA without SCRIPT LOAD'] as const) {
     it(`standalone [${mode}]: after SCRIPT FLUSH, another process put back the acquire's Lua only`, async () => {
       const admin = (await connect('standalone', 'FCALL')) as Redis
-      const store = createRedisStore(await connect('standalone', mode), {
+      const store = createRedisStore(await storeClient('standalone', mode), {
         prefix: `part-sa-${mode.replaceAll(' ', '-')}`,
       })
       const mutex = createMutex(store, 'm')
@@ -231,7 +241,7 @@ describe('G11 with some of the Lua on a server [EVALSHA]', () => {
     const gate = await startGateProxy(server.port)
     const otherClient = new Redis({ port: gate.port, host: '127.0.0.1', ...USERS.EVALSHA })
     try {
-      const mine = createRedisStore(await connect('standalone', 'EVALSHA'), { prefix })
+      const mine = createRedisStore(await storeClient('standalone', 'EVALSHA'), { prefix })
       const other = createRedisStore(otherClient, { prefix })
       const mutex = createMutex(mine, 'm')
       const elsewhere = createMutex(other, 'o')
@@ -263,7 +273,7 @@ describe('G11 with some of the Lua on a server [EVALSHA]', () => {
 for (const kind of ['standalone', 'cluster'] as const) {
   it(`[${kind}, EVALSHA without SCRIPT LOAD] calls of many names after SCRIPT FLUSH: one EVAL per master`, async () => {
     const admin = await connect(kind, 'FCALL')
-    const store = createRedisStore(await connect(kind, 'EVALSHA without SCRIPT LOAD'), {
+    const store = createRedisStore(await storeClient(kind, 'EVALSHA without SCRIPT LOAD'), {
       prefix: `one-eval-${kind}`,
     })
     const mutexes = Array.from({ length: 8 }, (_, i) => createMutex(store, `n${i}`))
@@ -365,7 +375,7 @@ for (const kind of ['standalone', 'cluster'] as const) {
         clients.push(client)
         try {
           const store = createRedisStore(client, { prefix })
-          const direct = createRedisStore(await connect(kind, 'EVALSHA'), { prefix })
+          const direct = createRedisStore(await storeClient(kind, 'EVALSHA'), { prefix })
           const mutex = createMutex(store, 'once')
           await (await mutex.acquire()).release() // functions refused: EVALSHA from here on
           if (flushed) await flush(await connect(kind, 'FCALL'), 'EVALSHA')

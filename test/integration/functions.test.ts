@@ -8,6 +8,7 @@ import type { AcquireRequest } from '../../src/core/protocol/store.js'
 import { functionLibraries } from '../../src/core/redis/scripts.js'
 import { createMutex, createRedisStore, createSemaphore, type Store } from '../../src/index.js'
 import { startGateProxy } from '../helpers/gate-proxy.js'
+import { NODE_REDIS, nodeRedisClient } from '../helpers/node-redis.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 
 let server: RedisServerHandle
@@ -17,6 +18,21 @@ function connect(options: { username?: string; password?: string } = {}): Redis 
   const client = new Redis({ host: server.host, port: server.port, ...options })
   clients.push(client)
   return client
+}
+
+/** A client for a store, of the kind this run tests (node-redis under TOLLGATE_TEST_CLIENT), with a
+ * way to send commands of its own on the store's connection. */
+function storeClient(
+  options: { username?: string; password?: string } = {},
+  port = server.port,
+): { client: Redis | ReturnType<typeof nodeRedisClient>; send(...args: string[]): Promise<unknown> } {
+  if (!NODE_REDIS) {
+    const client = new Redis({ host: server.host, port, ...options })
+    clients.push(client)
+    return { client, send: (command, ...args) => client.call(command, ...args) }
+  }
+  const client = nodeRedisClient({ host: server.host, port }, 20, options)
+  return { client, send: (...args) => client.sendCommand(args) }
 }
 
 async function calls(admin: Redis, command: string): Promise<number> {
@@ -55,7 +71,7 @@ describe('the store on a function library', () => {
     const admin = connect()
     await admin.call('FUNCTION', 'FLUSH')
     await admin.config('RESETSTAT')
-    const store = createRedisStore(connect(), { prefix: 'fn' })
+    const store = createRedisStore(storeClient().client, { prefix: 'fn' })
     const mutex = createMutex(store, 'a')
     for (let i = 0; i < 5; i++) await (await mutex.acquire()).release()
     // The first call found no function, loaded both libraries, and ran again.
@@ -73,7 +89,7 @@ describe('the store on a function library', () => {
 
   it('a server that lost the functions (restart without persistence, FUNCTION FLUSH): loaded again, no call fails or runs twice', async () => {
     const admin = connect()
-    const store = createRedisStore(connect(), { prefix: 'fn-flush' })
+    const store = createRedisStore(storeClient().client, { prefix: 'fn-flush' })
     const semaphore = createSemaphore(store, 'b', { permits: 3 })
     const held = await semaphore.acquire()
     await admin.call('FUNCTION', 'FLUSH')
@@ -106,7 +122,7 @@ describe('the store on a function library', () => {
 
   it('keeps call order across a reload: a release made while its acquire waits for the functions runs after it', async () => {
     const admin = connect()
-    const client = connect()
+    const { client, send } = storeClient()
     const store = createRedisStore(client, { prefix: 'fn-order' })
     await warm(store, 'fn-order')
     const space = keySpace('fn-order', 'sem', 'd')
@@ -114,7 +130,7 @@ describe('the store on a function library', () => {
     const acquired = store.permits.acquire(space, request('t1'))
     // PING on the store's connection answers after the acquire's "Function not found": the reload
     // has begun when the release is made.
-    await client.ping()
+    await send('PING')
     const released = store.permits.release(space, 't1', 1)
     await Promise.all([acquired, released])
     expect((await acquired).granted).toBe(true)
@@ -124,7 +140,7 @@ describe('the store on a function library', () => {
 
   it('keeps call order when another client loads the functions between a failed call and a later one that ran', async () => {
     const admin = connect()
-    const client = connect()
+    const { client, send } = storeClient()
     const store = createRedisStore(client, { prefix: 'fn-race' })
     await warm(store, 'fn-race')
     const space = keySpace('fn-race', 'sem', 'e')
@@ -132,9 +148,7 @@ describe('the store on a function library', () => {
     // On the store's own connection, in this order: the acquire (no function: it did not run), a
     // load (as another process would), the release (runs, and finds nothing to release).
     const acquired = store.permits.acquire(space, request('t2'))
-    const loaded = Promise.all(
-      functionLibraries().map((library) => client.call('FUNCTION', 'LOAD', library.code)),
-    )
+    const loaded = Promise.all(functionLibraries().map((library) => send('FUNCTION', 'LOAD', library.code)))
     const released = store.permits.release(space, 't2', 1)
     await Promise.all([acquired, released, loaded])
     expect(await store.permits.inspect(space)).toMatchObject({ holders: 0 })
@@ -145,7 +159,7 @@ describe('the store on a function library', () => {
   // failed release must stay refused, not take what its caller was told it did not get.
   it('a try-acquire refused while it ran ahead of a failed release is not granted by a second run', async () => {
     const admin = connect()
-    const client = connect()
+    const { client, send } = storeClient()
     const store = createRedisStore(client, { prefix: 'fn-flip' })
     await warm(store, 'fn-flip')
     const space = keySpace('fn-flip', 'sem', 'g')
@@ -153,9 +167,7 @@ describe('the store on a function library', () => {
     await admin.call('FUNCTION', 'FLUSH')
     // On the wire: the release (no function: did not run), a load, the try-acquire (runs: refused).
     const released = store.permits.release(space, 't0', 1)
-    const loaded = Promise.all(
-      functionLibraries().map((library) => client.call('FUNCTION', 'LOAD', library.code)),
-    )
+    const loaded = Promise.all(functionLibraries().map((library) => send('FUNCTION', 'LOAD', library.code)))
     const acquired = store.permits.acquire(space, request('t3'))
     await Promise.all([released, loaded, acquired])
     expect((await acquired).granted).toBe(false)
@@ -165,7 +177,7 @@ describe('the store on a function library', () => {
 
   it('an upgrade refused while it ran ahead of a failed read release is not granted by a second run', async () => {
     const admin = connect()
-    const client = connect()
+    const { client, send } = storeClient()
     const store = createRedisStore(client, { prefix: 'fn-up' })
     await warm(store, 'fn-up')
     const space = keySpace('fn-up', 'rw', 'u')
@@ -174,9 +186,7 @@ describe('the store on a function library', () => {
     expect((await store.rwlock.acquire(space, rw('read', 'a1'))).granted).toBe(true)
     await admin.call('FUNCTION', 'FLUSH')
     const released = store.rwlock.release(space, 'own', 'read', 'a1')
-    const loaded = Promise.all(
-      functionLibraries().map((library) => client.call('FUNCTION', 'LOAD', library.code)),
-    )
+    const loaded = Promise.all(functionLibraries().map((library) => send('FUNCTION', 'LOAD', library.code)))
     const upgraded = store.rwlock.acquire(space, rw('write', 'a2'))
     await Promise.all([released, loaded, upgraded])
     expect(await upgraded).toMatchObject({ granted: false, refused: 'upgrade' })
@@ -187,7 +197,7 @@ describe('the store on a function library', () => {
   it('a user whose ACL rule predates GETDEL (+getdel): releases still work and leave no key behind', async () => {
     const admin = connect()
     await admin.call('ACL', 'SETUSER', 'nogetdel', 'on', '>secret', '~*', '&*', '+@all', '-getdel')
-    const client = connect({ username: 'nogetdel', password: 'secret' })
+    const { client } = storeClient({ username: 'nogetdel', password: 'secret' })
     const store = createRedisStore(client, { prefix: 'fn-getdel' })
     const mutex = createMutex(store, 'h')
     for (let i = 0; i < 3; i++) await (await mutex.acquire()).release()
@@ -199,7 +209,7 @@ describe('the store on a function library', () => {
     const admin = connect()
     await admin.call('FUNCTION', 'FLUSH')
     await admin.config('RESETSTAT')
-    const store = createRedisStore(connect(NOFN), { prefix: 'fn-acl' })
+    const store = createRedisStore(storeClient(NOFN).client, { prefix: 'fn-acl' })
     const mutex = createMutex(store, 'c')
     const first = await mutex.acquire()
     expect(await mutex.tryAcquire()).toBeUndefined()
@@ -225,7 +235,7 @@ describe('the store on a function library', () => {
 
   it('after SCRIPT FLUSH: one SCRIPT LOAD per family, and each call one EVALSHA, the one that found its script gone too', async () => {
     const admin = connect()
-    const store = createRedisStore(connect(NOFN), { prefix: 'fn-fast' })
+    const store = createRedisStore(storeClient(NOFN).client, { prefix: 'fn-fast' })
     const mutex = createMutex(store, 'f')
     await (await mutex.acquire()).release() // functions refused: EVALSHA from here on
     await admin.script('FLUSH')
@@ -246,7 +256,7 @@ describe('the store on a function library', () => {
     it(`[${mode}] G11, G3: lost again during the reload: a release that waited is not failed, and the try made after it finds the mutex free`, async () => {
       const admin = connect()
       const gate = await startGateProxy(server.port)
-      const client = new Redis({ port: gate.port, host: '127.0.0.1', ...(mode === 'FCALL' ? {} : NOFN) })
+      const { client } = storeClient(mode === 'FCALL' ? {} : NOFN, gate.port)
       try {
         const store = createRedisStore(client, { prefix: `fn-twice-${mode}` })
         const mutex = createMutex(store, 'm')
@@ -269,7 +279,8 @@ describe('the store on a function library', () => {
         await next?.release()
         await store.close()
       } finally {
-        client.disconnect()
+        if (client instanceof Redis) client.disconnect()
+        else client.destroy()
         await gate.stop()
       }
     })
@@ -286,7 +297,7 @@ describe('the store on a function library', () => {
       `#!lua name=${permits!.name}\nredis.register_function('tg_impostor', function() return 1 end)`,
     )
     await admin.config('RESETSTAT')
-    const store = createRedisStore(connect(), { prefix: 'fn-bound' })
+    const store = createRedisStore(storeClient().client, { prefix: 'fn-bound' })
     await expect(createMutex(store, 'b').tryAcquire()).rejects.toThrow(/Function not found/)
     expect(await calls(admin, 'function|load')).toBe(3 * functionLibraries().length)
     await admin.call('FUNCTION', 'FLUSH')

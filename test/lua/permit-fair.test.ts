@@ -3,7 +3,7 @@
 // of a class, flow weights, work conservation, per-flow caps by parking, eviction under maxQueued with
 // its shed answer exactly once, and the refund of a flow that gave up. Real Redis: the standalone
 // server of the global setup, and the Cluster harness (one bucket, one slot).
-import type { Cluster, Redis } from 'ioredis'
+import { Cluster, type Redis } from 'ioredis'
 import { afterAll, describe, expect, it } from 'vitest'
 import { fairToken, flowId } from '../../src/core/fair.js'
 import { keySpace, type KeySpace } from '../../src/core/keys.js'
@@ -12,6 +12,7 @@ import { parseMessage } from '../../src/core/protocol/store.js'
 import { fairKeys } from '../../src/core/redis/store.js'
 import { scriptArg, scriptSource } from '../../src/core/redis/scripts.js'
 import { createRedisStore } from '../../src/index.js'
+import { NODE_REDIS, nodeRedisClient, nodeRedisCluster } from '../helpers/node-redis.js'
 import { connectCluster, connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 interface Tok {
@@ -79,8 +80,11 @@ afterAll(async () => {
   await Promise.all(stores.map((s) => s.close()))
 })
 
+/** The store of a bucket: on `redis`, or under TOLLGATE_TEST_CLIENT=node-redis on a node-redis client
+ * of the same kind (`redis` then only looks at the keys). */
 function bucket(redis: Redis | Cluster, limit: number, fair?: FairCall): Bucket {
-  const store = createRedisStore(redis)
+  const own = !NODE_REDIS ? redis : redis instanceof Cluster ? nodeRedisCluster() : nodeRedisClient()
+  const store = createRedisStore(own)
   stores.push(store)
   return new Bucket(redis, store.permits, limit, fair)
 }
