@@ -19,10 +19,17 @@ afterAll(async () => {
   await Promise.all([...clients].map((client) => closeNodeRedis(client)))
 })
 
+/** A node-redis client or cluster of any type mapping. */
+interface Closable {
+  readonly isOpen: boolean
+  close(): Promise<unknown>
+  destroy(): void
+}
+
 /** Close a client made here: close() (it waits for pending commands, which a stopped server or proxy
  * never answers), destroy() after 1 s. */
-export async function closeNodeRedis(client: NodeRedisClient | NodeRedisCluster): Promise<void> {
-  clients.delete(client)
+export async function closeNodeRedis(client: Closable): Promise<void> {
+  clients.delete(client as NodeRedisClient)
   if (!client.isOpen) return
   const destroy = () => {
     try {

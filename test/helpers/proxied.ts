@@ -45,11 +45,12 @@ export async function proxiedStore(
     client.disconnect()
     client = kind === 'standalone' ? connectStandalone() : connectCluster()
     const [proxy] = proxies as [FaultProxy]
-    own =
+    const made =
       kind === 'standalone'
         ? nodeRedisClient(proxy)
         : nodeRedisCluster(targets, (node) => proxies[targets.indexOf(node)] as FaultProxy)
-    store = createRedisStore(own, { prefix, ...storeOptions })
+    own = made
+    store = createRedisStore(made, { prefix, ...storeOptions })
   }
   return {
     store,

@@ -3,7 +3,7 @@
 // node-redis, `npm run test:node-redis`) prove the rest: every primitive, the Lua's reloads and call
 // order, lost replies under a fault proxy, Cluster.
 import type { Redis } from 'ioredis'
-import { createClient } from 'redis'
+import { createClient, RESP_TYPES } from 'redis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import type { Grant } from '../../src/core/protocol/store.js'
@@ -170,6 +170,20 @@ describe('a node-redis client: faults', () => {
     expect(await sem.tryAcquire()).toBeUndefined()
     expect(await sem.stats()).toMatchObject({ holders: 2, queued: 0, limit: 2 })
     await Promise.all(leases.map((lease) => lease.release()))
+  })
+
+  it("the user's type mapping does not reach the store's replies", async () => {
+    const mapped = createClient({
+      socket: { host: server.host, port: server.port },
+      commandOptions: { typeMapping: { [RESP_TYPES.NUMBER]: String, [RESP_TYPES.BLOB_STRING]: Buffer } },
+    })
+    await mapped.connect()
+    opened.push({ close: () => closeNodeRedis(mapped) })
+    const sem = createSemaphore(store(mapped), 'mapped', { permits: 1 })
+    const lease = await sem.acquire({ timeoutMs: 2000 })
+    expect(lease.fencingToken).toBeGreaterThan(0)
+    expect(await sem.tryAcquire()).toBeUndefined()
+    await lease.release()
   })
 
   it('a client not connected yet: each call fails, naming the fix', async () => {

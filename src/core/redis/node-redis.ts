@@ -19,8 +19,8 @@ type Listener = (message: string, channel: string) => void
 interface NodeRedisClient {
   readonly isOpen: boolean
   readonly isReady: boolean
-  sendCommand(args: string[]): Promise<unknown>
-  duplicate(): NodeRedisClient
+  sendCommand(args: string[], options?: CommandOptions): Promise<unknown>
+  duplicate(overrides?: Record<string, unknown>): NodeRedisClient
   connect(): Promise<unknown>
   SUBSCRIBE(channels: string[], listener: Listener): Promise<unknown>
   UNSUBSCRIBE(channels: string[], listener: Listener): Promise<unknown>
@@ -36,13 +36,25 @@ interface NodeRedisNode {
   readonly port: number
 }
 
+/** The options of each call: the client's own type mapping (a user's `commandOptions` or
+ * withTypeMapping()) would change the replies the store reads, so every call asks for none. */
+interface CommandOptions {
+  typeMapping: Record<string, never>
+}
+const OPTIONS: CommandOptions = Object.freeze({ typeMapping: Object.freeze({}) })
+
 /** A node-redis cluster (createCluster()), as used here. */
 interface NodeRedisCluster {
   readonly isOpen: boolean
   readonly masters: readonly NodeRedisNode[]
-  sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>
+  readonly slots: readonly ({ master: NodeRedisNode } | undefined)[]
+  sendCommand(
+    firstKey: string | undefined,
+    isReadonly: boolean | undefined,
+    args: string[],
+    options?: CommandOptions,
+  ): Promise<unknown>
   nodeClient(node: NodeRedisNode): Promise<NodeRedisClient>
-  getSlotMaster(slot: number): NodeRedisNode | undefined
   once(event: 'connect', listener: () => void): unknown
   close?(): Promise<unknown>
   quit?(): Promise<unknown>
@@ -57,7 +69,7 @@ type NodeRedis = NodeRedisClient | NodeRedisCluster
 export function isNodeRedis(value: object): value is NodeRedis {
   const candidate = value as Record<string, unknown>
   if (typeof candidate.isOpen !== 'boolean' || typeof candidate.sendCommand !== 'function') return false
-  if (isNodeCluster(value as NodeRedis)) return typeof candidate.getSlotMaster === 'function'
+  if (isNodeCluster(value as NodeRedis)) return Array.isArray(candidate.slots)
   return typeof candidate.duplicate === 'function' && typeof candidate.SUBSCRIBE === 'function'
 }
 
@@ -104,9 +116,15 @@ function closeClient(client: NodeRedis): Promise<unknown> {
   return client.close ? client.close() : client.quit ? client.quit() : Promise.resolve()
 }
 
+/** Ends a client at once, dropping what it has pending (it throws when already closed: then there
+ * is nothing left to end). */
 function destroyClient(client: NodeRedis): void {
-  if (client.destroy) client.destroy()
-  else void client.disconnect?.().catch(() => {})
+  try {
+    if (client.destroy) client.destroy()
+    else void client.disconnect?.().catch(() => {})
+  } catch {
+    // closed already
+  }
 }
 
 /** What a call of a client that is not open fails with (node-redis sends nothing before connect()). */
@@ -162,7 +180,7 @@ class NodeRedisConnection extends NodeRedisCommands implements Connection {
   }
 
   protected send(_firstKey: string | undefined, args: string[]): Promise<unknown> {
-    return this.client.sendCommand(args)
+    return this.client.sendCommand(args, OPTIONS)
   }
 
   protected get open(): boolean {
@@ -174,7 +192,7 @@ class NodeRedisConnection extends NodeRedisCommands implements Connection {
   }
 
   duplicate(): Subscriber {
-    return new NodeRedisSubscriber(() => Promise.resolve(this.client.duplicate()))
+    return new NodeRedisSubscriber(() => Promise.resolve(subscriberOf(this.client)), false)
   }
 
   on(event: 'error' | 'ready', listener: (error: Error) => void): unknown {
@@ -202,14 +220,21 @@ class NodeRedisClusterConnection extends NodeRedisCommands implements ClusterCon
   /** A call made while the cluster is still finding its slots waits for them (node-redis fails it
    * with a TypeError otherwise); the store's deadline bounds the wait. */
   protected send(firstKey: string | undefined, args: string[]): Promise<unknown> {
-    if (this.cluster.masters.length > 0) return this.cluster.sendCommand(firstKey, false, args)
-    return this.discovered().then(() => this.cluster.sendCommand(firstKey, false, args))
+    if (this.cluster.masters.length > 0) return this.cluster.sendCommand(firstKey, false, args, OPTIONS)
+    return this.discovered().then(() => this.cluster.sendCommand(firstKey, false, args, OPTIONS))
   }
 
-  /** Resolves once the cluster knows its masters. */
+  /** Resolves once the cluster knows its masters: at once, or at its next 'connect'. A cluster that
+   * is not open fails at once; one whose connect() fails leaves the wait to the store's deadline. */
   private discovered(): Promise<void> {
     if (this.cluster.masters.length > 0) return Promise.resolve()
-    this.discovery ??= new Promise<void>((resolve) => this.cluster.once('connect', resolve))
+    if (!this.cluster.isOpen) return notOpen()
+    this.discovery ??= new Promise<void>((resolve) =>
+      this.cluster.once('connect', () => {
+        this.discovery = undefined
+        resolve()
+      }),
+    )
     return this.discovery
   }
 
@@ -230,22 +255,20 @@ class NodeRedisClusterConnection extends NodeRedisCommands implements ClusterCon
 
   /** The master ('host:port') of `slot`; undefined until the cluster knows its slots. */
   masterOf(slot: number): string | undefined {
-    try {
-      const master = this.cluster.getSlotMaster(slot)
-      return master ? `${master.host}:${master.port}` : undefined
-    } catch {
-      return undefined
-    }
+    const master = this.cluster.slots[slot]?.master
+    return master ? `${master.host}:${master.port}` : undefined
   }
 
-  /** A connection of our own to one master (a PUBLISH on a Cluster reaches every node). */
+  /** A connection of our own to a master the cluster knows now (a PUBLISH on a Cluster reaches every
+   * node); made again, to a master known then, when that one stops answering. */
   duplicate(): Subscriber {
     return new NodeRedisSubscriber(async () => {
       await this.discovered()
-      const [master] = this.cluster.masters
+      const masters = this.cluster.masters
+      const master = masters[Math.floor(Math.random() * masters.length)]
       if (!master) throw new Error('the node-redis cluster knows no master yet')
-      return (await this.cluster.nodeClient(master)).duplicate()
-    })
+      return subscriberOf(await this.cluster.nodeClient(master))
+    }, true)
   }
 
   on(event: 'error' | 'ready', listener: (error: Error) => void): unknown {
@@ -273,7 +296,7 @@ class NodeRedisNodeConnection extends NodeRedisCommands implements Connection {
   }
 
   protected async send(_firstKey: string | undefined, args: string[]): Promise<unknown> {
-    return (await this.client()).sendCommand(args)
+    return (await this.client()).sendCommand(args, OPTIONS)
   }
 
   protected get open(): boolean {
@@ -285,7 +308,7 @@ class NodeRedisNodeConnection extends NodeRedisCommands implements Connection {
   }
 
   duplicate(): Subscriber {
-    return new NodeRedisSubscriber(async () => (await this.client()).duplicate())
+    return new NodeRedisSubscriber(async () => subscriberOf(await this.client()), false)
   }
 
   on(): unknown {
@@ -299,29 +322,63 @@ class NodeRedisNodeConnection extends NodeRedisCommands implements Connection {
   disconnect(): void {}
 }
 
+/** A client for the store's pub/sub, from one of the user's: without the user's command options (a
+ * type mapping) or client-side cache, which are the user's business. */
+function subscriberOf(client: NodeRedisClient): NodeRedisClient {
+  return client.duplicate({ commandOptions: undefined, clientSideCache: undefined })
+}
+
+/** Failed reconnects after which a cluster's subscriber is made again, to a master known then. */
+const RECONNECTS_BEFORE_REMAKE = 3
+
 /** The store's pub/sub connection: a node-redis client made and connected here, and ended here. Its
  * events as the store's Subscriber names them: 'ready', 'close' (the socket closed: node-redis
- * reconnects), 'error' and 'message' (channel, message). */
+ * reconnects), 'error' and 'message' (channel, message). A client that stops reconnecting (its
+ * reconnect strategy gave up) is made again; on a cluster, so is one that failed to reconnect
+ * RECONNECTS_BEFORE_REMAKE times (its master may be gone for good: node-redis would retry its address
+ * for ever). */
 class NodeRedisSubscriber extends EventEmitter implements Subscriber {
   private client: NodeRedisClient | undefined
   private ended = false
-  private readonly made: Promise<NodeRedisClient | undefined>
+  private made: Promise<NodeRedisClient | undefined>
+  private reconnects = 0
   private readonly listener: Listener = (message, channel) => this.emit('message', channel, message)
 
-  constructor(make: () => Promise<NodeRedisClient>) {
+  constructor(
+    private readonly make: () => Promise<NodeRedisClient>,
+    /** Whether a client that keeps failing to reconnect is made again (a cluster's). */
+    private readonly remakeWhenStuck: boolean,
+  ) {
     super()
-    this.made = make().then(
+    this.made = this.start()
+  }
+
+  private start(): Promise<NodeRedisClient | undefined> {
+    return this.make().then(
       (client) => {
         if (this.ended) {
           destroyClient(client)
           return undefined
         }
         this.client = client
-        client.on('error', (error: Error) => this.emit('error', error))
-        client.on('ready', () => this.emit('ready'))
-        client.on('reconnecting', () => this.emit('close'))
+        this.reconnects = 0
+        client.on('error', (error: Error) => {
+          this.emit('error', error)
+          if (!client.isOpen) this.remake(client) // it gave up reconnecting
+        })
+        client.on('ready', () => {
+          this.reconnects = 0
+          this.emit('ready')
+        })
+        client.on('reconnecting', () => {
+          this.emit('close')
+          if (this.remakeWhenStuck && ++this.reconnects > RECONNECTS_BEFORE_REMAKE) this.remake(client)
+        })
         client.on('end', () => this.emit('close'))
-        client.connect().catch((error: unknown) => this.emit('error', error))
+        client.connect().catch((error: unknown) => {
+          this.emit('error', error)
+          this.remake(client)
+        })
         return client
       },
       (error: unknown) => {
@@ -329,6 +386,15 @@ class NodeRedisSubscriber extends EventEmitter implements Subscriber {
         return undefined
       },
     )
+  }
+
+  /** Replace `client` (once) by a new one, unless ended. */
+  private remake(client: NodeRedisClient): void {
+    if (this.ended || this.client !== client) return
+    this.client = undefined
+    destroyClient(client)
+    this.emit('close')
+    this.made = this.start()
   }
 
   get status(): string {
@@ -347,16 +413,21 @@ class NodeRedisSubscriber extends EventEmitter implements Subscriber {
     return client.SUBSCRIBE(channels, this.listener)
   }
 
+  /** Sent whenever the client is open: node-redis queues it while it reconnects, and forgets the
+   * channels, which it would otherwise subscribe again after the reconnect. */
   unsubscribe(...channels: string[]): Promise<unknown> {
     const client = this.client
-    if (!client?.isReady) return Promise.resolve()
+    if (!client?.isOpen) return Promise.resolve()
     return client.UNSUBSCRIBE(channels, this.listener)
   }
 
+  /** Ends it at once: nothing pending on it matters once the store closes (node-redis's close() would
+   * wait for replies that may never come). */
   async quit(): Promise<unknown> {
     this.ended = true
-    const client = await this.made
-    return client?.isOpen ? closeClient(client) : undefined
+    const client = this.client ?? (await this.made)
+    if (client) destroyClient(client)
+    return undefined
   }
 
   disconnect(): void {
