@@ -16,14 +16,14 @@ export function withoutOpenTelemetry(): void {
  * collected here). */
 export async function withOpenTelemetryProviders(): Promise<void> {
   const { metrics, trace } = await import('@opentelemetry/api')
-  const { BasicTracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace-base')
+  const { TracerProvider, BatchSpanProcessor } = await import('@opentelemetry/sdk-trace')
   const { MeterProvider } = await import('@opentelemetry/sdk-metrics')
   const dropped = {
     export: (_spans: unknown, done: (result: { code: 0 }) => void) => done({ code: 0 }),
     shutdown: async () => {},
   }
   trace.setGlobalTracerProvider(
-    new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(dropped)] }),
+    new TracerProvider({ spanProcessors: [new BatchSpanProcessor({ exporter: dropped })] }),
   )
   metrics.setGlobalMeterProvider(new MeterProvider())
 }

@@ -51,6 +51,14 @@ let tracerOf: { provider: TracerProvider | undefined; tracer: Tracer | undefined
 }
 let noopTracerProvider: TracerProvider | undefined
 
+/** @opentelemetry/api once loaded (telemetryLoaded), and the tracer of the registered tracer
+ * provider; undefined while the API is not installed or no provider is registered. */
+export function registeredTracer(): { otel: typeof OtelApi; tracer: Tracer } | undefined {
+  const otel = api
+  const found = otel && tracer(otel)
+  return found ? { otel, tracer: found } : undefined
+}
+
 function tracer(otel: typeof OtelApi): Tracer | undefined {
   const provider = (otel.trace.getTracerProvider() as OtelApi.ProxyTracerProvider).getDelegate()
   if (provider === tracerOf.provider) return tracerOf.tracer

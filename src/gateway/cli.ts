@@ -3,6 +3,7 @@
 import { ConfigError } from '../core/errors.js'
 import { type Stats, unwatchFile, watchFile } from 'node:fs'
 import { type GatewayConfigError, type GatewayFlags, loadConfig, parseFlags, USAGE } from './config/index.js'
+import { startTracing, type Tracing } from './ops/tracing.js'
 import { RedisAccessError } from './redis.js'
 import { createGateway, type Gateway } from './server.js'
 import { EXAMPLE_CONFIG, VERSION } from './version.js'
@@ -44,6 +45,7 @@ export async function startFromArgs(
       return 0
     }
     config = await loadConfig(flags)
+    tracing ??= await startTracing(env)
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
     for (const line of error.message.split('\n')) io.stderr(`tollgate: ${line}`)
@@ -93,6 +95,22 @@ export async function startFromArgs(
     )
   io.stdout(`tollgate listening on ${url}`)
   return gateway
+}
+
+/** The tracer provider the bin registered from OTEL_* (one per process: kept across reloads). */
+let tracing: Tracing | undefined
+
+/** Its spans sent, within EXIT_FLUSH_MS, before the process exits. */
+async function endTracing(): Promise<void> {
+  const ending = tracing?.shutdown()
+  tracing = undefined
+  if (!ending) return
+  let timer: NodeJS.Timeout | undefined
+  await Promise.race([
+    ending.catch(() => {}),
+    new Promise<void>((resolve) => (timer = setTimeout(resolve, EXIT_FLUSH_MS))),
+  ])
+  clearTimeout(timer)
 }
 
 /** The bin: start, then shut down gracefully on the first SIGTERM/SIGINT (a second one exits at once). */
@@ -214,7 +232,7 @@ const WATCH_INTERVAL_MS = 500
 function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
   logged(() => gateway.logger.info({ signal }, 'shutting down: draining in-flight requests'))
   gateway.close().then(
-    () => exitAfterFlush(gateway, 0, () => gateway.logger.info('shutdown complete')),
+    () => endTracing().then(() => exitAfterFlush(gateway, 0, () => gateway.logger.info('shutdown complete'))),
     (error: unknown) =>
       exitAfterFlush(gateway, 1, () => gateway.logger.error({ err: error }, 'shutdown failed')),
   )

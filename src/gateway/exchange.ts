@@ -25,6 +25,7 @@ import { boundSend } from './http/send-bound.js'
 import type { ClientRequest, ClientResponse } from './http/client.js'
 import { trustOf } from './http/trust.js'
 import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './ops/access-log.js'
+import type { RequestTrace } from './ops/tracing.js'
 import { policyValue, remainingValue } from '../admission/response.js'
 
 /** Per-request state, from arrival to the response's close. */
@@ -64,6 +65,8 @@ export interface Exchange {
   bodyStreamed: boolean
   /** performance.now() when that body's last byte came (undefined: not yet). */
   bodyEndedAt: number | undefined
+  /** The request's span, while a tracer provider is registered (ops/tracing.ts). */
+  trace: RequestTrace | undefined
 }
 
 /** A client's X-Request-Id is kept when it is one printable token of at most 200 characters;
@@ -119,6 +122,7 @@ export function newExchange(route: LiveRoute | undefined, req: ClientRequest): E
     client: undefined,
     bodyStreamed: false,
     bodyEndedAt: undefined,
+    trace: undefined,
   }
 }
 

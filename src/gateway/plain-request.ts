@@ -24,6 +24,7 @@ import type { Outgoing, UpstreamError, WebOptions } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
 import { oneAtATime, whenConnectionCloses } from './http/pipelining.js'
 import { boundSend } from './http/send-bound.js'
+import { endRequestSpan, inSpan, startRequestSpan, withTraceContext } from './ops/tracing.js'
 
 /** The abort reason of a request whose response closed (one object: no stack captured per request). */
 const RESPONSE_CLOSED = new Error('response closed')
@@ -37,6 +38,7 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   const understood = understand(ctx, req)
   const route = understood.ok ? understood.route : undefined
   const exchange = newExchange(route, req)
+  exchange.trace = startRequestSpan(req, route?.config.name)
   if (understood.ok) {
     exchange.config = understood.config
     exchange.client = understood.facts.clientAddress
@@ -53,6 +55,7 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
     exchange.forward?.clientClosed()
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
     release(ctx, exchange)
+    if (exchange.trace) endRequestSpan(exchange.trace, res, exchange.rejected ?? exchange.refused)
     finished(ctx, req, res, exchange)
     ctx.active--
     ctx.onSettled()
@@ -86,8 +89,8 @@ function start(
   deadlineBase: number,
 ): void {
   try {
-    serve(ctx, req, res, exchange, understood, gone, deadlineBase)?.catch((error: unknown) =>
-      failed(ctx, res, exchange, error),
+    inSpan(exchange.trace, () => serve(ctx, req, res, exchange, understood, gone, deadlineBase))?.catch(
+      (error: unknown) => failed(ctx, res, exchange, error),
     )
   } catch (error) {
     failed(ctx, res, exchange, error)
@@ -269,6 +272,7 @@ function forward(
     sending.contentLength,
     exchange.requestId,
   )
+  if (exchange.trace) request.headers = withTraceContext(exchange.trace, request.headers)
   exchange.forwardedAt = performance.now()
   exchange.forward = ctx.proxy.web(route.config.upstream, res, request, new Forwarding(ctx, exchange, policy))
   return undefined

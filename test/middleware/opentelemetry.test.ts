@@ -13,11 +13,11 @@ import {
   PeriodicExportingMetricReader,
 } from '@opentelemetry/sdk-metrics'
 import {
-  BasicTracerProvider,
+  TracerProvider,
   InMemorySpanExporter,
   type ReadableSpan,
   SimpleSpanProcessor,
-} from '@opentelemetry/sdk-trace-base'
+} from '@opentelemetry/sdk-trace'
 import express from 'express'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { telemetryLoaded } from '../../src/admission/telemetry.js'
@@ -37,7 +37,9 @@ const reader = new PeriodicExportingMetricReader({
 beforeAll(async () => {
   await telemetryLoaded
   context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable())
-  trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] }))
+  trace.setGlobalTracerProvider(
+    new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter: spans })] }),
+  )
   metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }))
 })
 
@@ -223,7 +225,7 @@ it('an SDK that throws never reaches a request: answered, permits given back, on
     forceFlush: async () => {},
     shutdown: async () => {},
   }
-  trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [throwing] }))
+  trace.setGlobalTracerProvider(new TracerProvider({ spanProcessors: [throwing] }))
   const app = express()
   const middleware = semaphore({ name: 'throwing', permits: 1, maxWaitMs: 1000 })
   app.use(middleware)

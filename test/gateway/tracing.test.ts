@@ -1,0 +1,182 @@
+// The gateway's own spans, exported by the bin when the standard OTEL_* variables ask for them: a
+// real gateway process, on real Redis, exports to a real OTLP/HTTP receiver written here, which
+// decodes what the exporter sends (JSON: ExportTraceServiceRequest). The upstream sees the gateway's
+// span as its parent. Without the variables, the client's trace context reaches the upstream as sent
+// (operations.test.ts).
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { afterEach, describe, expect, it } from 'vitest'
+import { eventually } from '../helpers/contract.js'
+import { baseFlags, redisUrl, runGateway, spawnGateway } from '../helpers/gateway.js'
+import { topology, uniquePrefix } from '../helpers/redis.js'
+import { startUpstream } from '../helpers/upstream.js'
+
+interface OtlpValue {
+  stringValue?: string
+  intValue?: string | number
+  doubleValue?: number
+  boolValue?: boolean
+}
+interface OtlpSpan {
+  traceId: string
+  spanId: string
+  parentSpanId?: string
+  name: string
+  kind: number
+  attributes?: { key: string; value: OtlpValue }[]
+}
+interface Exported {
+  resource: Record<string, unknown>
+  span: OtlpSpan
+  attributes: Record<string, unknown>
+}
+
+const receivers: http.Server[] = []
+afterEach(async () => {
+  for (const server of receivers.splice(0)) {
+    server.closeAllConnections()
+    await new Promise((resolve) => server.close(resolve))
+  }
+})
+
+function valueOf(value: OtlpValue): unknown {
+  if (value.stringValue !== undefined) return value.stringValue
+  if (value.intValue !== undefined) return Number(value.intValue)
+  if (value.doubleValue !== undefined) return value.doubleValue
+  return value.boolValue
+}
+
+function attributesOf(list: { key: string; value: OtlpValue }[] | undefined): Record<string, unknown> {
+  return Object.fromEntries((list ?? []).map(({ key, value }) => [key, valueOf(value)]))
+}
+
+/** An OTLP/HTTP receiver: every span of every POST /v1/traces, decoded. */
+async function startReceiver(): Promise<{ url: string; spans: Exported[]; contentTypes: string[] }> {
+  const spans: Exported[] = []
+  const contentTypes: string[] = []
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('end', () => {
+      contentTypes.push(String(req.headers['content-type']))
+      if (req.method !== 'POST' || req.url !== '/v1/traces') {
+        res.writeHead(404).end()
+        return
+      }
+      const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+        resourceSpans: {
+          resource: { attributes: { key: string; value: OtlpValue }[] }
+          scopeSpans: { spans: OtlpSpan[] }[]
+        }[]
+      }
+      for (const { resource, scopeSpans } of body.resourceSpans)
+        for (const { spans: list } of scopeSpans)
+          for (const span of list)
+            spans.push({
+              resource: attributesOf(resource.attributes),
+              span,
+              attributes: attributesOf(span.attributes),
+            })
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+    })
+  })
+  receivers.push(server)
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  return { url: `http://127.0.0.1:${port}`, spans, contentTypes }
+}
+
+const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c'
+const CLIENT_SPAN = 'b7ad6b7169203331'
+
+describe('the gateway exports its spans with OTEL_*', () => {
+  it('a server span per request, a child of the client’s; the admission span its child; the upstream its child', async () => {
+    const receiver = await startReceiver()
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(
+      [
+        ...baseFlags(upstream.url, uniquePrefix().slice(0, -1)),
+        '--redis',
+        redisUrl(topology().standalone),
+        '--permits',
+        '2',
+      ],
+      {
+        env: {
+          OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+          OTEL_SERVICE_NAME: 'edge-gateway',
+          OTEL_BSP_SCHEDULE_DELAY: '50',
+        },
+      },
+    )
+    const answered = await fetch(`${gateway.url}/headers`, {
+      headers: { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01`, tracestate: 'rojo=00f067aa0ba902b7' },
+    })
+    expect(answered.status).toBe(200)
+    const seen = (await answered.json()) as Record<string, string>
+    await eventually(() => receiver.spans.length >= 2, 10_000)
+
+    const server = receiver.spans.find(({ span }) => span.kind === 2) // SPAN_KIND_SERVER
+    const admission = receiver.spans.find(({ span }) => span.name === 'tollgate admission')
+    expect(server, JSON.stringify(receiver.spans)).toBeDefined()
+    expect(admission).toBeDefined()
+    // One trace, the client's: the gateway's span is a child of the client's span, the admission's a
+    // child of the gateway's.
+    expect(server!.span.traceId).toBe(CLIENT_TRACE)
+    expect(server!.span.parentSpanId).toBe(CLIENT_SPAN)
+    expect(admission!.span.traceId).toBe(CLIENT_TRACE)
+    expect(admission!.span.parentSpanId).toBe(server!.span.spanId)
+    expect(server!.attributes).toMatchObject({
+      'http.request.method': 'GET',
+      'http.response.status_code': 200,
+      'tollgate.route': 'default',
+    })
+    expect(admission!.attributes).toMatchObject({ 'tollgate.result': 'admitted' })
+    expect(admission!.attributes['tollgate.fencing_token']).toBeGreaterThan(0)
+    expect(server!.resource['service.name']).toBe('edge-gateway')
+    // The upstream's parent is the gateway's span, in the client's trace; the vendors' state is kept.
+    expect(seen.traceparent).toBe(`00-${CLIENT_TRACE}-${server!.span.spanId}-01`)
+    expect(seen.tracestate).toBe('rojo=00f067aa0ba902b7')
+    expect(receiver.contentTypes.every((type) => type.startsWith('application/json'))).toBe(true)
+  })
+
+  it('a rejected request: its span says why, and the admission span says busy', async () => {
+    const receiver = await startReceiver()
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(
+      [...baseFlags(upstream.url, uniquePrefix().slice(0, -1)), '--permits', '1', '--max-wait-ms', '0'],
+      {
+        env: {
+          OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: `${receiver.url}/v1/traces`,
+          OTEL_BSP_SCHEDULE_DELAY: '50',
+        },
+      },
+    )
+    const held = fetch(`${gateway.url}/hold`)
+    await eventually(() => upstream.probe.holders.length === 1)
+    const rejected = await fetch(`${gateway.url}/work`)
+    expect(rejected.status).toBe(503)
+    upstream.probe.holders.shift()!()
+    expect((await held).status).toBe(200)
+    await eventually(() => receiver.spans.filter(({ span }) => span.kind === 2).length >= 2, 10_000)
+    const refused = receiver.spans.find(({ attributes }) => attributes['http.response.status_code'] === 503)
+    expect(refused?.attributes['tollgate.outcome']).toBe('busy')
+    const busy = receiver.spans.find(
+      ({ span, attributes }) =>
+        span.name === 'tollgate admission' && attributes['tollgate.result'] === 'busy',
+    )
+    expect(busy?.span.parentSpanId).toBe(refused?.span.spanId)
+    expect(refused?.resource['service.name']).toBe('tollgate')
+  })
+
+  it('a variable the gateway cannot honour: exit 2, naming it and the fix', async () => {
+    const upstream = await startUpstream()
+    const run = runGateway(baseFlags(upstream.url, 'otel-bad'), {
+      env: { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://127.0.0.1:9', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' },
+    })
+    expect(await run.exited).toEqual({ code: 2, signal: null })
+    expect(run.stderr()).toContain(
+      'tollgate: OTEL_EXPORTER_OTLP_PROTOCOL: the gateway sends traces as OTLP/HTTP JSON, not "grpc": set http/json, or leave it unset',
+    )
+  })
+})
