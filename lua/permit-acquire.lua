@@ -23,7 +23,7 @@
 -- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
 -- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
--- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permits.lua: at
+-- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permit-queue.lua: at
 -- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
 -- of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
 -- then `now` (look again at once).

@@ -10,7 +10,7 @@
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
 -- Cost: O(w log n) for w waits (one look-up per reentrant acquisition, however many the owner
 -- holds), plus O(k) per reentrant wait's list of k acquisitions waiting on its token, plus the queue work of
--- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- lib/permit-queue.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then `now` (look again at once).
 -- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV. A parked waiter (at its

@@ -13,7 +13,7 @@
 -- Cost: O(1) when the name has a lone holder (3 commands: TIME, GET, DEL; lib/permits.lua). Else
 -- O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
 -- is O(log n) however many the owner holds), plus O(k) for a reentrant owner's k acquisitions
--- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permits.lua: at most 100 expired holders and
+-- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permit-queue.lua: at most 100 expired holders and
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
 -- made: the rest is left to the next call, and a reply's nextExpiry is then `now` (look again at
 -- once).

@@ -10,7 +10,7 @@
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
--- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
+-- Cost: O(log n), plus the queue work of lib/permit-queue.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then `now` (look again at once).
 -- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV; admit() runs the

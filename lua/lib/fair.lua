@@ -1,4 +1,4 @@
--- lua/lib/fair.lua: third prelude of the permit scripts (after lib/common.lua and lib/permits.lua):
+-- lua/lib/fair.lua: last prelude of the permit scripts (after lib/common.lua and lib/permit*.lua):
 -- the discipline of a fair queue, a semaphore with `overload` (src/core/fair.ts; its memory twin is
 -- src/core/memory/fair-queue.ts, the same integer arithmetic). Only fair calls run it: they pass 11
 -- KEYS, and begin() sets D T K X; a plain call (7 KEYS) leaves them nil and never comes here.

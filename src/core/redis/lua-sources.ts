@@ -7,6 +7,9 @@ export type LuaFile =
   | 'lib/adaptive.lua'
   | 'lib/common.lua'
   | 'lib/fair.lua'
+  | 'lib/permit-fence.lua'
+  | 'lib/permit-holds.lua'
+  | 'lib/permit-queue.lua'
   | 'lib/permits.lua'
   | 'lib/rwlock.lua'
   | 'permit-acquire.lua'
@@ -263,7 +266,7 @@ local function drop_op(list, op)
   return table.concat(kept, ' ')
 end
 `,
-  'lib/fair.lua': `-- lua/lib/fair.lua: third prelude of the permit scripts (after lib/common.lua and lib/permits.lua):
+  'lib/fair.lua': `-- lua/lib/fair.lua: last prelude of the permit scripts (after lib/common.lua and lib/permit*.lua):
 -- the discipline of a fair queue, a semaphore with \`overload\` (src/core/fair.ts; its memory twin is
 -- src/core/memory/fair-queue.ts, the same integer arithmetic). Only fair calls run it: they pass 11
 -- KEYS, and begin() sets D T K X; a plain call (7 KEYS) leaves them nil and never comes here.
@@ -659,114 +662,8 @@ function fq.discard()
   keep = 0
 end
 `,
-  'lib/permits.lua': `-- lua/lib/permits.lua: shared prelude of every permit-*.lua script, after lib/common.lua (both are
--- prepended when the script is registered, so each registered script stays one self-contained EVALSHA).
---
--- One fair "permit set" backs the mutex (permits = 1), the reentrant mutex and the semaphore.
--- Every key shares the caller's hash tag, e.g. tollgate:{sem:api%2Fexport}:h (G8).
---   KEYS[1] H  ZSET  holder token -> lease expiry (ms, Redis server clock, G9)
---   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
---   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes
---   KEYS[4] M  HASH  holder and queue bookkeeping, absent while nothing is held or queued:
---                    n = last ticket; g:<tok> = the fencing token of a holder admitted from the queue
---                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
---                    reports to it; a permit granted at once has its fence in the reply only, until
---                    a caller that never saw it asks: see holder_fence);
---                    a:<tok> = the first acquisition of a reentrant owner's hold ('' once it was
---                    released while others still hold); c:<tok> = how many more hold, each a member
---                    of A (see holds_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
---                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
---                    the acquisitions waiting on it (handed over together when it is admitted)
---   KEYS[5] P  STRING permits set at run time for the name; overrides the caller's permits. "<n>": an
---                    override (setPermits, the admin API), the one key that persists while idle: it is
---                    configuration, not state. "<n>a<v>": the fleet's adaptive limit (lib/adaptive.lua),
---                    v the window of the step that set it, with an expiry its controller renews every
---                    window; an override is never replaced by one.
---   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
---                    until the server clock has passed it (see next_fence); or a lone holder (below)
---   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> at least the hold's expiry when
---                    the acquisition was last taken or renewed, at most one ttl past it (a renewal
---                    re-scores it only when behind: permit-renew.lua): the
---                    acquisitions of a reentrant owner's hold after its first, so that one more, one
---                    fewer, or asking whether one holds costs O(log n) however many the owner holds
---                    (a list in M cost O(k) per call and O(k^2) per renewal batch). A member is due
---                    at most one ttl after its lease ran out: those of a hold that ran out are swept
---                    a bounded number at a time (sweep_acquisitions).
--- ARGV[1] is always the wake-up channel; grants are published there as lines
--- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
--- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
--- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
--- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
--- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
---
--- A lone holder: a plain (unweighted, not reentrant) acquire of a name nobody holds or waits for
--- keeps its hold in F alone, as "<fence> <expiresAt> <token>" with PXAT expiresAt: one SET ... NX
--- takes it, one GET and one DEL give it back (a bare SET NX PX lock, with its fence). The moment
--- anything else happens on the name (a second acquire, a batch, a weighted or reentrant call),
--- expand() moves it into H, F keeps the fence alone, and the general paths below run as if it had
--- been granted there. So while F holds a lone holder, H, Q, W and A hold nothing live: every script
--- that would read or delete F checks for one first (acquire and release: their fast paths; renew;
--- settle(); inspect).
---
--- Weights (a semaphore's acquire({ weight })): a token \`<id>*<w>\` counts for w permits. Its hold is w
--- members of H, the token and \`<token>#2\` .. \`<token>#w\`, with one expiry, so that ZCARD H is the
--- permits in use, an expiry frees all w at once, and a token without '*' (every unweighted call)
--- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
--- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
--- never overtaken by light ones, G5).
-local H, Q, W, M, P, F, A -- this call's keys, set by begin()
--- A fair queue's call (11 KEYS, lib/fair.lua): D T K X; nil on a plain call, which never touches them.
-local D, T, K, X
-local CHANNEL
--- The fair queue's helpers, made by lib/fair.lua (the next prelude).
-local fq = {}
-
--- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
-local function weight(tok)
-  local star = string.find(tok, '*', 1, true)
-  if not star then return 1 end
-  local w = tonumber(string.sub(tok, star + 1))
-  if not w then
-    -- A fair token (lib/fair.lua): the digits up to its discipline.
-    local dot = string.find(tok, '.', star + 1, true)
-    w = dot and tonumber(string.sub(tok, star + 1, dot - 1))
-  end
-  if not w or w < 1 or w > 1000 or w ~= math.floor(w) then return 1 end
-  return w
-end
-
--- Append \`tok\`'s hold to a ZADD argument list (score, member, ...): w members for a weight of w.
-local function add_hold(holds, score, tok)
-  holds[#holds + 1] = score
-  holds[#holds + 1] = tok
-  local w = weight(tok)
-  for k = 2, w do
-    holds[#holds + 1] = score
-    holds[#holds + 1] = tok .. '#' .. k
-  end
-  return w
-end
-
--- Append the members of \`tok\`'s hold to a list (ZREM arguments).
-local function add_members(list, tok)
-  list[#list + 1] = tok
-  for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
-end
-
--- P's value: the permits, whether they are the fleet's adaptive limit ("<n>a<version>") rather than an
--- override ("<n>"), and the adaptive limit's version; nil for none.
-local function parse_limit(value)
-  if not value then return nil end
-  local n = tonumber(value)
-  if n then return n, false end
-  local permits, version = string.match(value, '^(%d+)a(%d+)$')
-  return tonumber(permits), true, tonumber(version)
-end
-
--- The permits in force: the run-time override or adaptive limit when one is set, else the caller's.
-local function limit(requested)
-  return parse_limit(redis.call('GET', P)) or tonumber(requested)
-end
+  'lib/permit-fence.lua': `-- lua/lib/permit-fence.lua: a permit set's fencing tokens and its lone holder. A prelude of every
+-- permit-*.lua script, after lib/permits.lua (which says what F holds). Each helper is O(1).
 
 -- Fencing tokens (G7): one more than the last, and never below the server's microsecond clock, so a
 -- name whose keys were deleted while idle still moves on. Read once and written once per call,
@@ -858,6 +755,10 @@ local function holder_fence(tok, lease_end)
   expire_at_least(M, lease_end)
   return fence
 end
+`,
+  'lib/permit-holds.lua': `-- lua/lib/permit-holds.lua: a permit set's holders: the earliest lease, a holder's bookkeeping in M,
+-- and the acquisitions of a reentrant owner's hold in A. A prelude of every permit-*.lua script, after
+-- lib/permit-fence.lua. Each helper is O(log n) in the holders, or bounded (sweep_acquisitions).
 
 -- Earliest lease expiry among holders (0 when none), cached: the waiters' fallback re-check time.
 local first_expiry = nil
@@ -925,6 +826,11 @@ local function sweep_acquisitions()
     end
   end
 end
+`,
+  'lib/permit-queue.lua': `-- lua/lib/permit-queue.lua: a permit set's queue: live holders, dead waiters, admit() (who gets the
+-- free permits, in FIFO order, G5), settle() (the keys' expiry once the queue is empty), and begin(),
+-- where every permit script starts. A prelude of every permit-*.lua script, after
+-- lib/permit-holds.lua and before lib/fair.lua. Each call's work is bounded (DEAD_PER_CALL, \`most\`).
 
 -- A waiter's spec (M t:<tok>) -> lease ttl to hand over, and the acquisitions waiting (nil for a
 -- fresh token). A missing spec (the hash was lost) hands over a short lease that renewal stretches.
@@ -1198,6 +1104,117 @@ local function begin(keys, argv)
   first_expiry = nil
   backlog = false
   dead_left = DEAD_PER_CALL
+end
+`,
+  'lib/permits.lua': `-- lua/lib/permits.lua: shared prelude of every permit-*.lua script, after lib/common.lua, then
+-- lib/permit-fence.lua, lib/permit-holds.lua and lib/permit-queue.lua, by concept (all are prepended
+-- when the script is registered, so each registered script stays one self-contained call). This one:
+-- the keys, weights and the limit in force.
+--
+-- One fair "permit set" backs the mutex (permits = 1), the reentrant mutex and the semaphore.
+-- Every key shares the caller's hash tag, e.g. tollgate:{sem:api%2Fexport}:h (G8).
+--   KEYS[1] H  ZSET  holder token -> lease expiry (ms, Redis server clock, G9)
+--   KEYS[2] Q  ZSET  waiter token -> ticket (FIFO order across every process, G5)
+--   KEYS[3] W  ZSET  waiter token -> heartbeat deadline (ms); a dead waiter falls out when it passes
+--   KEYS[4] M  HASH  holder and queue bookkeeping, absent while nothing is held or queued:
+--                    n = last ticket; g:<tok> = the fencing token of a holder admitted from the queue
+--                    or of a reentrant owner's hold (what a re-check, a re-entry or a resent acquire
+--                    reports to it; a permit granted at once has its fence in the reply only, until
+--                    a caller that never saw it asks: see holder_fence);
+--                    a:<tok> = the first acquisition of a reentrant owner's hold ('' once it was
+--                    released while others still hold); c:<tok> = how many more hold, each a member
+--                    of A (see holds_op); t:<tok> = a waiter's spec, "<lease ttl>" for a
+--                    fresh token, "<lease ttl> <acquisition> ..." for a reentrant owner's token and
+--                    the acquisitions waiting on it (handed over together when it is admitted)
+--   KEYS[5] P  STRING permits set at run time for the name; overrides the caller's permits. "<n>": an
+--                    override (setPermits, the admin API), the one key that persists while idle: it is
+--                    configuration, not state. "<n>a<v>": the fleet's adaptive limit (lib/adaptive.lua),
+--                    v the window of the step that set it, with an expiry its controller renews every
+--                    window; an override is never replaced by one.
+--   KEYS[6] F  STRING the last fencing token, kept at least while the lease that got it runs and
+--                    until the server clock has passed it (see next_fence); or a lone holder (below)
+--   KEYS[7] A  ZSET  "<acquisition> <fence of the hold> <tok>" -> at least the hold's expiry when
+--                    the acquisition was last taken or renewed, at most one ttl past it (a renewal
+--                    re-scores it only when behind: permit-renew.lua): the
+--                    acquisitions of a reentrant owner's hold after its first, so that one more, one
+--                    fewer, or asking whether one holds costs O(log n) however many the owner holds
+--                    (a list in M cost O(k) per call and O(k^2) per renewal batch). A member is due
+--                    at most one ttl after its lease ran out: those of a hold that ran out are swept
+--                    a bounded number at a time (sweep_acquisitions).
+-- ARGV[1] is always the wake-up channel; grants are published there as lines
+-- "<tok> <fence> <expiresAt>[ <acquisition> ...]" (a fresh token is its own acquisition).
+-- Every key carries a PEXPIREAT no earlier than the last deadline it holds (H: leases; Q, W, M: waiter
+-- heartbeats and the g:/a: of live holders), and the set is deleted when nothing is held or queued, so
+-- idle names leave no keys behind. A key that exists always has its expiry, so one PEXPIREAT ... GT
+-- extends it; a key this call may have just created gets a plain PEXPIREAT instead.
+--
+-- A lone holder: a plain (unweighted, not reentrant) acquire of a name nobody holds or waits for
+-- keeps its hold in F alone, as "<fence> <expiresAt> <token>" with PXAT expiresAt: one SET ... NX
+-- takes it, one GET and one DEL give it back (a bare SET NX PX lock, with its fence). The moment
+-- anything else happens on the name (a second acquire, a batch, a weighted or reentrant call),
+-- expand() moves it into H, F keeps the fence alone, and the general paths below run as if it had
+-- been granted there. So while F holds a lone holder, H, Q, W and A hold nothing live: every script
+-- that would read or delete F checks for one first (acquire and release: their fast paths; renew;
+-- settle(); inspect).
+--
+-- Weights (a semaphore's acquire({ weight })): a token \`<id>*<w>\` counts for w permits. Its hold is w
+-- members of H, the token and \`<token>#2\` .. \`<token>#w\`, with one expiry, so that ZCARD H is the
+-- permits in use, an expiry frees all w at once, and a token without '*' (every unweighted call)
+-- pays one string.find and nothing more. A weighted waiter is one entry of Q: the head is admitted
+-- only when its w permits are free, and nobody behind it is admitted before it (FIFO: a heavy head is
+-- never overtaken by light ones, G5).
+local H, Q, W, M, P, F, A -- this call's keys, set by begin()
+-- A fair queue's call (11 KEYS, lib/fair.lua): D T K X; nil on a plain call, which never touches them.
+local D, T, K, X
+local CHANNEL
+-- The fair queue's helpers, made by lib/fair.lua (the next prelude).
+local fq = {}
+
+-- The permits a token counts for: 1 to 1000 (src/core/weight.ts, MAX_WEIGHT); anything else is 1.
+local function weight(tok)
+  local star = string.find(tok, '*', 1, true)
+  if not star then return 1 end
+  local w = tonumber(string.sub(tok, star + 1))
+  if not w then
+    -- A fair token (lib/fair.lua): the digits up to its discipline.
+    local dot = string.find(tok, '.', star + 1, true)
+    w = dot and tonumber(string.sub(tok, star + 1, dot - 1))
+  end
+  if not w or w < 1 or w > 1000 or w ~= math.floor(w) then return 1 end
+  return w
+end
+
+-- Append \`tok\`'s hold to a ZADD argument list (score, member, ...): w members for a weight of w.
+local function add_hold(holds, score, tok)
+  holds[#holds + 1] = score
+  holds[#holds + 1] = tok
+  local w = weight(tok)
+  for k = 2, w do
+    holds[#holds + 1] = score
+    holds[#holds + 1] = tok .. '#' .. k
+  end
+  return w
+end
+
+-- Append the members of \`tok\`'s hold to a list (ZREM arguments).
+local function add_members(list, tok)
+  list[#list + 1] = tok
+  for k = 2, weight(tok) do list[#list + 1] = tok .. '#' .. k end
+end
+
+-- P's value: the permits, whether they are the fleet's adaptive limit ("<n>a<version>") rather than an
+-- override ("<n>"), and the adaptive limit's version; nil for none.
+local function parse_limit(value)
+  if not value then return nil end
+  local n = tonumber(value)
+  if n then return n, false end
+  local permits, version = string.match(value, '^(%d+)a(%d+)$')
+  return tonumber(permits), true, tonumber(version)
+end
+
+-- The permits in force: the run-time override or adaptive limit when one is set, else the caller's.
+local function limit(requested)
+  return parse_limit(redis.call('GET', P)) or tonumber(requested)
 end
 `,
   'lib/rwlock.lua': `-- lua/lib/rwlock.lua: shared prelude of every rwlock-*.lua script, after lib/common.lua.
@@ -1526,7 +1543,7 @@ end
 -- Cost: O(1) for a plain acquire of a name nobody holds or waits for (3 commands: TIME, EXISTS, SET:
 -- a lone holder, lib/permits.lua). Else O(t log n) for t tokens (n = held permits + waiters + a reentrant hold's acquisitions; a
 -- token of weight w counts w; a re-entry is O(log n) however many the owner holds), plus O(k) for a
--- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permits.lua: at
+-- reentrant owner's k acquisitions waiting together on its token, plus the queue work of lib/permit-queue.lua: at
 -- most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters skipped at the head
 -- of the queue, 1000 grants made: the rest is left to the next call, and a reply's nextExpiry is
 -- then \`now\` (look again at once).
@@ -1938,7 +1955,7 @@ return out
 -- ARGV[4..] pairs: token, acquisition id ('' = the token is its own acquisition)
 -- Cost: O(w log n) for w waits (one look-up per reentrant acquisition, however many the owner
 -- holds), plus O(k) per reentrant wait's list of k acquisitions waiting on its token, plus the queue work of
--- lib/permits.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
+-- lib/permit-queue.lua: at most 100 expired holders and 1000 dead waiters purged, 1000 more dead waiters
 -- skipped at the head of the queue, 1000 grants made: the rest is left to the next call, and a
 -- reply's nextExpiry is then \`now\` (look again at once).
 -- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV. A parked waiter (at its
@@ -2028,7 +2045,7 @@ return out
 -- Cost: O(1) when the name has a lone holder (3 commands: TIME, GET, DEL; lib/permits.lua). Else
 -- O(t log n) for t tokens (a token of weight w counts w; one acquisition of a reentrant hold
 -- is O(log n) however many the owner holds), plus O(k) for a reentrant owner's k acquisitions
--- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permits.lua: at most 100 expired holders and
+-- waiting together on its token, plus at most 100 stale members of A swept, plus the queue work of lib/permit-queue.lua: at most 100 expired holders and
 -- 1000 dead waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants
 -- made: the rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at
 -- once).
@@ -2294,7 +2311,7 @@ return out
 -- Admits at once the queued waiters the limit now in force has room for (raising the override, or
 -- dropping one that was below the caller's permits); lowering never evicts a holder, it only stops
 -- admissions until the holders drain below the new limit.
--- Cost: O(log n), plus the queue work of lib/permits.lua: at most 100 expired holders and 1000 dead
+-- Cost: O(log n), plus the queue work of lib/permit-queue.lua: at most 100 expired holders and 1000 dead
 -- waiters purged, 1000 more dead waiters skipped at the head of the queue, 1000 grants made: the
 -- rest is left to the next call, and a reply's nextExpiry is then \`now\` (look again at once).
 -- A fair queue's call (lib/fair.lua): KEYS H Q W M P F A D T K X, the same ARGV; admit() runs the

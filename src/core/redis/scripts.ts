@@ -25,7 +25,14 @@ import { LUA_SOURCES, type LuaFile } from './lua-sources.js'
 
 /** Preludes of each family of scripts, prepended in this order (they declare the helpers and begin()). */
 const PRELUDES = {
-  permits: ['lib/common.lua', 'lib/permits.lua', 'lib/fair.lua'],
+  permits: [
+    'lib/common.lua',
+    'lib/permits.lua',
+    'lib/permit-fence.lua',
+    'lib/permit-holds.lua',
+    'lib/permit-queue.lua',
+    'lib/fair.lua',
+  ],
   rwlock: ['lib/common.lua', 'lib/rwlock.lua'],
   adaptive: ['lib/common.lua', 'lib/adaptive.lua'],
 } as const satisfies Record<string, readonly LuaFile[]>
