@@ -16,7 +16,7 @@ export type { Lease } from './core/client/lease.js'
 export { createMemoryStore, type MemoryStoreOptions } from './core/memory/store.js'
 export type { AcquireOptions } from './core/client/lock-client.js'
 export type { AbortSignalLike } from './core/abort.js'
-export { createRedisStore, type RedisClient, type RedisStoreOptions } from './core/redis/store.js'
+export { createRedisStore, type RedisClient, type RedisStoreOptions } from './core/redis/create.js'
 export type { PermitStats, RwMode, Store } from './core/protocol/store.js'
 export {
   createMutex,

@@ -4,10 +4,8 @@
 // the acquires (and releases) of a name in one event-loop turn share a call; wake-ups by pub/sub on
 // one connection.
 import { debuglog } from 'node:util'
-import { monoNow } from '../clock.js'
 import { ConfigError, StoreUnavailableError } from '../errors.js'
 import type { KeySpace } from '../keys.js'
-import { defined, isPlainObjectOrUndefined, keyPrefix, positiveInt, rejectUnknown } from '../options.js'
 import type {
   AdaptiveFamily,
   Grant,
@@ -18,53 +16,17 @@ import type {
 } from '../protocol/store.js'
 import { parseMessage } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
-import { asClient, type Client, type Corkable, connectUrl, isCluster, isReplyError } from './client.js'
+import { type Client, type Corkable, isCluster, isReplyError } from './client.js'
 import { Coalescer } from './coalescer.js'
+import { GiveBacks } from './give-backs.js'
+import { fairKeys, scriptKeys } from './call-keys.js'
+import { QueuedCall, VERBS } from './queued-call.js'
 import { Reload } from './reload.js'
 import { Subscriptions } from './subscriptions.js'
-import {
-  adaptiveFamily,
-  type CallSpec,
-  type GiveBack,
-  permitFamily,
-  rwLockFamily,
-  type ScriptCall,
-} from './families.js'
+import { adaptiveFamily, type CallSpec, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
 import { FCALL, type LuaRunner, REFUSED, type ScriptName, scriptRunner } from './scripts.js'
 
 const debug = debuglog('tollgate:store')
-
-export interface RedisStoreOptions {
-  /** Prefix of every key and channel. Must not contain braces (they would move the hash tag).
-   * @default 'tollgate' */
-  prefix?: string
-  /** A store call that takes longer fails with StoreUnavailableError, so no caller hangs because
-   * Redis hangs. A permit granted by a call that timed out is given back when its reply arrives.
-   * @default 2000 */
-  commandTimeoutMs?: number
-}
-
-/**
- * What `createRedisStore()` takes as a client: an ioredis `Redis` or `Cluster` instance (ioredis 5 or
- * 6), or a node-redis (v5) client from `createClient()` or cluster from `createCluster()`, connected
- * (or connecting). Typed by fields every such instance has, so that this package's types need no Redis
- * client installed (a memory-store user may have none); the rest is checked when the store is made.
- */
-export type RedisClient = IoredisClient | NodeRedisClient
-
-/** An ioredis `Redis` or `Cluster`. */
-export interface IoredisClient {
-  readonly isCluster: boolean
-  readonly status: string
-}
-
-/** A node-redis client or cluster. */
-export interface NodeRedisClient {
-  readonly isOpen: boolean
-  readonly sendCommand: (...args: never[]) => unknown
-}
-
-const DEFAULTS = Object.freeze({ prefix: 'tollgate', commandTimeoutMs: 2000 })
 
 /** The oldest Redis the scripts run on. */
 const MIN_REDIS = [7, 0, 0] as const
@@ -87,54 +49,13 @@ const WRITES_PER_FLUSH = 16
  * error (a server that loses the Lua as fast as it gets it). */
 const MAX_RELOADS = 3
 
-/** Give-backs of unanswered acquires under way at most, and their retry backoff. */
-const MAX_GIVE_BACKS = 10_000
-const GIVE_BACK_RETRY_MS = 100
-const GIVE_BACK_RETRY_MAX_MS = 2000
-
-/** KEYS of each family of scripts (lua/lib/permits.lua, lua/lib/rwlock.lua), all under one hash tag. */
-const PERMIT_PARTS = ['h', 'q', 'w', 'm', 'p', 'f', 'a'] as const
-/** A fair queue's calls pass four more (lua/lib/fair.lua: D T K X), after the plain seven. */
-const FAIR_PARTS = [...PERMIT_PARTS, 'd', 't', 'k', 'x'] as const
-const RW_PARTS = ['r', 'x', 'q', 'w', 'm', 'a'] as const
-
-/**
- * A store on Redis standalone or Redis Cluster. Pass the ioredis or node-redis client you already
- * have (it stays yours: `close()` does not quit it; a node-redis client must be connected, or
- * connecting, before the first call) or a `redis://` URL (then the store connects one with ioredis,
- * and owns and closes it).
- */
-export function createRedisStore(client: RedisClient | string, options?: RedisStoreOptions): Store {
-  isPlainObjectOrUndefined('options', options)
-  rejectUnknown(options, ['prefix', 'commandTimeoutMs'], {
-    timeout: 'it is `commandTimeoutMs`',
-    commandTimeout: 'it is `commandTimeoutMs`',
-  })
-  const config = { ...DEFAULTS, ...defined(options) }
-  const prefix = keyPrefix('prefix', config.prefix)
-  const commandTimeoutMs = positiveInt('commandTimeoutMs', config.commandTimeoutMs, 600_000)
-  if (typeof client === 'string') {
-    if (!/^rediss?:\/\//.test(client))
-      throw new ConfigError('client', 'an ioredis or node-redis client, or a redis:// URL', client)
-    return new RedisStore(connectUrl(client), true, prefix, commandTimeoutMs)
-  }
-  const given = asClient(client)
-  if (!given)
-    throw new ConfigError(
-      'client',
-      'an ioredis Redis or Cluster, a node-redis client or cluster, or a redis:// URL',
-      client,
-    )
-  return new RedisStore(given, false, prefix, commandTimeoutMs)
-}
-
 /** One subscriber of a channel: its grants, and a fair queue's shed tokens. */
 interface Listener {
   onGrant(grant: Grant): void
   onShed: ((token: string) => void) | undefined
 }
 
-class RedisStore implements Store {
+export class RedisStore implements Store {
   readonly kind = 'redis'
   /** True after close(): every call then fails with StoreUnavailableError. */
   closed = false
@@ -155,8 +76,8 @@ class RedisStore implements Store {
    * one subscribed connection to any node hears all grants. */
   private readonly subscriptions: Subscriptions
   private readonly listeners = new Map<string, Set<Listener>>()
-  /** Give-backs under way (giveBack()). */
-  private givingBack = 0
+  /** Give-backs of acquires whose outcome nobody learnt (give-backs.ts). */
+  private readonly giveBacks: GiveBacks
   /** The server's version check (checkVersion()), and whether it passed. */
   private version: Promise<void> | undefined
   private versionChecked = false
@@ -186,6 +107,7 @@ class RedisStore implements Store {
     readonly commandTimeoutMs: number,
   ) {
     this.deadlines = new Deadlines(commandTimeoutMs)
+    this.giveBacks = new GiveBacks(() => this.closed, commandTimeoutMs)
     this.subscriptions = new Subscriptions(
       () => this.redis as Client,
       commandTimeoutMs,
@@ -340,37 +262,6 @@ class RedisStore implements Store {
     const stream = this.heldStream
     this.heldStream = undefined
     stream?.uncork()
-  }
-
-  /**
-   * Give back what an acquire whose outcome nobody learnt may hold (G3): a release of its acquisition,
-   * which is a no-op if it took nothing. Retried with backoff until Redis answers one, or until what it
-   * took would have run out anyway; at most MAX_GIVE_BACKS at a time (during a long outage the rest
-   * simply run out).
-   */
-  private giveBack(undo: GiveBack): void {
-    if (this.closed || this.givingBack >= MAX_GIVE_BACKS) return
-    this.givingBack++
-    // From now, and the call may still run up to commandTimeoutMs after it was made.
-    const until = monoNow() + undo.withinMs + this.commandTimeoutMs
-    let delay = GIVE_BACK_RETRY_MS
-    const attempt = (): void => {
-      if (this.closed || monoNow() >= until) {
-        this.givingBack--
-        return
-      }
-      undo.release().then(
-        () => {
-          this.givingBack--
-        },
-        (error: unknown) => {
-          debug('giving back an unanswered acquire failed, retrying in %d ms: %o', delay, error)
-          setTimeout(attempt, delay).unref()
-          delay = Math.min(delay * 2, GIVE_BACK_RETRY_MAX_MS)
-        },
-      )
-    }
-    attempt()
   }
 
   /**
@@ -537,7 +428,8 @@ class RedisStore implements Store {
     }
     const args = first.withToken ? [...first.head, ...calls.map((call) => call.token)] : [...first.head]
     const late = first.late && ((reply: unknown) => calls.forEach((call, i) => call.late?.(call, reply, i)))
-    const unknown = first.undo && (() => calls.forEach((call) => call.undo && this.giveBack(call.undo(call))))
+    const unknown =
+      first.undo && (() => calls.forEach((call) => call.undo && this.giveBacks.start(call.undo(call))))
     let reply: unknown
     try {
       reply = await this.invoke(first, args, late, unknown)
@@ -596,87 +488,6 @@ function replyMessage(error: unknown): string | undefined {
 
 /** The scripts a reload runs again when they ran ahead of an earlier call that failed (reload.ts). */
 const RUN_AGAIN: ReadonlySet<ScriptName> = new Set<ScriptName>(['tgPermitRelease', 'tgRwRelease'])
-
-/** What each script does, in the words of an error message: "Could not <verb> "<name>"". */
-const VERBS: Record<ScriptName, string> = {
-  tgPermitAcquire: 'acquire',
-  tgPermitRelease: 'release',
-  tgPermitRenew: 'renew',
-  tgPermitRecheck: 'check the queue of',
-  tgPermitInspect: 'read the state of',
-  tgPermitSetLimit: 'set the permits of',
-  tgRwAcquire: 'acquire',
-  tgRwRelease: 'release',
-  tgRwRenew: 'renew',
-  tgRwRecheck: 'check the queue of',
-  tgRwInspect: 'read the state of',
-  tgAdaptiveReport: 'report the adaptive limit of',
-  tgAdaptiveCommit: 'step the adaptive limit of',
-}
-
-/** A call as the coalescer queues it. One class (every field always set) rather than a spread of the
- * spec: the hot path then reads fields of one object shape (docs/cost.md, "Why the code is as it
- * is"). */
-class QueuedCall implements ScriptCall {
-  readonly name: string
-  readonly kind: string | undefined
-  readonly token: string
-  readonly script: ScriptCall['script']
-  readonly space: KeySpace
-  readonly keys: ScriptCall['keys']
-  readonly head: readonly (string | number)[]
-  readonly withToken: boolean
-  readonly started = monoNow()
-  readonly pick: ScriptCall['pick']
-  readonly request: unknown
-  readonly late: ScriptCall['late']
-  readonly undo: ScriptCall['undo']
-  readonly onReply: ScriptCall['onReply']
-
-  constructor(
-    spec: CallSpec,
-    readonly resolve: (value: unknown) => void,
-    readonly reject: (error: unknown) => void,
-  ) {
-    this.name = spec.space.channel
-    this.kind = spec.merge
-    this.token = spec.token ?? ''
-    this.script = spec.script
-    this.space = spec.space
-    this.keys = spec.keys
-    this.head = spec.head
-    this.withToken = spec.withToken
-    this.pick = spec.pick
-    this.request = spec.request
-    this.late = spec.late
-    this.undo = spec.undo
-    this.onReply = spec.onReply
-  }
-}
-
-const keyCache = new WeakMap<KeySpace, { permit?: string[]; rw?: string[]; fair?: string[] }>()
-
-/** The KEYS of a space's scripts, built once per space (they are on every call's hot path): every key
- * a permit set (rw false) or a read/write lock (rw true) may have. */
-export function scriptKeys(space: KeySpace, rw: boolean): string[] {
-  let cached = keyCache.get(space)
-  if (!cached) {
-    cached = {}
-    keyCache.set(space, cached)
-  }
-  if (rw) return (cached.rw ??= RW_PARTS.map((part) => space.key(part)))
-  return (cached.permit ??= PERMIT_PARTS.map((part) => space.key(part)))
-}
-
-/** The KEYS of a fair queue's permit calls (the plain seven, then D T K X), built once per space. */
-export function fairKeys(space: KeySpace): string[] {
-  let cached = keyCache.get(space)
-  if (!cached) {
-    cached = {}
-    keyCache.set(space, cached)
-  }
-  return (cached.fair ??= FAIR_PARTS.map((part) => space.key(part)))
-}
 
 async function quit(client: Client): Promise<void> {
   const done = await within(client.quit(), 1000)
