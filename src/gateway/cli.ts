@@ -234,7 +234,9 @@ function shutdown(gateway: Gateway, signal: NodeJS.Signals): void {
   gateway.close().then(
     () => endTracing().then(() => exitAfterFlush(gateway, 0, () => gateway.logger.info('shutdown complete'))),
     (error: unknown) =>
-      exitAfterFlush(gateway, 1, () => gateway.logger.error({ err: error }, 'shutdown failed')),
+      endTracing().then(() =>
+        exitAfterFlush(gateway, 1, () => gateway.logger.error({ err: error }, 'shutdown failed')),
+      ),
   )
 }
 

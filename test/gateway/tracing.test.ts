@@ -169,6 +169,45 @@ describe('the gateway exports its spans with OTEL_*', () => {
     expect(refused?.resource['service.name']).toBe('tollgate')
   })
 
+  it("a client's tracestate without a valid traceparent of its own is not forwarded (W3C)", async () => {
+    const receiver = await startReceiver()
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(baseFlags(upstream.url, uniquePrefix().slice(0, -1)), {
+      env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '50' },
+    })
+    const seen = (await (
+      await fetch(`${gateway.url}/headers`, {
+        headers: { traceparent: 'garbage', tracestate: `vendor=${'x'.repeat(2000)}` },
+      })
+    ).json()) as Record<string, string | undefined>
+    // A new trace, started by the gateway; the client's state went with its broken traceparent.
+    expect(seen.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/)
+    expect(seen.traceparent).not.toContain(CLIENT_TRACE)
+    expect(seen.tracestate).toBeUndefined()
+  })
+
+  it('OTEL_TRACES_SAMPLER=always_off: nothing exported, and the upstream is told it is not sampled', async () => {
+    const receiver = await startReceiver()
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(baseFlags(upstream.url, uniquePrefix().slice(0, -1)), {
+      env: {
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_TRACES_SAMPLER: 'always_off',
+        OTEL_BSP_SCHEDULE_DELAY: '50',
+      },
+    })
+    const seen = (await (
+      await fetch(`${gateway.url}/headers`, {
+        headers: { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01` },
+      })
+    ).json()) as Record<string, string>
+    // Not sampled: the upstream is told so, in the client's trace.
+    expect(seen.traceparent).toMatch(new RegExp(`^00-${CLIENT_TRACE}-[0-9a-f]{16}-00$`))
+    gateway.kill('SIGTERM') // the shutdown sends whatever is batched
+    expect(await gateway.exited).toEqual({ code: 0, signal: null })
+    expect(receiver.spans).toEqual([])
+  })
+
   it('a variable the gateway cannot honour: exit 2, naming it and the fix', async () => {
     const upstream = await startUpstream()
     const run = runGateway(baseFlags(upstream.url, 'otel-bad'), {

@@ -48,22 +48,24 @@ export function inSpan<T>(trace: RequestTrace | undefined, fn: () => T): T {
 }
 
 /** The headers sent upstream (a flat name, value list) with the request span's trace context in place
- * of the client's. */
+ * of the client's: every header the propagator owns (traceparent, tracestate) is the span's, so a
+ * client's tracestate never goes on without a traceparent it belongs to (W3C Trace Context). */
 export function withTraceContext(trace: RequestTrace, headers: string[]): string[] {
   const carrier: Record<string, string> = {}
+  let owned: Set<string>
   try {
     trace.otel.propagation.inject(trace.context, carrier)
+    owned = new Set(trace.otel.propagation.fields().map((field) => field.toLowerCase()))
   } catch {
     return headers
   }
-  if (Object.keys(carrier).length === 0) return headers
+  if (owned.size === 0) return headers
   const out: string[] = []
   for (let i = 0; i < headers.length; i += 2) {
-    const lower = (headers[i] as string).toLowerCase()
-    if (lower in carrier) continue
+    if (owned.has((headers[i] as string).toLowerCase())) continue
     out.push(headers[i] as string, headers[i + 1] as string)
   }
-  for (const [name, value] of Object.entries(carrier)) out.push(name, value)
+  for (const name of Object.keys(carrier)) if (carrier[name]) out.push(name, carrier[name])
   return out
 }
 
@@ -98,50 +100,138 @@ export const TRACING_PACKAGES = [
 
 /**
  * Register a tracer provider that exports to an OTLP/HTTP (JSON) endpoint, configured as every
- * OpenTelemetry SDK is: OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT turns it
- * on, OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true off; OTEL_SERVICE_NAME (default
- * "tollgate") and OTEL_RESOURCE_ATTRIBUTES name the process; the exporter reads its own OTEL_EXPORTER_*
- * and the batch processor its OTEL_BSP_* variables. Resolves undefined when tracing is off. Rejects
- * with a GatewayConfigError when a variable asks for what the gateway cannot do, or a package is missing.
+ * OpenTelemetry SDK is, from `env` (an empty variable counts as unset):
+ *   - OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (as is) or OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces) turns
+ *     it on; OTEL_TRACES_EXPORTER=none or OTEL_SDK_DISABLED=true off;
+ *   - OTEL_EXPORTER_OTLP_[TRACES_]HEADERS and _TIMEOUT; OTEL_SERVICE_NAME (default "tollgate") and
+ *     OTEL_RESOURCE_ATTRIBUTES; OTEL_TRACES_SAMPLER and _ARG; OTEL_BSP_SCHEDULE_DELAY,
+ *     OTEL_BSP_EXPORT_TIMEOUT, OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE.
+ * Resolves undefined when tracing is off. Rejects with a GatewayConfigError naming the variable when
+ * one asks for what the gateway cannot do, or a package is missing.
  */
 export async function startTracing(env: NodeJS.ProcessEnv): Promise<Tracing | undefined> {
-  if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined
-  const exporters = (env.OTEL_TRACES_EXPORTER ?? '')
+  const read = (name: string) => {
+    const value = env[name]?.trim()
+    return value ? { name, value } : undefined
+  }
+  if (read('OTEL_SDK_DISABLED')?.value.toLowerCase() === 'true') return undefined
+  const exporters = (read('OTEL_TRACES_EXPORTER')?.value ?? '')
     .split(',')
     .map((name) => name.trim().toLowerCase())
     .filter(Boolean)
   if (exporters.includes('none')) return undefined
-  const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT
-  if (exporters.length === 0 && !endpoint) return undefined
+  const own = read('OTEL_EXPORTER_OTLP_TRACES_ENDPOINT')
+  const base = read('OTEL_EXPORTER_OTLP_ENDPOINT')
+  if (exporters.length === 0 && !own && !base) return undefined
   const other = exporters.find((name) => name !== 'otlp')
   if (other !== undefined)
     throw variable(
       'OTEL_TRACES_EXPORTER',
       `the gateway exports traces with OTLP only, not "${other}": set otlp, or none`,
     )
-  const protocol = env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL
-  if (protocol !== undefined && protocol.trim() !== 'http/json')
+  const protocol = read('OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') ?? read('OTEL_EXPORTER_OTLP_PROTOCOL')
+  if (protocol && protocol.value !== 'http/json')
     throw variable(
-      'OTEL_EXPORTER_OTLP_PROTOCOL',
-      `the gateway sends traces as OTLP/HTTP JSON, not "${protocol}": set http/json, or leave it unset`,
+      protocol.name,
+      `the gateway sends traces as OTLP/HTTP JSON, not "${protocol.value}": set http/json, or leave it unset`,
     )
-  const loaded = await loadTracingPackages()
-  const [otel, sdk, exporter, hooks, core, resources] = loaded
-  const detected = resources.detectResources({ detectors: [resources.envDetector] })
-  const named = detected.attributes['service.name'] === undefined
-  const resource = resources
-    .defaultResource()
-    .merge(named ? resources.resourceFromAttributes({ 'service.name': 'tollgate' }) : null)
-    .merge(detected)
+  const url = own?.value ?? (base ? `${base.value.replace(/\/+$/, '')}/v1/traces` : undefined)
+  const headers = read('OTEL_EXPORTER_OTLP_TRACES_HEADERS') ?? read('OTEL_EXPORTER_OTLP_HEADERS')
+  const timeout = read('OTEL_EXPORTER_OTLP_TRACES_TIMEOUT') ?? read('OTEL_EXPORTER_OTLP_TIMEOUT')
+  const batch = {
+    scheduledDelayMillis: whole(read('OTEL_BSP_SCHEDULE_DELAY')),
+    exportTimeoutMillis: whole(read('OTEL_BSP_EXPORT_TIMEOUT')),
+    maxQueueSize: whole(read('OTEL_BSP_MAX_QUEUE_SIZE')),
+    maxExportBatchSize: whole(read('OTEL_BSP_MAX_EXPORT_BATCH_SIZE')),
+  }
+  const attributes = {
+    ...pairs(read('OTEL_RESOURCE_ATTRIBUTES')),
+    'service.name': read('OTEL_SERVICE_NAME')?.value,
+  }
+  attributes['service.name'] ??= 'tollgate'
+  const [otel, sdk, exporter, hooks, core, resources] = await loadTracingPackages()
+  const sampler = samplerOf(sdk, read('OTEL_TRACES_SAMPLER'), read('OTEL_TRACES_SAMPLER_ARG'))
   const provider = new sdk.TracerProvider({
-    resource,
-    spanProcessors: [new sdk.BatchSpanProcessor({ exporter: new exporter.OTLPTraceExporter() })],
+    resource: resources.defaultResource().merge(resources.resourceFromAttributes(attributes)),
+    sampler,
+    spanProcessors: [
+      new sdk.BatchSpanProcessor({
+        exporter: new exporter.OTLPTraceExporter({
+          url,
+          headers: pairs(headers),
+          timeoutMillis: whole(timeout),
+        }),
+        ...batch,
+      }),
+    ],
   })
   otel.context.setGlobalContextManager(new hooks.AsyncLocalStorageContextManager().enable())
   otel.propagation.setGlobalPropagator(new core.W3CTraceContextPropagator())
   otel.trace.setGlobalTracerProvider(provider)
   await telemetryLoaded
   return { shutdown: () => provider.shutdown() }
+}
+
+/** A positive whole number of a variable (ms or a count); undefined when unset. */
+function whole(given: { name: string; value: string } | undefined): number | undefined {
+  if (!given) return undefined
+  const value = Number(given.value)
+  if (!Number.isSafeInteger(value) || value <= 0)
+    throw variable(given.name, `expected a positive whole number, got "${given.value}"`)
+  return value
+}
+
+/** "k=v,k2=v2" (values percent-encoded, as W3C Baggage), as OTEL_*_HEADERS and
+ * OTEL_RESOURCE_ATTRIBUTES are written. */
+function pairs(given: { name: string; value: string } | undefined): Record<string, string> {
+  const out: Record<string, string> = {}
+  if (!given) return out
+  for (const part of given.value.split(',')) {
+    if (!part.trim()) continue
+    const at = part.indexOf('=')
+    const key = at > 0 ? part.slice(0, at).trim() : ''
+    let value: string
+    try {
+      value = decodeURIComponent(part.slice(at + 1).trim())
+    } catch {
+      value = ''
+    }
+    if (!key || at < 0 || !value) throw variable(given.name, `expected key=value pairs separated by commas`)
+    out[key] = value
+  }
+  return out
+}
+
+const SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+]
+
+/** The sampler OTEL_TRACES_SAMPLER names (default parentbased_always_on), with its ratio _ARG. */
+function samplerOf(
+  sdk: typeof import('@opentelemetry/sdk-trace'),
+  given: { name: string; value: string } | undefined,
+  arg: { name: string; value: string } | undefined,
+): import('@opentelemetry/sdk-trace').Sampler {
+  const name = given?.value.toLowerCase() ?? 'parentbased_always_on'
+  if (!SAMPLERS.includes(name))
+    throw variable('OTEL_TRACES_SAMPLER', `expected one of ${SAMPLERS.join(', ')}, got "${given?.value}"`)
+  let ratio = 1
+  if (arg && name.endsWith('traceidratio')) {
+    ratio = Number(arg.value)
+    if (!(ratio >= 0 && ratio <= 1))
+      throw variable(arg.name, `expected a ratio from 0 to 1, got "${arg.value}"`)
+  }
+  const root = name.endsWith('always_off')
+    ? new sdk.AlwaysOffSampler()
+    : name.endsWith('traceidratio')
+      ? new sdk.TraceIdRatioBasedSampler(ratio)
+      : new sdk.AlwaysOnSampler()
+  return name.startsWith('parentbased_') ? new sdk.ParentBasedSampler({ root }) : root
 }
 
 function variable(name: string, message: string): GatewayConfigError {
