@@ -3,7 +3,7 @@
 import { DEFAULT_PRIORITY, PRIORITY_CLASSES, priorityName } from '../core/fair.js'
 import type { Store } from '../core/protocol/store.js'
 import type { Admission } from '../admission/admission.js'
-import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
 import { DEFAULT_BUCKET, firstValue, normalizeKey } from '../admission/keys.js'
 import type { Logger, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config/index.js'

@@ -15,11 +15,17 @@ import {
   type TollgateInfo,
   type AdaptiveControl,
 } from '../admission/admission.js'
-import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
-import { admitWatched, answerHeaders, mergeHeaders, type WatchedRequest, type WithHandler } from './watch.js'
+import {
+  admitWatched,
+  answerHeaders,
+  mergeHeaders,
+  type WatchedRequest,
+  type WithHandler,
+} from './lifecycle.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -103,7 +109,7 @@ export function rwlock(options: FastifyRwlockOptions = {}): FastifyTollgatePlugi
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
- * and header helpers in watch.ts (shared with Express, Koa and Hono). */
+ * and header helpers in lifecycle.ts (shared with Express, Koa and Hono). */
 function fastifyAdapter(admission: Admission<FastifyRequest>, factory: string): FastifyTollgatePlugin {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as FastifyRejectionHandler | undefined

@@ -5,7 +5,7 @@ import type { IncomingMessage } from 'node:http'
 import type { Context, MiddlewareHandler, Next } from 'hono'
 import { matchedRoutes } from 'hono/route'
 import type { Admission, Rejection, TollgateInfo, AdaptiveControl } from '../admission/admission.js'
-import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
 import { normalizeKey } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
@@ -16,7 +16,7 @@ import {
   type WatchedRequest,
   type WatchedResponse,
   type WithHandler,
-} from './watch.js'
+} from './lifecycle.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -78,7 +78,7 @@ export function rwlock(options: HonoRwlockOptions = {}): HonoMiddleware {
 const CLIENT_CLOSED = 499
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
- * and header helpers in watch.ts (shared with Express, Koa and Fastify). */
+ * and header helpers in lifecycle.ts (shared with Express, Koa and Fastify). */
 function honoAdapter(admission: Admission<Context>, factory: string): HonoMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as HonoRejectionHandler | undefined

@@ -1,10 +1,16 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Admission, Rejection, AdaptiveControl } from '../admission/admission.js'
-import { rwlockAdmission, semaphoreAdmission } from '../admission/gates.js'
+import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'
-import { admitWatched, answerHeaders, mergeHeaders, type WatchedRequest, type WithHandler } from './watch.js'
+import {
+  admitWatched,
+  answerHeaders,
+  mergeHeaders,
+  type WatchedRequest,
+  type WithHandler,
+} from './lifecycle.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
 export * from './adapter-exports.js'
@@ -75,7 +81,7 @@ export function rwlock(options: KoaRwlockOptions = {}): KoaMiddleware {
 }
 
 /** The adapter shared by semaphore() and rwlock(): admission in ../admission, the response watcher
- * and header helpers in watch.ts (shared with Express, Fastify and Hono). */
+ * and header helpers in lifecycle.ts (shared with Express, Fastify and Hono). */
 function koaAdapter(admission: Admission<KoaLikeContext>, factory: string): KoaMiddleware {
   const { requestPropertyName, standardHeaders } = admission.config
   const handler = admission.config.handler as KoaRejectionHandler | undefined

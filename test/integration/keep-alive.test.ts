@@ -5,7 +5,7 @@
 // several admissions on separate connections, as replicas would be.
 import { expect, it } from 'vitest'
 import type { Admission, AdmitResult } from '../../src/admission/admission.js'
-import { semaphoreAdmission } from '../../src/admission/gates.js'
+import { semaphoreAdmission } from '../../src/admission/buckets.js'
 import { PermitLease } from '../../src/core/client/lease.js'
 import type { Store } from '../../src/index.js'
 import { describeStores, eventually, sleep } from '../helpers/contract.js'

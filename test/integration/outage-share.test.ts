@@ -4,7 +4,7 @@
 // the admissions count.
 import { Redis } from 'ioredis'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { semaphoreAdmission } from '../../src/admission/gates.js'
+import { semaphoreAdmission } from '../../src/admission/buckets.js'
 import type { Admission } from '../../src/admission/admission.js'
 import { AbortFlag } from '../../src/core/abort.js'
 import { ConfigError, createRedisStore, type Store } from '../../src/index.js'

@@ -263,7 +263,7 @@ describe('fair queue (standalone)', () => {
     const s1 = tok('s1', { p: 2, flow: 'b' })
     const c1 = tok('c1', { p: 6 })
     await b.acquire(n1)
-    // This version sends a fair queue's acquires one call each (families.ts); an older replica of a
+    // This version sends a fair queue's acquires one call each (script-calls.ts); an older replica of a
     // rolling deploy merges a turn's: s1 and c1 in one call. s1 joins (2 waiters), then c1 finds Q
     // full and evicts it.
     const merged = (await (b.redis as Redis).eval(

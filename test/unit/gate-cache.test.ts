@@ -1,6 +1,6 @@
-// The bounded two-generation cache of gates per bucket (admission/gates.ts).
+// The bounded two-generation cache of gates per bucket (admission/buckets.ts).
 import { describe, expect, it } from 'vitest'
-import { GateCache } from '../../src/admission/gates.js'
+import { GateCache } from '../../src/admission/buckets.js'
 
 describe('GateCache', () => {
   it('creates a gate once per key and hands the same one back', () => {

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
-import { rwlockAdmission, semaphoreAdmission } from '../../src/admission/gates.js'
+import { rwlockAdmission, semaphoreAdmission } from '../../src/admission/buckets.js'
 import { policyHeaders } from '../../src/admission/response.js'
 import { closestName } from '../../src/core/options.js'
 import {
@@ -377,7 +377,7 @@ describe('RateLimit headers and rejections', () => {
   })
 
   it('stacked draft-7 and draft-8 never make one invalid header: the outer value stays', async () => {
-    const { mergeHeaders } = await import('../../src/middleware/watch.js')
+    const { mergeHeaders } = await import('../../src/middleware/lifecycle.js')
     const outer7 = () => 'limit=5, remaining=4, reset=0'
     expect(mergeHeaders({ RateLimit: '"inner";r=0' }, outer7, 'draft-8')).toEqual({ RateLimit: outer7() })
     const outer8 = () => '"outer";r=4'

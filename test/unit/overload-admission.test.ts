@@ -55,7 +55,7 @@ function fairAdmission(options: SemaphoreMiddlewareOptions<Req> & { permits: num
     weight: 1,
     fair: { priority: req.priority, flow: req.flow },
   }))
-  // (Called as gates.ts does; looked up, so that the test runs against an admission without it.)
+  // (Called as buckets.ts does; looked up, so that the test runs against an admission without it.)
   const overloaded = (admission as { overloaded?: (named: Set<string>) => void }).overloaded
   overloaded?.call(admission, new Set(['acme']))
   return { admission, semaphore, granted, most: () => most, store }

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest'
 import { ConfigError } from '../../src/core/errors.js'
 import { createMemoryStore } from '../../src/index.js'
-import { fairRequests, rwlockAdmission, semaphoreAdmission } from '../../src/admission/gates.js'
+import { fairRequests, rwlockAdmission, semaphoreAdmission } from '../../src/admission/buckets.js'
 import { resolveCommon, type SemaphoreMiddlewareOptions } from '../../src/admission/options.js'
 
 type Req = { priority?: unknown; flow?: unknown; throws?: boolean }

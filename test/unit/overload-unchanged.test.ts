@@ -30,7 +30,7 @@ vi.mock('../../src/primitives/semaphore.js', async (importOriginal) => {
   }
 })
 
-const { semaphoreAdmission } = await import('../../src/admission/gates.js')
+const { semaphoreAdmission } = await import('../../src/admission/buckets.js')
 
 /** Each call's arguments as their shape: the keys of an options object, functions and signals named. */
 const shapes = () =>

@@ -7,7 +7,7 @@ import { createMemoryStore, createRedisStore, createSemaphore, type Store } from
 import { acquireNow } from '../../src/primitives/semaphore.js'
 import { PermitLease } from '../../src/core/client/lease.js'
 import { renewals } from '../../src/core/client/renewal.js'
-import { semaphoreAdmission } from '../../src/admission/gates.js'
+import { semaphoreAdmission } from '../../src/admission/buckets.js'
 import { connectStandalone } from '../helpers/redis.js'
 
 describe('synchronous permits on the memory store', () => {

@@ -4,7 +4,7 @@
 // run out anyway.
 import { debuglog } from 'node:util'
 import { monoNow } from '../clock.js'
-import type { GiveBack } from './families.js'
+import type { GiveBack } from './script-calls.js'
 
 const debug = debuglog('tollgate:store')
 

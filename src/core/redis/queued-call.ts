@@ -2,7 +2,7 @@
 // called in error messages.
 import { monoNow } from '../clock.js'
 import type { KeySpace } from '../keys.js'
-import type { CallSpec, ScriptCall } from './families.js'
+import type { CallSpec, ScriptCall } from './script-calls.js'
 import type { ScriptName } from './scripts.js'
 
 /** What each script does, in the words of an error message: "Could not <verb> "<name>"". */

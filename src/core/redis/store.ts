@@ -23,7 +23,7 @@ import { fairKeys, scriptKeys } from './call-keys.js'
 import { QueuedCall, VERBS } from './queued-call.js'
 import { Reload } from './reload.js'
 import { Subscriptions } from './subscriptions.js'
-import { adaptiveFamily, type CallSpec, permitFamily, rwLockFamily, type ScriptCall } from './families.js'
+import { adaptiveFamily, type CallSpec, permitFamily, rwLockFamily, type ScriptCall } from './script-calls.js'
 import { FCALL, type LuaRunner, REFUSED, type ScriptName, scriptRunner } from './scripts.js'
 
 const debug = debuglog('tollgate:store')
