@@ -1,7 +1,7 @@
 // The framework-free engine both the middleware and the gateway stand on: find a request's bucket,
 // take a permit at once or wait in the fair queue (bounded by maxWaitMs and maxQueue), and turn every
 // failure into a rejection or a fail-open pass. Adapters only move headers and bodies.
-import { AbortFlag, type AbortSignalLike, abortReason, onAbort } from '../core/abort.js'
+import { type AbortSignalLike, abortReason } from '../core/abort.js'
 import { type Lease, PermitLease } from '../core/client/lease.js'
 import { AcquireTimeoutError, ShedError } from '../core/errors.js'
 import { MAX_PRIORITY } from '../core/fair.js'
@@ -16,6 +16,7 @@ import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { type LocalHold, OutageShare, RESERVE_WAIT_MS } from './outage.js'
 import { KeptPermits } from './keep-alive.js'
+import { ClassQueue, FairPlace, Moving, QueuePlace } from './queue-places.js'
 import { AdmissionTelemetry } from './telemetry.js'
 import type { AdaptiveLimit, AdaptiveStatus, Outcome } from '../primitives/adaptive/limit.js'
 
@@ -677,139 +678,6 @@ export interface Bucket {
 export interface FairRequest {
   priority: number
   flow: string | undefined
-}
-
-/** A request's place in its bucket's queue: taken when the store queues it (bounded by maxQueue),
- * given back once its acquire settles. */
-/** A wait in the store's queue that moves to this process's share when the store goes down, or a
- * wait for the share that moves back to the store's queue when the outage ends (outage: 'share'):
- * its own signal, aborted by the client's or by the move. */
-class Moving {
-  readonly signal = new AbortFlag()
-  moved = false
-  private readonly unwatch: () => void
-  private readonly move = () => {
-    this.moved = true
-    this.signal.abort(new Error('the store went down: admitted in memory'))
-  }
-
-  constructor(
-    client: AbortSignalLike,
-    outage: OutageShare,
-    /** Who moves it: the outage's start (store -> here), or its end (here -> store). */
-    private readonly by: Set<() => void> = outage.waiting,
-  ) {
-    this.unwatch = onAbort(client, () => this.signal.abort(abortReason(client)))
-    by.add(this.move)
-  }
-
-  done(): void {
-    this.unwatch()
-    this.by.delete(this.move)
-  }
-}
-
-class QueuePlace {
-  full = false
-  private counted = false
-
-  constructor(
-    private readonly admission: Admission<never>,
-    private readonly key: string,
-  ) {}
-
-  readonly onQueued = (): boolean => {
-    if (!this.admission.enterQueue(this.key, this)) {
-      this.full = true
-      return false
-    }
-    this.counted = true
-    return true
-  }
-
-  leave(): void {
-    if (this.counted) this.admission.leaveQueue(this.key, this)
-    this.counted = false
-  }
-}
-
-/** A request's place in a fair bucket's local queue: as QueuePlace, plus its class, and a signal of
- * its own that the client's aborts and that an eviction (a higher class's arrival) aborts once. */
-export class FairPlace {
-  full = false
-  evicted = false
-  /** In its ClassQueue list (newer: next). */
-  prev: FairPlace | undefined = undefined
-  next: FairPlace | undefined = undefined
-  readonly signal = new AbortFlag()
-  private counted = false
-  private readonly unwatch: (() => void) | undefined
-
-  constructor(
-    private readonly admission: Admission<never>,
-    readonly key: string,
-    readonly priority: number,
-    client: AbortSignalLike,
-  ) {
-    if (client.aborted) this.signal.abort(abortReason(client))
-    else this.unwatch = onAbort(client, () => this.signal.abort(abortReason(client)))
-  }
-
-  readonly onQueued = (): boolean => {
-    if (!this.admission.enterFairQueue(this)) {
-      this.full = true
-      return false
-    }
-    this.counted = true
-    return true
-  }
-
-  /** Shed for a higher class: its place goes to the arrival now, and its wait is aborted (once: the
-   * acquire then leaves the store's queue as any aborted wait does). */
-  evict(error: ShedError): void {
-    this.evicted = true
-    this.leave()
-    this.signal.abort(error)
-  }
-
-  leave(): void {
-    if (this.counted) this.admission.leaveFairQueue(this)
-    this.counted = false
-    this.unwatch?.()
-  }
-}
-
-/** One fair bucket's local waiters, a list per class (oldest to newest): push, remove and the newest
- * of the lowest class below one in O(classes). */
-class ClassQueue {
-  private readonly newest: (FairPlace | undefined)[] = new Array<FairPlace | undefined>(MAX_PRIORITY + 1)
-  size = 0
-
-  push(place: FairPlace): void {
-    const tail = this.newest[place.priority]
-    place.prev = tail
-    place.next = undefined
-    if (tail) tail.next = place
-    this.newest[place.priority] = place
-    this.size++
-  }
-
-  remove(place: FairPlace): void {
-    if (place.next) place.next.prev = place.prev
-    else this.newest[place.priority] = place.prev
-    if (place.prev) place.prev.next = place.next
-    place.prev = place.next = undefined
-    this.size--
-  }
-
-  /** The newest waiter of the lowest class strictly below `priority`, if any. */
-  newestBelow(priority: number): FairPlace | undefined {
-    for (let p = 0; p < priority; p++) {
-      const place = this.newest[p]
-      if (place) return place
-    }
-    return undefined
-  }
 }
 
 export function isThenable(value: unknown): value is PromiseLike<unknown> {
