@@ -2,7 +2,9 @@
 // directly: the end-to-end middleware rows cannot resolve a microsecond (bare Express's own CPU per
 // request moves by more than that between rounds).
 //   node --import tsx bench/lib/telemetry-cost.ts <absent|no-provider|providers>
-// prints one JSON line: { ns } per decided() + released() of an admitted request, median of 7 runs.
+// prints one JSON line, medians of 7 runs: { ns } per decided() + released() of an admitted request,
+// and { gatewayNs } per request for the gateway's span (src/gateway/ops/tracing.ts: the check alone
+// without a provider; a server span started and ended with one).
 import { withOpenTelemetryProviders, withoutOpenTelemetry } from './otel-conditions.js'
 
 const [variant] = process.argv.slice(2)
@@ -33,4 +35,26 @@ for (let run = 0; run < 8; run++) {
   if (run > 0) runs.push(((performance.now() - started) * 1e6) / CALLS) // the first warms up
 }
 runs.sort((a, b) => a - b)
-process.stdout.write(`${JSON.stringify({ ns: runs[Math.floor(runs.length / 2)] })}\n`)
+
+const tracing = new URL('../../dist/gateway/ops/tracing.js', import.meta.url).href
+const { endRequestSpan, startRequestSpan } = (await import(
+  tracing
+)) as typeof import('../../src/gateway/ops/tracing.js')
+type Args<F extends (...args: never[]) => unknown> = Parameters<F>
+const req = {
+  method: 'GET',
+  headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+} as unknown as Args<typeof startRequestSpan>[0]
+const res = { headersSent: true, statusCode: 200 } as unknown as Args<typeof endRequestSpan>[1]
+const gatewayRuns: number[] = []
+for (let run = 0; run < 8; run++) {
+  const started = performance.now()
+  for (let i = 0; i < CALLS; i++) {
+    const trace = startRequestSpan(req, 'bench')
+    if (trace) endRequestSpan(trace, res, undefined)
+  }
+  if (run > 0) gatewayRuns.push(((performance.now() - started) * 1e6) / CALLS)
+}
+gatewayRuns.sort((a, b) => a - b)
+const middle = (list: number[]) => list[Math.floor(list.length / 2)]
+process.stdout.write(`${JSON.stringify({ ns: middle(runs), gatewayNs: middle(gatewayRuns) })}\n`)
