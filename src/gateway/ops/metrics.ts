@@ -7,14 +7,18 @@
 // labels on every observe(), also through a bound child, and that was the largest item of the
 // gateway's own cost per request in profiles (docs/gateway/internals.md, "What this work changed, and what is
 // left").
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client'
 import { REJECT_REASONS } from '../../admission/options.js'
 import { priorityName } from '../../core/fair.js'
-import { HistogramSeries, histogramValues, type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
+import { type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
+import { FairMetrics } from './fair-metrics.js'
+import { PlainHistogram } from './plain-histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 
 export type { Observer } from '../../admission/histogram.js'
+export { type ClassCounts, FairMetrics, type FairFacts } from './fair-metrics.js'
+export { PlainHistogram } from './plain-histogram.js'
 
 export interface GatewayMetrics {
   readonly registry: Registry
@@ -73,123 +77,6 @@ export interface RouteMetrics {
   fair(): FairMetrics
   /** Set once fair() was called. */
   fairSeries: FairMetrics | undefined
-}
-
-/** What a request of a class, and of a flow, came to (this replica's). */
-export interface ClassCounts {
-  admitted: number
-  rejected: Record<string, number>
-  /** Waiting for admission here right now. */
-  waiting: number
-}
-
-/** One request's class and flow, as routes.ts decide() set them. */
-export interface FairFacts {
-  priority: number
-  /** The flow's name (request data), for the busiest flows only: never a label. */
-  flow: string | undefined
-  /** The flow's label: a name from the config, or 'other'. */
-  flowLabel: string
-}
-
-/** Flow names remembered per second for the busiest flows at most (each second, whatever arrives). */
-const MAX_FLOW_ARRIVALS = 1000
-
-/** A route's counts by class (at most 8) and by flow label (bounded by the config: routes.ts). */
-export class FairMetrics {
-  readonly classes = new Map<number, ClassCounts>()
-  readonly flows = new Map<string, { admitted: number; rejected: number }>()
-  /** Requests per flow name since takeArrivals() (the dashboard's busiest flows). */
-  private arrivals = new Map<string, number>()
-
-  private classOf(priority: number): ClassCounts {
-    let counts = this.classes.get(priority)
-    if (!counts) this.classes.set(priority, (counts = { admitted: 0, rejected: {}, waiting: 0 }))
-    return counts
-  }
-
-  private flowOf(label: string): { admitted: number; rejected: number } {
-    let counts = this.flows.get(label)
-    if (!counts) this.flows.set(label, (counts = { admitted: 0, rejected: 0 }))
-    return counts
-  }
-
-  arrived(facts: FairFacts): void {
-    if (facts.flow === undefined) return
-    const seen = this.arrivals.get(facts.flow)
-    if (seen !== undefined) this.arrivals.set(facts.flow, seen + 1)
-    else if (this.arrivals.size < MAX_FLOW_ARRIVALS) this.arrivals.set(facts.flow, 1)
-  }
-
-  waiting(facts: FairFacts, delta: 1 | -1): void {
-    this.classOf(facts.priority).waiting += delta
-  }
-
-  admitted(facts: FairFacts): void {
-    this.classOf(facts.priority).admitted++
-    this.flowOf(facts.flowLabel).admitted++
-  }
-
-  rejected(facts: FairFacts, reason: string): void {
-    const counts = this.classOf(facts.priority)
-    counts.rejected[reason] = (counts.rejected[reason] ?? 0) + 1
-    this.flowOf(facts.flowLabel).rejected++
-  }
-
-  /** Requests per flow name since the last call. */
-  takeArrivals(): Map<string, number> {
-    const taken = this.arrivals
-    this.arrivals = new Map()
-    return taken
-  }
-}
-
-/**
- * A histogram whose series are plain arrays, one per label value, bound once (`series(value)`):
- * observe() is a bucket search and three additions, where prom-client's hashes its labels on every
- * call. Registered and exposed like any prom-client histogram (one label, `le` first as prom-client
- * writes it).
- */
-export class PlainHistogram extends Histogram<string> {
-  /** Upper bounds of the buckets, ascending (seconds). */
-  readonly bounds: readonly number[]
-  private readonly all = new Map<string, HistogramSeries>()
-
-  constructor(
-    private readonly config: {
-      name: string
-      help: string
-      label: string
-      buckets: number[]
-      registers: Registry[]
-    },
-  ) {
-    super({ ...config, labelNames: [config.label] })
-    this.bounds = [...config.buckets].sort((a, b) => a - b)
-  }
-
-  /** Every series so far, by label value. */
-  entries(): IterableIterator<[string, HistogramSeries]> {
-    return this.all.entries()
-  }
-
-  /** The series of one label value (created at 0 on first use). */
-  series(value: string): HistogramSeries {
-    let found = this.all.get(value)
-    if (!found) this.all.set(value, (found = new HistogramSeries(this.bounds)))
-    return found
-  }
-
-  override async get(): Promise<Awaited<ReturnType<Histogram<string>['get']>>> {
-    const { name, help, label } = this.config
-    const values = histogramValues(name, label, this.bounds, this.all)
-    return { name, help, type: 'histogram' as never, values, aggregator: 'sum', collect() {} }
-  }
-
-  /** What the registry reads for the text format (prom-client's own histogram has this method). */
-  getForPromString(): ReturnType<PlainHistogram['get']> {
-    return this.get()
-  }
 }
 
 /** Node writes statuses 100 to 999: classes 1xx to 9xx, as `${Math.floor(status / 100)}xx`. */
