@@ -3,7 +3,7 @@
 // request nor adds a series.
 import { describe, expect, it } from 'vitest'
 import { resolveConfig, validateConfigFile } from '../../src/gateway/index.js'
-import { fairFigures, flowState } from '../../src/gateway/ops/dashboard.js'
+import { fairFigures, flowState } from '../../src/gateway/ops/limit-figures.js'
 import { createMetrics } from '../../src/gateway/ops/metrics.js'
 import { disciplineOf, fairOptions, type RequestFacts } from '../../src/gateway/routes.js'
 

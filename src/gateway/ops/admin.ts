@@ -26,18 +26,16 @@ import {
 import { ANSWER_INTERVAL_MS, paced, sharedAnswer, sharedAnswers } from './shared-answer.js'
 import type { GatewayMetrics } from './metrics.js'
 import type { LiveRoute } from '../routes.js'
+import { type Access, Dashboard, type DashboardView } from './dashboard.js'
+import { dashboardFile } from './dashboard-http.js'
 import {
-  type Access,
   configuredLimit,
-  Dashboard,
-  dashboardFile,
-  type DashboardView,
   fairFigures,
   type FairStats,
   fairStats,
   flowState,
   limitInForce,
-} from './dashboard.js'
+} from './limit-figures.js'
 
 /** What the admin listener reads from the running gateway (the config and routes change on reload). */
 export interface AdminView extends DashboardView {

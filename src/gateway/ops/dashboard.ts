@@ -4,7 +4,7 @@
 // Cost: a viewer costs the data plane nothing. The data is one snapshot, made at most once a second
 // whoever asks (any number of viewers share it), and only while someone asks: its store reads are one
 // stats call per route with one bucket, and one per busy bucket (at most BUSIEST per keyed route),
-// and one per busy flow of a fair route (at most BUSIEST_FLOWS), each within READ_TIMEOUT_MS, none
+// and one per busy flow of a fair route (at most BUSIEST_FLOWS: dashboard-scores.ts), each within READ_TIMEOUT_MS, none
 // while the store is known down. Without viewers the only work is a
 // timer a second that copies this replica's own counters into the charts' history.
 // Truth: in flight and waiting come from the store (the fleet's), beside this replica's own; limits
@@ -18,14 +18,23 @@ import type { Logger as PinoLogger } from 'pino'
 import { GLOBAL_KEY } from '../../admission/keys.js'
 import type { StoreHealth } from '../../admission/store-health.js'
 import type { HistogramSeries } from '../../admission/histogram.js'
-import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
-import type { Semaphore, SemaphoreStats } from '../../primitives/semaphore.js'
+import type { SemaphoreStats } from '../../primitives/semaphore.js'
 import { PRIORITY_CLASSES, priorityName } from '../../core/fair.js'
 import { within } from '../../core/timeout.js'
 import type { ConcurrencyConfig, GatewayConfig } from '../config/index.js'
 import type { LiveRoute } from '../routes.js'
 import { DASHBOARD_ASSETS } from './dashboard-assets.js'
-import { HttpError } from './http-error.js'
+import { BusiestScores } from './dashboard-scores.js'
+import type { Change, ClassRow, DashboardData, Point, Snapshot } from './dashboard-data.js'
+import { DASHBOARD_HEADERS, dashboardFile, sinceOf } from './dashboard-http.js'
+import {
+  configuredLimit,
+  fairFigures,
+  type FairStats,
+  fairStats,
+  flowState,
+  limitInForce,
+} from './limit-figures.js'
 import type { GatewayMetrics } from './metrics.js'
 import { ANSWER_INTERVAL_MS, sharedAnswer } from './shared-answer.js'
 
@@ -37,124 +46,9 @@ const HISTORY = 300
 const RECENT_MS = 10_000
 /** Latency quantiles over this many seconds. */
 const QUANTILE_WINDOW_S = 60
-/** Busy buckets shown per keyed route, and routes shown at most. */
-const BUSIEST = 5
-/** Busiest flows listed per fair route (/limits, the dashboard). */
-export const BUSIEST_FLOWS = 10
+/** Routes shown at most. */
 const MAX_ROUTES = 50
 const MAX_CHANGES = 50
-/** A bucket's score keeps this share a second (half-life ~3 s), and a route scores this many at most. */
-const DECAY = 0.8
-const MAX_SCORED = 1000
-
-/** The page's response headers: nothing from elsewhere, no framing, no inline script or style. */
-export const DASHBOARD_HEADERS = {
-  'content-security-policy':
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-  'x-frame-options': 'DENY',
-}
-
-/** The file of the dashboard a path asks for (index.html for / and /dashboard); undefined for a path
- * that is not the dashboard's. */
-export function dashboardFile(path: string): string | undefined {
-  if (path === '/' || path === '/dashboard' || path === '/dashboard/') return 'index.html'
-  return path.startsWith('/dashboard/') ? path.slice('/dashboard/'.length) : undefined
-}
-
-/** A route's configured limit: its permits, or its adaptive limit's initial. */
-export function configuredLimit(concurrency: ConcurrencyConfig): number {
-  return concurrency.adaptive?.initial ?? concurrency.permits
-}
-
-/** The limit in force of a bucket (GET /limits's `effective`): an override, else the adaptive limit in
- * the store, else the one this replica learnt, else the configured one. */
-export function limitInForce(
-  stats: { override?: number | undefined; adaptive?: number | undefined } | undefined,
-  adaptive: AdaptiveStatus | undefined,
-  configured: number,
-): number {
-  return stats?.override ?? stats?.adaptive ?? adaptive?.limit ?? configured
-}
-
-/** One flow of a fair queue, fleet-wide. */
-export interface FlowFigures {
-  waiting: number
-  held: number
-  parked: number
-}
-
-/** What a fair queue's stats() adds to a semaphore's (the `overload` option, i38-D: its stats() and
- * flow(name)), coded against that shape: each field absent until the semaphore gives it. `flows`: the
- * flows read by name beside it. */
-export interface FairStats {
-  classes?: Record<string, { waiting: number }>
-  parked?: number
-  evicted?: Record<string, number>
-  saturated?: readonly string[]
-  mixed?: boolean
-  flows?: ReadonlyMap<string, FlowFigures>
-}
-
-/** A fair bucket's stats, and `flows` (names) each read by name (i38-D's Semaphore.flow(): a store
- * call each, at most BUSIEST_FLOWS, in parallel). */
-export async function fairStats(
-  semaphore: Semaphore,
-  flows: readonly string[],
-): Promise<SemaphoreStats & FairStats> {
-  // i38-D merges Semaphore.flow(); a semaphore without it gives no flow figures.
-  const flowOf = (semaphore as Semaphore & { flow?(name: string): Promise<FlowFigures> }).flow
-  const [stats, ...figures] = await Promise.all([
-    semaphore.stats() as Promise<SemaphoreStats & FairStats>,
-    ...(flowOf ? flows.map((flow) => flowOf.call(semaphore, flow)) : []),
-  ])
-  const read = new Map<string, FlowFigures>()
-  figures.forEach((figure, i) => read.set(flows[i] as string, figure))
-  return { ...stats, flows: read }
-}
-
-/** A class's key as people read it: its name, or p<n>. */
-const className = (key: string) => (/^\d$/.test(key) ? priorityName(Number(key)) : key)
-
-/** The fleet's figures of a fair bucket by class, as /limits and the dashboard show them. */
-export function fairFigures(stats: FairStats) {
-  const classes: Record<string, { waiting: number }> = {}
-  for (const [key, value] of Object.entries(stats.classes ?? {}))
-    classes[className(key)] = { waiting: value.waiting }
-  const evicted: Record<string, number> = {}
-  for (const [key, n] of Object.entries(stats.evicted ?? {})) evicted[className(key)] = n
-  return {
-    classes,
-    parked: stats.parked ?? null,
-    evicted,
-    saturated: (stats.saturated ?? []).map(className),
-    mixed: stats.mixed ?? null,
-  }
-}
-
-/** A flow of a fair route as /limits shows it: its share of this replica's recent requests, its
- * weight and cap from the config, and the fleet's waiting, held and parked (null: not read). */
-export function flowState(
-  concurrency: ConcurrencyConfig,
-  stats: FairStats | undefined,
-  flow: string,
-  share?: number,
-) {
-  const config = concurrency.flow
-  const own = (map: Readonly<Record<string, number>> | undefined) =>
-    map && Object.hasOwn(map, flow) ? map[flow] : undefined
-  const figures = stats?.flows?.get(flow)
-  return {
-    flow,
-    ...(share === undefined ? {} : { share }),
-    weight: own(config?.weights) ?? 1,
-    max: own(config?.maxFor) ?? (config && config.max > 0 ? config.max : null),
-    waiting: figures?.waiting ?? null,
-    held: figures?.held ?? null,
-    parked: figures?.parked ?? null,
-  }
-}
 
 /** Requests of a route waiting on this replica (every admission of it). */
 function queuedHere(live: LiveRoute): number {
@@ -183,22 +77,6 @@ export interface Access {
   note: string
 }
 
-interface Point {
-  t: number
-  local: number
-  fleet: number | null
-  queued: number | null
-  limit: number | null
-}
-
-interface Change {
-  at: number
-  route: string
-  from: number
-  to: number
-  by: string
-}
-
 export class Dashboard {
   private readonly boot = randomUUID()
   private readonly history = new Map<string, Point[]>()
@@ -207,11 +85,8 @@ export class Dashboard {
   private readonly changes: Change[] = []
   /** The limit last seen in force per route (for the changes list). */
   private readonly seen = new Map<string, number>()
-  /** Per keyed route, each bucket's requests a second, decayed (half-life ~3 s): the busiest are the
-   * top BUSIEST of it. At most MAX_SCORED buckets a route. */
-  private readonly scores = new Map<string, Map<string, number>>()
-  /** Per fair route, each flow's requests a second on this replica, decayed as the buckets' are. */
-  private readonly flowScores = new Map<string, Map<string, number>>()
+  /** The busiest buckets of each keyed route, and flows of each fair route (dashboard-scores.ts). */
+  private readonly scores = new BusiestScores()
   /** One snapshot a second whoever asks, with its serializations (one Buffer per kind of viewer,
    * shared by every response that sends it). */
   private readonly snapshot = sharedAnswer(ANSWER_INTERVAL_MS, async () => ({
@@ -318,11 +193,7 @@ export class Dashboard {
 
   /** The snapshot, with what this request may see: bucket names to who may read /limits, and each
    * route's points after `historySince` only when `recent` (null: the whole 5 minutes). */
-  private visible(
-    snapshot: Snapshot,
-    access: Access,
-    recent: boolean,
-  ): Snapshot & { access: Access & { bucketsShown: boolean }; historySince: number | null } {
+  private visible(snapshot: Snapshot, access: Access, recent: boolean): DashboardData {
     const historySince = recent ? snapshot.at - RECENT_MS : null
     const routes = snapshot.routes.map((route) => ({
       ...route,
@@ -363,9 +234,9 @@ export class Dashboard {
       this.history.set(name, points)
       if (known !== null) this.compare(name, known, live.concurrency?.adaptive ? 'adaptive limit' : 'config')
       if (live.concurrency && live.config.concurrency && isKeyed(live.config.concurrency.per))
-        this.score(name, live.admissions)
+        this.scores.score(name, live.admissions)
       const fair = live.fair ? this.view.metrics.route(name).fairSeries : undefined
-      if (fair) this.flowScores.set(name, decayed(this.flowScores.get(name), fair.takeArrivals()))
+      if (fair) this.scores.scoreFlows(name, fair.takeArrivals())
     }
     const series = new Map<string, Float64Array>()
     for (const [label, s] of this.view.metrics.waitSeconds.entries())
@@ -377,56 +248,18 @@ export class Dashboard {
     for (const name of this.history.keys())
       if (!this.view.routes().some((live) => live.config.name === name)) {
         this.history.delete(name)
-        this.scores.delete(name)
-        this.flowScores.delete(name)
+        this.scores.forget(name)
       }
   }
 
-  /** The flows of a fair route that sent this replica the most requests lately (decayed): highest
-   * first, with their share of those requests, BUSIEST_FLOWS at most. Names are request data. */
-  busiestFlows(route: string): { flow: string; share: number }[] {
-    const scores = this.flowScores.get(route)
-    if (!scores) return []
-    let total = 0
-    for (const score of scores.values()) total += score
-    return [...scores]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, BUSIEST_FLOWS)
-      .map(([flow, score]) => ({ flow, share: Math.round((score / total) * 1000) / 1000 }))
-  }
-
-  /** Decay a route's bucket scores and add the last second's requests (of every admission of it). */
-  private score(route: string, admissions: LiveRoute['admissions']): void {
-    const scores = this.scores.get(route) ?? new Map<string, number>()
-    for (const [bucket, value] of scores) {
-      const next = value * DECAY
-      if (next < 0.05) scores.delete(bucket)
-      else scores.set(bucket, next)
-    }
-    for (const admission of admissions) {
-      for (const [bucket, count] of admission.takeArrivals())
-        scores.set(bucket, (scores.get(bucket) ?? 0) + count)
-      // A bucket with requests in flight or waiting here stays listed, however long they take.
-      for (const [bucket, count] of admission.present())
-        scores.set(bucket, Math.max(scores.get(bucket) ?? 0, count))
-    }
-    if (scores.size > MAX_SCORED) {
-      const kept = [...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED)
-      scores.clear()
-      for (const [bucket, value] of kept) scores.set(bucket, value)
-    }
-    this.scores.set(route, scores)
-  }
-
-  /** The busiest buckets of a keyed route (per: tenant or ip) on this replica: highest score first,
-   * BUSIEST at most. */
+  /** The busiest buckets of a keyed route on this replica, highest first (dashboard-scores.ts). */
   busiest(route: string): string[] {
-    const scores = this.scores.get(route)
-    if (!scores) return []
-    return [...scores]
-      .sort((a, b) => b[1] - a[1])
-      .slice(0, BUSIEST)
-      .map(([bucket]) => bucket)
+    return this.scores.busiest(route)
+  }
+
+  /** The busiest flows of a fair route on this replica, with their shares (dashboard-scores.ts). */
+  busiestFlows(route: string): { flow: string; share: number }[] {
+    return this.scores.busiestFlows(route)
   }
 
   /** The fleet's figures of each route's one bucket at the last snapshot. */
@@ -533,7 +366,7 @@ export class Dashboard {
           const keyed = concurrency !== undefined && isKeyed(concurrency.per)
           const adaptive = cap?.adaptive?.status()
           let stats: (SemaphoreStats & FairStats) | undefined
-          const busiestFlows = live.fair && concurrency?.flow ? this.busiestFlows(name) : []
+          const busiestFlows = live.fair && concurrency?.flow ? this.scores.busiestFlows(name) : []
           if (concurrency && cap?.semaphoreOf && !keyed && readable) {
             const semaphore = cap.semaphoreOf(GLOBAL_KEY)
             const read = await within(
@@ -570,7 +403,7 @@ export class Dashboard {
           const buckets =
             keyed && cap?.semaphoreOf && readable
               ? await Promise.all(
-                  this.busiest(name).map(async (bucket) => {
+                  this.scores.busiest(name).map(async (bucket) => {
                     const read = await within(cap.semaphoreOf!(bucket).stats(), READ_TIMEOUT_MS)
                     if (!read.ok) unanswered++
                     const s = read.ok ? read.value : undefined
@@ -637,48 +470,6 @@ export class Dashboard {
   }
 }
 
-/** `scores` decayed by a second (the small ones dropped), plus the last second's `arrivals`; at most
- * MAX_SCORED kept, the highest. */
-function decayed(scores = new Map<string, number>(), arrivals: Map<string, number>): Map<string, number> {
-  for (const [key, value] of scores) {
-    const next = value * DECAY
-    if (next < 0.05) scores.delete(key)
-    else scores.set(key, next)
-  }
-  for (const [key, count] of arrivals) scores.set(key, (scores.get(key) ?? 0) + count)
-  if (scores.size <= MAX_SCORED) return scores
-  return new Map([...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED))
-}
-
-/** The ?since= of a data.json request: the wall-clock ms of the newest point the viewer holds
- * (undefined: none, it is sent the whole history). Any other query parameter is ignored, as on every
- * path of this listener; a since that is not a whole number of ms, or is given twice, is refused. */
-export function sinceOf(url: string): number | undefined {
-  const query = url.indexOf('?')
-  if (query < 0) return undefined
-  const values = new URLSearchParams(url.slice(query + 1)).getAll('since')
-  if (values.length === 0) return undefined
-  if (values.length > 1) throw new HttpError(400, 'since must be given once')
-  const value = values[0] as string
-  if (!/^\d{1,15}$/.test(value))
-    throw new HttpError(
-      400,
-      'since must be the whole number of ms of the last point the page holds (data.json "at")',
-    )
-  return Number(value)
-}
-
-/** A class of a fair route: the fleet's waiters (null: not read), and this replica's waiting,
- * admitted and rejected by reason (shed among them), and the fleet's evicted since it was last idle. */
-interface ClassRow {
-  class: string
-  fleetWaiting: number | null
-  waiting: number
-  admitted: number
-  rejected: Record<string, number>
-  evicted: number | null
-}
-
 /** A class's number from its name or number ('critical', 'p5', '5'). */
 function classNumber(key: string): number | undefined {
   if (/^\d$/.test(key)) return Number(key)
@@ -690,54 +481,4 @@ function classNumber(key: string): number | undefined {
 
 function isKeyed(per: string): boolean {
   return per === 'tenant' || per === 'ip'
-}
-
-interface Snapshot {
-  at: number
-  /** `boot`: this dashboard's id, new with each process (a pid repeats: 1 in every container). A page
-   * whose data comes from another process (a restart, a load balancer) starts its history again. */
-  replica: { version: string; pid: number; boot: string }
-  store: {
-    kind: string
-    up: boolean
-    /** The fleet's figures were read (false: a read timed out or failed; null: none was made). */
-    answering: boolean | null
-    downSince: number | null
-    outages: number
-    lastOutage: { from: number; ms: number | null } | null
-    latency: Record<string, { p50Ms: number | null; p99Ms: number | null; count: number }>
-  }
-  config: {
-    loadedAt: number
-    lastReload: { at: number; ok: boolean; message: string } | null
-    routes: number
-  }
-  routes: {
-    name: string
-    limited: boolean
-    settable: boolean
-    per: string | null
-    limit: {
-      configured: number | null
-      override: number | null
-      adaptive: (AdaptiveStatus & { inStore: number | null }) | null
-      effective: number
-      perBucket: boolean
-    } | null
-    fleet: { holders: number; queued: number } | null
-    local: { inFlight: number; queued: number; kept: number }
-    wait: { p50Ms: number | null; p99Ms: number | null; count: number }
-    rejected: Record<string, number>
-    history: Point[]
-    buckets: { bucket: string; holders: number | null; queued: number | null; effective: number | null }[]
-    /** While this replica admits its share of the limit in memory (outage: share; null otherwise):
-     * the share, of the configured limit, the replicas it was split between (null: never counted),
-     * and the requests admitted here in memory that are still running. */
-    outage: { share: number; of: number; replicas: number | null; inMemory: number } | null
-    /** A fair route's: by class, highest first. */
-    classes?: ClassRow[]
-    /** A fair route's busiest flows on this replica (with a `flow` config). */
-    flows?: ReturnType<typeof flowState>[]
-  }[]
-  changes: Change[]
 }

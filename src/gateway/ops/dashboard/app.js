@@ -3,8 +3,14 @@
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
 // when one is needed: kept in this page's memory only, sent only as a bearer token (no cookie, so no
 // cross-site request can borrow it).
-/* global document, window, fetch */
+// @ts-check: type-checked against the data's contract, src/gateway/ops/dashboard-data.ts
+// (tsconfig.json here; `npm run typecheck`).
+/* global document, window, fetch, HTMLTableSectionElement */
 'use strict'
+
+/** @typedef {import('../dashboard-data.js').DashboardData} Data */
+/** @typedef {Data['routes'][number]} Route */
+/** @typedef {Route['history'][number]} Point */
 
 const POLL_MS = 2000
 const REASONS = ['busy', 'timeout', 'queue_full', 'shed', 'store_unavailable']
@@ -19,6 +25,24 @@ let histories = new Map()
 let newest
 /** The process whose points the page holds (data.replica.boot). */
 let boot
+
+/** The element of `id`: index.html has every one this page asks for.
+ * @param {string} id
+ * @returns {HTMLElement} */
+function byId(id) {
+  const found = document.getElementById(id)
+  if (!found) throw new Error(`index.html has no #${id}`)
+  return found
+}
+
+/** The body of table `id`, as index.html has it.
+ * @param {string} id
+ * @returns {HTMLTableSectionElement} */
+function tbody(id) {
+  const found = document.querySelector(`#${id} tbody`)
+  if (!(found instanceof HTMLTableSectionElement)) throw new Error(`index.html has no #${id} tbody`)
+  return found
+}
 
 function el(tag, attributes, ...children) {
   const node = document.createElement(tag)
@@ -54,14 +78,14 @@ function ago(at) {
 
 /** The store's state (a live region: it speaks when the state changes, not at every poll). */
 function say(message, bad) {
-  const status = document.getElementById('status')
+  const status = byId('status')
   text(status, message)
   status.className = bad ? 'bad' : ''
 }
 
 /** The result of what the user did (its own live region: a poll never writes over it). */
 function tell(message, bad) {
-  const result = document.getElementById('result')
+  const result = byId('result')
   text(result, message)
   result.className = bad ? 'bad' : ''
 }
@@ -77,7 +101,7 @@ async function poll() {
     if (!response.ok) throw new Error(`the admin listener answered ${response.status}`)
     render(await response.json())
   } catch (error) {
-    say(`Could not read this replica's data: ${error.message}. Retrying.`, true)
+    say(`Could not read this replica's data: ${/** @type {Error} */ (error).message}. Retrying.`, true)
   } finally {
     window.setTimeout(poll, POLL_MS)
   }
@@ -85,6 +109,7 @@ async function poll() {
 
 /** Each route's whole history into data.routes: what the page held, and the points it was sent
  * (all of them when data.historySince is null; else those after it). */
+/** @param {Data} data */
 function mergeHistory(data) {
   const kept = new Map()
   let whole = true
@@ -103,13 +128,16 @@ function mergeHistory(data) {
     kept.set(route.name, route.history)
   }
   histories = kept
-  const ends = data.routes.filter((r) => r.history.length > 0).map((r) => r.history[r.history.length - 1].t)
+  const ends = data.routes
+    .filter((r) => r.history.length > 0)
+    .map((r) => /** @type {Point} */ (r.history[r.history.length - 1]).t)
   newest = whole && ends.length > 0 ? Math.max(...ends) : undefined
 }
 
+/** @param {Data} data */
 function render(data) {
   mergeHistory(data)
-  text(document.getElementById('replica'), `${data.replica.version} · pid ${data.replica.pid}`)
+  text(byId('replica'), `${data.replica.version} · pid ${data.replica.pid}`)
   const store = data.store
   say(
     store.up
@@ -119,11 +147,11 @@ function render(data) {
       : `Store ${store.kind}: DOWN since ${ago(store.downSince)}. Fleet figures are this replica's last; limits follow each route's outage policy.`,
     !store.up || store.answering === false,
   )
-  text(document.getElementById('updated'), `Updated ${new Date(data.at).toLocaleTimeString()}.`)
+  text(byId('updated'), `Updated ${new Date(data.at).toLocaleTimeString()}.`)
   access = data.access
   renderAccess()
   renderRoutes(data.routes)
-  const note = document.getElementById('routes-note')
+  const note = byId('routes-note')
   note.hidden = data.routes.length >= data.config.routes
   text(
     note,
@@ -137,11 +165,12 @@ function render(data) {
 }
 
 function renderAccess() {
-  text(document.getElementById('access-note'), access.note)
-  const form = document.getElementById('token-form')
+  text(byId('access-note'), access.note)
+  const form = byId('token-form')
   form.hidden = !access.tokenRequired
 }
 
+/** @param {Route['limit']} limit @param {Route['outage']} outage */
 function limitCell(limit, outage) {
   if (!limit) return '–'
   if (outage) {
@@ -151,6 +180,7 @@ function limitCell(limit, outage) {
   return String(limit.effective)
 }
 
+/** @param {NonNullable<Route['limit']>['adaptive']} adaptive */
 function adaptiveText(adaptive) {
   if (!adaptive) return 'off'
   const parts = [`${adaptive.limit} (${adaptive.min}–${adaptive.max})`]
@@ -161,14 +191,16 @@ function adaptiveText(adaptive) {
   return parts.join(', ')
 }
 
+/** @param {Route['rejected']} rejected */
 function rejectedText(rejected) {
   if (!rejected) return '–'
-  const parts = REASONS.filter((reason) => rejected[reason] > 0).map(
+  const parts = REASONS.filter((reason) => (rejected[reason] ?? 0) > 0).map(
     (reason) => `${reason} ${rejected[reason]}`,
   )
   return parts.length > 0 ? parts.join(', ') : 'none'
 }
 
+/** @param {Route} route @param {number} index */
 function makeRow(route, index) {
   const cells = {}
   const cell = (name, number) => (cells[name] = el('td', { class: number ? 'number' : undefined }))
@@ -226,8 +258,9 @@ function makeRow(route, index) {
   return { row, cells }
 }
 
+/** @param {Route[]} routes */
 function renderRoutes(routes) {
-  const body = document.querySelector('#routes tbody')
+  const body = tbody('routes')
   const names = routes.map((route) => route.name).join('\n')
   if (body.dataset.names !== names) {
     rows.clear()
@@ -258,14 +291,18 @@ function renderRoutes(routes) {
   }
 }
 
+/** @param {HTMLElement} cell @param {Route} route */
 function drawChart(cell, route) {
   const width = 180
   const height = 44
   const points = route.history
   const most = Math.max(1, ...points.map((p) => Math.max(p.fleet ?? p.local, p.queued ?? 0, p.limit ?? 0)))
-  const now = points.length > 0 ? points[points.length - 1].t : Date.now()
+  const now = points.length > 0 ? /** @type {Point} */ (points[points.length - 1]).t : Date.now()
   // The last 5 minutes; a replica up for less shows its first minute across the chart.
-  const span = Math.min(300_000, Math.max(60_000, points.length > 0 ? now - points[0].t : 0))
+  const span = Math.min(
+    300_000,
+    Math.max(60_000, points.length > 0 ? now - /** @type {Point} */ (points[0]).t : 0),
+  )
   const x = (t) => (width * (t - (now - span))) / span
   const y = (value) => height - 2 - ((height - 4) * value) / most
   const line = (key, fallback, className) => {
@@ -275,6 +312,7 @@ function drawChart(cell, route) {
       .join(' ')
     return svg('polyline', { points: coordinates, class: className })
   }
+  /** @type {Partial<Point>} */
   const last = points[points.length - 1] || {}
   const label = `In flight ${last.fleet ?? last.local ?? 0}, waiting ${last.queued ?? 0}, limit ${last.limit ?? '–'}; at most ${most} in the last ${Math.round(span / 60_000)} minute(s)`
   const chart = svg('svg', {
@@ -296,20 +334,21 @@ function drawChart(cell, route) {
   cell.replaceChildren(chart)
 }
 
+/** @param {Data} data */
 function renderBuckets(data) {
-  const body = document.querySelector('#buckets tbody')
+  const body = tbody('buckets')
   const buckets = data.routes.flatMap((route) =>
     (route.buckets || []).map((bucket) => ({ route: route.name, ...bucket })),
   )
   text(
-    document.getElementById('buckets-note'),
+    byId('buckets-note'),
     data.access.bucketsShown
       ? buckets.length === 0
         ? 'No per-tenant or per-address bucket was busy here in the last seconds.'
         : 'The buckets with the most requests to this replica in the last seconds (admitted, waiting or refused), with the fleet’s figures.'
       : 'Bucket names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).',
   )
-  document.getElementById('buckets').hidden = buckets.length === 0
+  byId('buckets').hidden = buckets.length === 0
   body.replaceChildren(
     ...buckets.map((bucket) =>
       el(
@@ -330,57 +369,54 @@ function figure(value) {
   return value === null || value === undefined ? '–' : String(value)
 }
 
+/** @param {Data} data */
 function renderFair(data) {
   const fair = data.routes.filter((route) => route.classes)
-  document.getElementById('fair').hidden = fair.length === 0
+  byId('fair').hidden = fair.length === 0
   const cell = (value) => el('td', { class: 'number' }, figure(value))
-  document
-    .querySelector('#classes tbody')
-    .replaceChildren(
-      ...fair.flatMap((route) =>
-        route.classes.map((row) =>
-          el(
-            'tr',
-            {},
-            el('td', {}, route.name),
-            el('th', { scope: 'row' }, row.class),
-            cell(row.fleetWaiting),
-            cell(row.waiting),
-            cell(row.admitted),
-            cell(row.rejected.shed ?? 0),
-            cell(row.rejected.timeout ?? 0),
-            cell(row.evicted),
-          ),
+  tbody('classes').replaceChildren(
+    ...fair.flatMap((route) =>
+      (route.classes ?? []).map((row) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, route.name),
+          el('th', { scope: 'row' }, row.class),
+          cell(row.fleetWaiting),
+          cell(row.waiting),
+          cell(row.admitted),
+          cell(row.rejected.shed ?? 0),
+          cell(row.rejected.timeout ?? 0),
+          cell(row.evicted),
         ),
       ),
-    )
+    ),
+  )
   const flows = fair.flatMap((route) => (route.flows || []).map((flow) => ({ route: route.name, ...flow })))
   text(
-    document.getElementById('flows-note'),
+    byId('flows-note'),
     !data.access.bucketsShown
       ? 'Flow names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).'
       : flows.length === 0
         ? 'No flow sent this replica requests in the last seconds.'
         : 'The flows with the most requests to this replica in the last seconds, with their weight, cap and the fleet’s figures.',
   )
-  document.getElementById('flows').hidden = flows.length === 0
-  document
-    .querySelector('#flows tbody')
-    .replaceChildren(
-      ...flows.map((flow) =>
-        el(
-          'tr',
-          {},
-          el('td', {}, flow.route),
-          el('th', { scope: 'row' }, flow.flow),
-          el('td', { class: 'number' }, `${Math.round(flow.share * 100)} %`),
-          cell(flow.weight),
-          cell(flow.max),
-          cell(flow.waiting),
-          cell(flow.held),
-        ),
+  byId('flows').hidden = flows.length === 0
+  tbody('flows').replaceChildren(
+    ...flows.map((flow) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, flow.route),
+        el('th', { scope: 'row' }, flow.flow),
+        el('td', { class: 'number' }, `${Math.round((flow.share ?? 0) * 100)} %`),
+        cell(flow.weight),
+        cell(flow.max),
+        cell(flow.waiting),
+        cell(flow.held),
       ),
-    )
+    ),
+  )
 }
 
 function pairs(body, entries) {
@@ -389,12 +425,13 @@ function pairs(body, entries) {
   )
 }
 
+/** @param {Data['store']} store */
 function renderStore(store) {
   const latency = Object.entries(store.latency || {})
     .filter(([, l]) => l.count > 0)
     .map(([call, l]) => `${call} ${ms(l.p50Ms)} / ${ms(l.p99Ms)}`)
     .join('; ')
-  pairs(document.querySelector('#store tbody'), [
+  pairs(tbody('store'), [
     ['Kind', store.kind],
     ['State', store.up ? 'up' : `down since ${ago(store.downSince)}`],
     ['Outages since this replica started', String(store.outages)],
@@ -408,9 +445,10 @@ function renderStore(store) {
   ])
 }
 
+/** @param {Data['config']} config */
 function renderConfig(config) {
   const last = config.lastReload
-  pairs(document.querySelector('#config tbody'), [
+  pairs(tbody('config'), [
     ['Loaded', ago(config.loadedAt)],
     [
       'Last reload',
@@ -422,8 +460,9 @@ function renderConfig(config) {
   ])
 }
 
+/** @param {Data['changes']} changes */
 function renderChanges(changes) {
-  const body = document.querySelector('#changes tbody')
+  const body = tbody('changes')
   body.replaceChildren(
     ...(changes.length === 0
       ? [el('tr', {}, el('td', { colspan: 5 }, 'No change seen since this replica started.'))]
@@ -446,6 +485,7 @@ function canWrite() {
 }
 
 async function change(route, method, permits) {
+  /** @type {Record<string, string>} */
   const headers = {}
   if (method === 'PUT') headers['content-type'] = 'application/json'
   if (token) headers.authorization = `Bearer ${token}`
@@ -465,13 +505,13 @@ async function change(route, method, permits) {
       false,
     )
   } catch (error) {
-    tell(`${route}: ${error.message}`, true)
+    tell(`${route}: ${/** @type {Error} */ (error).message}`, true)
   }
 }
 
-document.getElementById('token-form').addEventListener('submit', (event) => {
+byId('token-form').addEventListener('submit', (event) => {
   event.preventDefault()
-  const input = document.getElementById('token')
+  const input = /** @type {HTMLInputElement} */ (byId('token'))
   token = input.value.trim()
   input.value = ''
   tell(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)

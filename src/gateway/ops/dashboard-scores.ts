@@ -1,0 +1,90 @@
+// Which buckets of a keyed route, and which flows of a fair route, this replica sees most of lately:
+// requests a second, decayed (half-life ~3 s), bounded per route. The dashboard lists the busiest and
+// reads the fleet's figures of those only; /limits lists them too.
+import type { LiveRoute } from '../routes.js'
+
+/** Busy buckets shown per keyed route. */
+const BUSIEST = 5
+/** Busiest flows listed per fair route (/limits, the dashboard). */
+export const BUSIEST_FLOWS = 10
+/** A score keeps this share a second (half-life ~3 s), and a route scores this many at most. */
+const DECAY = 0.8
+const MAX_SCORED = 1000
+
+export class BusiestScores {
+  /** Per keyed route, each bucket's score. */
+  private readonly buckets = new Map<string, Map<string, number>>()
+  /** Per fair route, each flow's score. */
+  private readonly flows = new Map<string, Map<string, number>>()
+
+  /** Decay a fair route's flow scores and add the last second's `arrivals`. */
+  scoreFlows(route: string, arrivals: Map<string, number>): void {
+    this.flows.set(route, decayed(this.flows.get(route), arrivals))
+  }
+
+  /** A route gone from the config: its scores go too. */
+  forget(route: string): void {
+    this.buckets.delete(route)
+    this.flows.delete(route)
+  }
+
+  /** The flows of a fair route that sent this replica the most requests lately (decayed): highest
+   * first, with their share of those requests, BUSIEST_FLOWS at most. Names are request data. */
+  busiestFlows(route: string): { flow: string; share: number }[] {
+    const scores = this.flows.get(route)
+    if (!scores) return []
+    let total = 0
+    for (const score of scores.values()) total += score
+    return [...scores]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, BUSIEST_FLOWS)
+      .map(([flow, score]) => ({ flow, share: Math.round((score / total) * 1000) / 1000 }))
+  }
+
+  /** Decay a route's bucket scores and add the last second's requests (of every admission of it). */
+  score(route: string, admissions: LiveRoute['admissions']): void {
+    const scores = this.buckets.get(route) ?? new Map<string, number>()
+    for (const [bucket, value] of scores) {
+      const next = value * DECAY
+      if (next < 0.05) scores.delete(bucket)
+      else scores.set(bucket, next)
+    }
+    for (const admission of admissions) {
+      for (const [bucket, count] of admission.takeArrivals())
+        scores.set(bucket, (scores.get(bucket) ?? 0) + count)
+      // A bucket with requests in flight or waiting here stays listed, however long they take.
+      for (const [bucket, count] of admission.present())
+        scores.set(bucket, Math.max(scores.get(bucket) ?? 0, count))
+    }
+    if (scores.size > MAX_SCORED) {
+      const kept = [...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED)
+      scores.clear()
+      for (const [bucket, value] of kept) scores.set(bucket, value)
+    }
+    this.buckets.set(route, scores)
+  }
+
+  /** The busiest buckets of a keyed route (per: tenant or ip) on this replica: highest score first,
+   * BUSIEST at most. */
+  busiest(route: string): string[] {
+    const scores = this.buckets.get(route)
+    if (!scores) return []
+    return [...scores]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, BUSIEST)
+      .map(([bucket]) => bucket)
+  }
+}
+
+/** `scores` decayed by a second (the small ones dropped), plus the last second's `arrivals`; at most
+ * MAX_SCORED kept, the highest. */
+function decayed(scores = new Map<string, number>(), arrivals: Map<string, number>): Map<string, number> {
+  for (const [key, value] of scores) {
+    const next = value * DECAY
+    if (next < 0.05) scores.delete(key)
+    else scores.set(key, next)
+  }
+  for (const [key, count] of arrivals) scores.set(key, (scores.get(key) ?? 0) + count)
+  if (scores.size <= MAX_SCORED) return scores
+  return new Map([...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED))
+}
