@@ -5,7 +5,7 @@
 export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: string; body: string }>> = {
   'index.html': {
     type: 'text/html; charset=utf-8',
-    etag: '"dvH-aBsvRMDABN1V"',
+    etag: '"Bbbd9BBAUfIBaR0i"',
     body: `<!doctype html>
 <html lang="en">
   <head>
@@ -50,17 +50,20 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
                 <th scope="col">Wait p50 / p99</th>
                 <th scope="col">Rejected</th>
                 <th scope="col">Kept</th>
-                <th scope="col">Last minutes</th>
                 <th scope="col">Set the limit</th>
               </tr>
             </thead>
             <tbody></tbody>
           </table>
         </div>
+      </section>
+      <section aria-labelledby="charts-title">
+        <h2 id="charts-title">Last 5 minutes</h2>
         <p class="legend">
-          <span class="key fleet"></span> in flight (fleet) <span class="key waiting"></span> waiting (fleet)
-          <span class="key limit"></span> limit in force
+          <span class="key fleet"></span> in flight (fleet; this replica's where the fleet's is not read)
+          <span class="key waiting"></span> waiting <span class="key limit"></span> limit in force
         </p>
+        <div id="charts" class="charts"></div>
       </section>
       <section aria-labelledby="buckets-title">
         <h2 id="buckets-title">Busiest buckets</h2>
@@ -181,7 +184,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"Ryb6eEXAQSQe5H1y"',
+    etag: '"c-r-J8NWww934zeK"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -389,7 +392,6 @@ function makeRow(route, index) {
   const cells = {}
   const cell = (name, number) => (cells[name] = el('td', { class: number ? 'number' : undefined }))
   const heading = el('th', { scope: 'row' }, route.name)
-  const chart = el('td')
   const control = el('td')
   const row = el(
     'tr',
@@ -406,7 +408,6 @@ function makeRow(route, index) {
     cell('wait'),
     cell('rejected'),
     cell('kept', true),
-    chart,
     control,
   )
   if (route.settable) {
@@ -438,7 +439,7 @@ function makeRow(route, index) {
   } else {
     control.textContent = route.limited ? 'per bucket: /limits' : 'not limited'
   }
-  cells.chart = chart
+  cells.chart = el('figure', { class: 'chart' }, el('figcaption', {}, route.name))
   return { row, cells }
 }
 
@@ -449,10 +450,13 @@ function renderRoutes(routes) {
   if (body.dataset.names !== names) {
     rows.clear()
     body.replaceChildren()
+    const charts = byId('charts')
+    charts.replaceChildren()
     routes.forEach((route, index) => {
       const made = makeRow(route, index)
       rows.set(route.name, made)
       body.append(made.row)
+      charts.append(made.cells.chart)
     })
     body.dataset.names = names
   }
@@ -475,20 +479,30 @@ function renderRoutes(routes) {
   }
 }
 
-/** @param {HTMLElement} cell @param {Route} route */
-function drawChart(cell, route) {
-  const width = 180
-  const height = 44
+/** A route's last minutes in \`figure\` (after its caption): in flight, waiting and the limit in force,
+ * one point a second, with a scale on each axis.
+ * @param {HTMLElement} figure @param {Route} route */
+function drawChart(figure, route) {
+  const width = 520
+  const height = 170
+  const left = 40
+  const right = 10
+  const top = 10
+  const bottom = 24
   const points = route.history
-  const most = Math.max(1, ...points.map((p) => Math.max(p.fleet ?? p.local, p.queued ?? 0, p.limit ?? 0)))
+  const peak = Math.max(1, ...points.map((p) => Math.max(p.fleet ?? p.local, p.queued ?? 0, p.limit ?? 0)))
+  // A scale of round steps: 1, 2 or 5 times a power of ten, at most 4 steps up to the peak.
+  const power = 10 ** Math.floor(Math.log10(peak / 4))
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s * 4 >= peak) ?? power * 10
+  const most = Math.max(step, Math.ceil(peak / step) * step)
   const now = points.length > 0 ? /** @type {Point} */ (points[points.length - 1]).t : Date.now()
   // The last 5 minutes; a replica up for less shows its first minute across the chart.
   const span = Math.min(
     300_000,
     Math.max(60_000, points.length > 0 ? now - /** @type {Point} */ (points[0]).t : 0),
   )
-  const x = (t) => (width * (t - (now - span))) / span
-  const y = (value) => height - 2 - ((height - 4) * value) / most
+  const x = (t) => left + ((width - left - right) * (t - (now - span))) / span
+  const y = (value) => height - bottom - ((height - top - bottom) * value) / most
   const line = (key, fallback, className) => {
     const coordinates = points
       .filter((p) => (p[key] ?? p[fallback]) !== null && (p[key] ?? p[fallback]) !== undefined)
@@ -496,26 +510,46 @@ function drawChart(cell, route) {
       .join(' ')
     return svg('polyline', { points: coordinates, class: className })
   }
+  /** @param {number} atX @param {number} atY @param {string} value @param {string} anchor */
+  const label = (atX, atY, value, anchor) => {
+    const node = svg('text', { x: atX, y: atY, 'text-anchor': anchor, class: 'axis' })
+    node.textContent = value
+    return node
+  }
+  const marks = []
+  for (let value = 0; value <= most; value += step) {
+    marks.push(svg('line', { x1: left, x2: width - right, y1: y(value), y2: y(value), class: 'grid' }))
+    marks.push(label(left - 6, y(value) + 4, String(value), 'end'))
+  }
+  const minutes = span / 60_000
+  for (const ago of [minutes, minutes / 2, 0]) {
+    const atX = x(now - ago * 60_000)
+    marks.push(svg('line', { x1: atX, x2: atX, y1: top, y2: height - bottom, class: 'grid' }))
+    const text = ago === 0 ? 'now' : \`−\${Number.isInteger(ago) ? ago : ago.toFixed(1)} min\`
+    marks.push(label(atX, height - 6, text, ago === minutes ? 'start' : ago === 0 ? 'end' : 'middle'))
+  }
   /** @type {Partial<Point>} */
   const last = points[points.length - 1] || {}
-  const label = \`In flight \${last.fleet ?? last.local ?? 0}, waiting \${last.queued ?? 0}, limit \${last.limit ?? '–'}; at most \${most} in the last \${Math.round(span / 60_000)} minute(s)\`
+  const summary = \`\${route.name}: in flight \${last.fleet ?? last.local ?? 0}, waiting \${last.queued ?? 0}, limit \${last.limit ?? '–'}; at most \${peak} in the last \${Math.round(span / 60_000)} minute(s)\`
   const chart = svg('svg', {
     class: 'chart',
     width,
     height,
     viewBox: \`0 0 \${width} \${height}\`,
     role: 'img',
-    'aria-label': label,
+    'aria-label': summary,
   })
   const title = svg('title')
-  title.textContent = label
+  title.textContent = summary
   chart.append(
     title,
+    ...marks,
     line('limit', 'limit', 'limit'),
     line('queued', 'queued', 'waiting'),
     line('fleet', 'local', 'fleet'),
   )
-  cell.replaceChildren(chart)
+  const caption = figure.firstElementChild
+  figure.replaceChildren(...(caption ? [caption] : []), chart)
 }
 
 /** @param {Data} data */
@@ -708,7 +742,7 @@ void poll()
   },
   'app.css': {
     type: 'text/css; charset=utf-8',
-    etag: '"B3k-cyuT4M_R9iiU"',
+    etag: '"yfa6fP_KxtgOtMyz"',
     body: `/* tollgate's dashboard: system fonts, no external resource (the admin listener's CSP allows none).
    Text colours pass WCAG AA against their backgrounds (contrast 4.5:1 or more). */
 :root {
@@ -830,6 +864,29 @@ button:disabled {
 }
 svg.chart {
   display: block;
+  width: 100%;
+  height: auto;
+}
+.charts {
+  display: grid;
+  grid-template-columns: repeat(auto-fill, minmax(26rem, 1fr));
+  gap: 1rem;
+}
+figure.chart {
+  margin: 0;
+  border: 1px solid var(--line);
+  padding: 0.4rem 0.6rem;
+}
+figure.chart figcaption {
+  font-weight: 600;
+}
+svg.chart .grid {
+  stroke: var(--line);
+  stroke-width: 1;
+}
+svg.chart .axis {
+  fill: var(--muted);
+  font-size: 13px;
 }
 svg.chart .fleet {
   stroke: var(--fleet);
