@@ -55,7 +55,7 @@ export interface Exchange {
   bytesIn: number
   /** The client connection's bytesWritten when the request arrived. */
   bytesOutBefore: number
-  /** The config the request was understood under (undefined: answered before that). */
+  /** The config the request was routed under (undefined: answered before that). */
   config: GatewayConfig | undefined
   /** The request being forwarded upstream, once it is. */
   forward: Forwarded | undefined
@@ -126,10 +126,10 @@ export function newExchange(route: LiveRoute | undefined, req: ClientRequest): E
   }
 }
 
-/** A request understood: what routing and admission see, and the parts of its canonical target. */
-export interface Understood {
+/** A request routed: what routing and admission see, and the parts of its canonical target. */
+export interface RoutedRequest {
   ok: true
-  /** The config this request was understood under: the rest of its life reads this one, not a
+  /** The config this request was routed under: the rest of its life reads this one, not a
    * config a reload swapped in meanwhile. */
   config: GatewayConfig
   facts: RequestFacts
@@ -143,7 +143,7 @@ export interface Understood {
 }
 
 /** A request the gateway answers at once (400, or 200 for OPTIONS *). */
-export interface Misunderstood {
+export interface AnsweredAtOnce {
   ok: false
   status: number
   reason: string
@@ -151,7 +151,7 @@ export interface Misunderstood {
 }
 
 /** The request as admission and routing see it, or the status to answer at once. */
-export function understand(ctx: GatewayContext, req: ClientRequest): Understood | Misunderstood {
+export function routeRequest(ctx: GatewayContext, req: ClientRequest): RoutedRequest | AnsweredAtOnce {
   const method = req.method ?? 'GET'
   // RFC 9112 §3.2: a request with more than one Host field line is answered 400.
   if (countHeader(req.rawHeaders, 'host') > 1) return { ok: false, status: 400, reason: 'duplicate_host' }

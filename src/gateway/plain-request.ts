@@ -1,4 +1,4 @@
-// One plain HTTP request (an Upgrade is websocket.ts's): understand, bound the body, admit, forward,
+// One plain HTTP request (an Upgrade is websocket.ts's): route, bound the body, admit, forward,
 // release once on close. Both front ends (Node's http.Server and the lean one) hand theirs here.
 import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
@@ -16,8 +16,8 @@ import {
   reply,
   round,
   sendMsOf,
-  type Understood,
-  understand,
+  type RoutedRequest,
+  routeRequest,
   upstreamEnded,
 } from './exchange.js'
 import type { Outgoing, UpstreamError, WebOptions } from './http/proxy.js'
@@ -35,13 +35,13 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   ctx.active++
   // The request bound counts from here: its headers have arrived (Node bounds those, headersTimeout).
   const deadlineBase = Date.now()
-  const understood = understand(ctx, req)
-  const route = understood.ok ? understood.route : undefined
+  const routed = routeRequest(ctx, req)
+  const route = routed.ok ? routed.route : undefined
   const exchange = newExchange(route, req)
   exchange.trace = startRequestSpan(req, route?.config.name)
-  if (understood.ok) {
-    exchange.config = understood.config
-    exchange.client = understood.facts.clientAddress
+  if (routed.ok) {
+    exchange.config = routed.config
+    exchange.client = routed.facts.clientAddress
   }
   // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
   // an admitted request are released exactly once, whatever ends the response.
@@ -65,16 +65,16 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   // connection that closes meanwhile ends it, since its response would never emit 'close'.
   if (!res.socket) forgetClose = whenConnectionCloses(req, end)
   if (ctx.draining) res.setHeader('connection', 'close')
-  if (!understood.ok) {
-    if (understood.status === 200) return reply(res, sendMsOf(ctx, exchange), 200, '', understood.headers)
-    return refuse(ctx, res, exchange, understood.status, understood.reason)
+  if (!routed.ok) {
+    if (routed.status === 200) return reply(res, sendMsOf(ctx, exchange), 200, '', routed.headers)
+    return refuse(ctx, res, exchange, routed.status, routed.reason)
   }
   if (!route) return refuse(ctx, res, exchange, 404, 'no_route')
-  if (res.socket) return start(ctx, req, res, exchange, understood, gone, deadlineBase)
+  if (res.socket) return start(ctx, req, res, exchange, routed, gone, deadlineBase)
   // Waiting behind others, it takes nothing until its response owns the connection (then its
   // timeouts can act on it).
   res.once('socket', () => {
-    if (!ended) start(ctx, req, res, exchange, understood, gone, deadlineBase)
+    if (!ended) start(ctx, req, res, exchange, routed, gone, deadlineBase)
   })
 }
 
@@ -84,12 +84,12 @@ function start(
   req: ClientRequest,
   res: ClientResponse,
   exchange: Exchange,
-  understood: Understood,
+  routed: RoutedRequest,
   gone: AbortFlag | undefined,
   deadlineBase: number,
 ): void {
   try {
-    inSpan(exchange.trace, () => serve(ctx, req, res, exchange, understood, gone, deadlineBase))?.catch(
+    inSpan(exchange.trace, () => serve(ctx, req, res, exchange, routed, gone, deadlineBase))?.catch(
       (error: unknown) => failed(ctx, res, exchange, error),
     )
   } catch (error) {
@@ -139,11 +139,11 @@ function serve(
   req: ClientRequest,
   res: ClientResponse,
   exchange: Exchange,
-  understood: Understood,
+  routed: RoutedRequest,
   gone: AbortFlag | undefined,
   deadlineBase: number,
 ): Promise<void> | undefined {
-  const route = understood.route!
+  const route = routed.route!
   const timeouts = route.config.timeouts
   const deadline = deadlineBase + timeouts.requestMs
   // As Node reads it (checkContinue); never for HTTP/1.0, which has no 100 (RFC 9110 §10.1.1).
@@ -151,7 +151,7 @@ function serve(
   const length = req.headers['content-length']
   const declared = length === undefined ? undefined : Number(length)
   const coding = req.headers['transfer-encoding']
-  // Only chunked is understood: another coding would reach the upstream unlabelled (nginx: 501).
+  // Only chunked is routed: another coding would reach the upstream unlabelled (nginx: 501).
   if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked')
     return refuse(ctx, res, exchange, 501, 'transfer_coding')
   const hasBody = coding !== undefined || (declared !== undefined && declared > 0)
@@ -171,7 +171,7 @@ function serve(
         if (read === 'too_large') return refuse(ctx, res, exchange, 413, 'too_large')
         sending.body = read
         sending.contentLength = read.length
-        return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
+        return admitAndForward(ctx, req, res, exchange, routed, gone, sending)
       },
       (error: unknown) => {
         if (error instanceof ClientBodyTimeout) return refuse(ctx, res, exchange, 408, 'body_timeout')
@@ -188,7 +188,7 @@ function serve(
     exchange.bodyStreamed = true
     incoming.once('end', () => (exchange.bodyEndedAt = performance.now()))
   }
-  return admitAndForward(ctx, req, res, exchange, understood, gone, sending)
+  return admitAndForward(ctx, req, res, exchange, routed, gone, sending)
 }
 
 /** A request with a body is Node's: the lean front end hands those to http.Server (lean/front-end.ts). */
@@ -211,15 +211,15 @@ function admitAndForward(
   req: ClientRequest,
   res: ClientResponse,
   exchange: Exchange,
-  understood: Understood,
+  routed: RoutedRequest,
   gone: AbortFlag | undefined,
   sending: Sending,
 ): Promise<void> | undefined {
-  if (!gone) return forward(ctx, req, res, exchange, understood, sending, undefined, {})
-  const chain = admitChain(ctx, understood.facts, exchange, gone, () => res.destroy())
+  if (!gone) return forward(ctx, req, res, exchange, routed, sending, undefined, {})
+  const chain = admitChain(ctx, routed.facts, exchange, gone, () => res.destroy())
   if (chain instanceof Promise)
-    return chain.then((result) => admitted(ctx, req, res, exchange, understood, sending, result))
-  return admitted(ctx, req, res, exchange, understood, sending, chain)
+    return chain.then((result) => admitted(ctx, req, res, exchange, routed, sending, result))
+  return admitted(ctx, req, res, exchange, routed, sending, chain)
 }
 
 function admitted(
@@ -227,7 +227,7 @@ function admitted(
   req: ClientRequest,
   res: ClientResponse,
   exchange: Exchange,
-  understood: Understood,
+  routed: RoutedRequest,
   sending: Sending,
   result: ChainResult,
 ): undefined {
@@ -244,7 +244,7 @@ function admitted(
     boundSend(res, sendMsOf(ctx, exchange))
     return
   }
-  return forward(ctx, req, res, exchange, understood, sending, result.fencingToken, result.headers)
+  return forward(ctx, req, res, exchange, routed, sending, result.fencingToken, result.headers)
 }
 
 function forward(
@@ -252,12 +252,12 @@ function forward(
   req: ClientRequest,
   res: ClientResponse,
   exchange: Exchange,
-  understood: Understood,
+  routed: RoutedRequest,
   sending: Sending,
   fencingToken: number | undefined,
   policy: Record<string, string>,
 ): undefined {
-  const route = understood.route!
+  const route = routed.route!
   // Sent back too (where the upstream sends none), and on the gateway's own 502/504.
   policy['x-request-id'] = exchange.requestId
   // Only now, admitted: a client that waits for it sends its body only when it will be used.
@@ -266,7 +266,7 @@ function forward(
     ctx,
     req,
     route,
-    understood,
+    routed,
     fencingToken,
     sending.body,
     sending.contentLength,

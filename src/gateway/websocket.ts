@@ -6,7 +6,7 @@ import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
 import type { Duplex } from 'node:stream'
 import type { GatewayContext } from './context.js'
-import { admitChain, type ChainResult, newExchange, outgoing, release, understand } from './exchange.js'
+import { admitChain, type ChainResult, newExchange, outgoing, release, routeRequest } from './exchange.js'
 
 const RESPONSE_CLOSED = new Error('response closed')
 
@@ -17,11 +17,11 @@ export function handleUpgrade(
   head: Buffer,
 ): void {
   socket.on('error', () => {})
-  const understood = understand(ctx, req)
-  const route = understood.ok ? understood.route : undefined
-  if (!understood.ok || !route || ctx.draining) {
-    const status = !understood.ok ? 400 : !route ? 404 : 503
-    ctx.metrics.refused.inc({ reason: !understood.ok ? understood.reason : !route ? 'no_route' : 'draining' })
+  const routed = routeRequest(ctx, req)
+  const route = routed.ok ? routed.route : undefined
+  if (!routed.ok || !route || ctx.draining) {
+    const status = !routed.ok ? 400 : !route ? 404 : 503
+    ctx.metrics.refused.inc({ reason: !routed.ok ? routed.reason : !route ? 'no_route' : 'draining' })
     // Destroyed once written: a half-closed socket would keep server.close() waiting forever.
     socket.end(rawResponse(status), () => socket.destroy())
     return
@@ -40,7 +40,7 @@ export function handleUpgrade(
   const name = route.config.name
   // A synchronous throw (a bug) must reach the handler below like a rejection does, not the process.
   void new Promise<ChainResult>((resolve) =>
-    resolve(admitChain(ctx, understood.facts, exchange, gone, () => socket.destroy())),
+    resolve(admitChain(ctx, routed.facts, exchange, gone, () => socket.destroy())),
   ).then(
     (result) => {
       if (result.outcome === 'gone') return
@@ -53,7 +53,7 @@ export function handleUpgrade(
         ctx,
         req,
         route,
-        understood,
+        routed,
         result.fencingToken,
         null,
         undefined,
