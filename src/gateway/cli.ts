@@ -1,6 +1,7 @@
 // The command line: flags + config file -> a running gateway, the one "listening" line on stdout, a
 // graceful shutdown on SIGTERM/SIGINT. Exit codes: 0 clean shutdown, 2 bad flags or config, 1 other.
 import { ConfigError } from '../core/errors.js'
+import { within } from '../core/timeout.js'
 import { type Stats, unwatchFile, watchFile } from 'node:fs'
 import { type GatewayConfigError, type GatewayFlags, loadConfig, parseFlags, USAGE } from './config/index.js'
 import { startTracing, type Tracing } from './ops/tracing.js'
@@ -104,13 +105,7 @@ let tracing: Tracing | undefined
 async function endTracing(): Promise<void> {
   const ending = tracing?.shutdown()
   tracing = undefined
-  if (!ending) return
-  let timer: NodeJS.Timeout | undefined
-  await Promise.race([
-    ending.catch(() => {}),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, EXIT_FLUSH_MS))),
-  ])
-  clearTimeout(timer)
+  if (ending) await within(ending, EXIT_FLUSH_MS)
 }
 
 /** The bin: start, then shut down gracefully on the first SIGTERM/SIGINT (a second one exits at once). */

@@ -19,7 +19,12 @@ export class BusiestScores {
 
   /** Decay a fair route's flow scores and add the last second's `arrivals`. */
   scoreFlows(route: string, arrivals: Map<string, number>): void {
-    this.flows.set(route, decayed(this.flows.get(route), arrivals))
+    this.flows.set(
+      route,
+      decayed(this.flows.get(route), (scores) => {
+        for (const [flow, count] of arrivals) scores.set(flow, (scores.get(flow) ?? 0) + count)
+      }),
+    )
   }
 
   /** A route gone from the config: its scores go too. */
@@ -43,25 +48,18 @@ export class BusiestScores {
 
   /** Decay a route's bucket scores and add the last second's requests (of every admission of it). */
   score(route: string, admissions: LiveRoute['admissions']): void {
-    const scores = this.buckets.get(route) ?? new Map<string, number>()
-    for (const [bucket, value] of scores) {
-      const next = value * DECAY
-      if (next < 0.05) scores.delete(bucket)
-      else scores.set(bucket, next)
-    }
-    for (const admission of admissions) {
-      for (const [bucket, count] of admission.takeArrivals())
-        scores.set(bucket, (scores.get(bucket) ?? 0) + count)
-      // A bucket with requests in flight or waiting here stays listed, however long they take.
-      for (const [bucket, count] of admission.present())
-        scores.set(bucket, Math.max(scores.get(bucket) ?? 0, count))
-    }
-    if (scores.size > MAX_SCORED) {
-      const kept = [...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED)
-      scores.clear()
-      for (const [bucket, value] of kept) scores.set(bucket, value)
-    }
-    this.buckets.set(route, scores)
+    this.buckets.set(
+      route,
+      decayed(this.buckets.get(route), (scores) => {
+        for (const admission of admissions) {
+          for (const [bucket, count] of admission.takeArrivals())
+            scores.set(bucket, (scores.get(bucket) ?? 0) + count)
+          // A bucket with requests in flight or waiting here stays listed, however long they take.
+          for (const [bucket, count] of admission.present())
+            scores.set(bucket, Math.max(scores.get(bucket) ?? 0, count))
+        }
+      }),
+    )
   }
 
   /** The busiest buckets of a keyed route (per: tenant or ip) on this replica: highest score first,
@@ -76,15 +74,18 @@ export class BusiestScores {
   }
 }
 
-/** `scores` decayed by a second (the small ones dropped), plus the last second's `arrivals`; at most
- * MAX_SCORED kept, the highest. */
-function decayed(scores = new Map<string, number>(), arrivals: Map<string, number>): Map<string, number> {
+/** `scores` decayed by a second (the small ones dropped), then given the last second's (`add`); at
+ * most MAX_SCORED kept, the highest. */
+function decayed(
+  scores = new Map<string, number>(),
+  add: (scores: Map<string, number>) => void,
+): Map<string, number> {
   for (const [key, value] of scores) {
     const next = value * DECAY
     if (next < 0.05) scores.delete(key)
     else scores.set(key, next)
   }
-  for (const [key, count] of arrivals) scores.set(key, (scores.get(key) ?? 0) + count)
+  add(scores)
   if (scores.size <= MAX_SCORED) return scores
   return new Map([...scores].sort((a, b) => b[1] - a[1]).slice(0, MAX_SCORED))
 }
