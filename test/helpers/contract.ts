@@ -4,7 +4,7 @@ import { Cluster, type Redis } from 'ioredis'
 import { afterEach, beforeEach, describe } from 'vitest'
 import type { KeySpace } from '../../src/core/keys.js'
 import { createMemoryStore, createRedisStore, type Store } from '../../src/index.js'
-import { NODE_REDIS, nodeRedisClient, nodeRedisCluster } from './node-redis.js'
+import { NODE_REDIS, nodeRedisOf } from './node-redis.js'
 import { connectCluster, connectStandalone, uniquePrefix } from './redis.js'
 
 export type StoreKind = 'standalone' | 'cluster' | 'memory'
@@ -34,7 +34,7 @@ export function storeFor(
   if (kind === 'memory') return { store: createMemoryStore({ prefix }), client: undefined }
   const client = kind === 'standalone' ? connectStandalone() : connectCluster()
   if (!NODE_REDIS) return { store: createRedisStore(client, { prefix }), client }
-  const own = kind === 'standalone' ? nodeRedisClient() : nodeRedisCluster()
+  const own = nodeRedisOf(kind)
   return { store: createRedisStore(own, { prefix }), client }
 }
 

@@ -4,6 +4,7 @@
 // node-redis client instead of an ioredis one (`npm run test:node-redis`, which CI runs too).
 import { createClient, createCluster } from 'redis'
 import { afterAll } from 'vitest'
+import { within } from '../../src/core/timeout.js'
 import type { RedisEndpoint } from './redis-server.js'
 import { topology } from './redis.js'
 
@@ -38,12 +39,7 @@ export async function closeNodeRedis(client: Closable): Promise<void> {
       // closed meanwhile
     }
   }
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<void>((resolve) => {
-    timer = setTimeout(() => resolve(destroy()), 1000)
-  })
-  await Promise.race([client.close().catch(destroy), late])
-  clearTimeout(timer)
+  if (!(await within(client.close(), 1000)).ok) destroy()
 }
 
 /** A node-redis client of `endpoint`, connecting (commands wait for the connection); closed after
@@ -83,4 +79,9 @@ export function nodeRedisCluster(
   clients.add(cluster)
   void cluster.connect().catch(() => {})
   return cluster
+}
+
+/** A node-redis client of the test topology's standalone server, or a cluster client of its Cluster. */
+export function nodeRedisOf(kind: 'standalone' | 'cluster'): NodeRedisClient | NodeRedisCluster {
+  return kind === 'standalone' ? nodeRedisClient() : nodeRedisCluster()
 }

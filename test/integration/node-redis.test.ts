@@ -18,7 +18,7 @@ import {
 } from '../../src/index.js'
 import { eventually } from '../helpers/contract.js'
 import { type FaultProxy, startFaultProxy } from '../helpers/fault-proxy.js'
-import { closeNodeRedis, nodeRedisClient, nodeRedisCluster } from '../helpers/node-redis.js'
+import { closeNodeRedis, nodeRedisClient, nodeRedisOf } from '../helpers/node-redis.js'
 import { connectCluster, connectStandalone, connectTo, uniquePrefix } from '../helpers/redis.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 
@@ -48,7 +48,7 @@ async function commandCalls(admin: Redis, command: string): Promise<number> {
 
 for (const kind of ['standalone', 'cluster'] as const) {
   describe(`a node-redis ${kind === 'standalone' ? 'client' : 'cluster'}`, () => {
-    const client = () => (kind === 'standalone' ? nodeRedisClient() : nodeRedisCluster())
+    const client = () => nodeRedisOf(kind)
     const inspector = () => (kind === 'standalone' ? connectStandalone() : connectCluster())
 
     it('G1 G7: one holder at a time, fences that increase, the queue served in order', async () => {

@@ -12,7 +12,7 @@ import { parseMessage } from '../../src/core/protocol/store.js'
 import { fairKeys } from '../../src/core/redis/call-keys.js'
 import { scriptArg, scriptSource } from '../../src/core/redis/scripts.js'
 import { createRedisStore } from '../../src/index.js'
-import { NODE_REDIS, nodeRedisClient, nodeRedisCluster } from '../helpers/node-redis.js'
+import { NODE_REDIS, nodeRedisOf } from '../helpers/node-redis.js'
 import { connectCluster, connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 interface Tok {
@@ -83,7 +83,7 @@ afterAll(async () => {
 /** The store of a bucket: on `redis`, or under TOLLGATE_TEST_CLIENT=node-redis on a node-redis client
  * of the same kind (`redis` then only looks at the keys). */
 function bucket(redis: Redis | Cluster, limit: number, fair?: FairCall): Bucket {
-  const own = !NODE_REDIS ? redis : redis instanceof Cluster ? nodeRedisCluster() : nodeRedisClient()
+  const own = NODE_REDIS ? nodeRedisOf(redis instanceof Cluster ? 'cluster' : 'standalone') : redis
   const store = createRedisStore(own)
   stores.push(store)
   return new Bucket(redis, store.permits, limit, fair)
