@@ -77,8 +77,10 @@ interface Pair {
   /** Reply bytes read from Redis and not yet forwarded (or split into replies). */
   pending: Buffer
   delayMs: number
-  /** Replies forwarded at `at` or later, so that delayed replies keep their order. */
-  lastAt: number
+  /** Reply bytes held back (delay()), oldest first, each with when it may go: they leave in this
+   * order, and nothing overtakes them (one timer per pair drains the queue; two timers due in the
+   * same ms may fire in either order). */
+  held: { at: number; bytes: Buffer }[]
 }
 
 export interface FaultProxy extends RedisEndpoint {
@@ -141,15 +143,29 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
         rewrite.to.copy(bytes, at)
       }
     }
-    if (pair.delayMs === 0 && pair.lastAt <= Date.now()) {
+    if (pair.delayMs === 0 && pair.held.length === 0) {
       pair.client.write(bytes)
       return
     }
-    const at = Math.max(Date.now() + pair.delayMs, pair.lastAt)
-    pair.lastAt = at
-    setTimeout(() => {
-      if (!pair.client.destroyed && silence === 'none') pair.client.write(bytes)
-    }, at - Date.now())
+    const at = Math.max(Date.now() + pair.delayMs, pair.held.at(-1)?.at ?? 0)
+    pair.held.push({ at, bytes })
+    if (pair.held.length === 1) drainLater(pair)
+  }
+
+  /** Forward the held replies that are due, in order, then wait for the next one. */
+  const drainLater = (pair: Pair) => {
+    const head = pair.held[0]
+    if (!head) return
+    setTimeout(
+      () => {
+        while (pair.held.length > 0 && (pair.held[0] as { at: number }).at <= Date.now()) {
+          const { bytes } = pair.held.shift() as { bytes: Buffer }
+          if (!pair.client.destroyed && silence === 'none') pair.client.write(bytes)
+        }
+        drainLater(pair)
+      },
+      Math.max(0, head.at - Date.now()),
+    )
   }
 
   const onReply = (pair: Pair, chunk: Buffer) => {
@@ -193,7 +209,7 @@ export async function startFaultProxy(target: RedisEndpoint): Promise<FaultProxy
       said: '',
       pending: Buffer.alloc(0),
       delayMs: 0,
-      lastAt: 0,
+      held: [],
     }
     pairs.add(pair)
     applyDelay(pair)
