@@ -6,6 +6,7 @@ import { type Lease, PermitLease } from '../core/client/lease.js'
 import { AcquireTimeoutError, ShedError } from '../core/errors.js'
 import { MAX_PRIORITY } from '../core/fair.js'
 import type { Semaphore } from '../primitives/semaphore.js'
+import type { ReadWriteLock } from '../primitives/rwlock.js'
 import type { Store } from '../core/protocol/store.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
 
@@ -119,6 +120,8 @@ export class Admission<Req> {
   private localGeneration = -1
   /** The semaphore of a bucket (for a semaphore admission): what an admin API reads and sets. */
   semaphoreOf: ((key: string) => Semaphore) | undefined = undefined
+  /** The read/write lock of a resource (for a read/write lock admission): what the dashboard reads. */
+  lockOf: ((key: string) => ReadWriteLock) | undefined = undefined
   /** Leases kept for the next request of their bucket (permit keep-alive, keep-alive.ts); undefined
    * when it is off. */
   readonly kept: KeptPermits | undefined
@@ -155,7 +158,7 @@ export class Admission<Req> {
   }
 
   private arrived(bucket: Bucket): void {
-    if (!this.tracking || !bucket.keyed || !this.semaphoreOf) return
+    if (!this.tracking || !bucket.keyed || (!this.semaphoreOf && !this.lockOf)) return
     const seen = this.arrivals.get(bucket.key)
     if (seen !== undefined) this.arrivals.set(bucket.key, seen + 1)
     else if (this.arrivals.size < MAX_TRACKED_KEYS) this.arrivals.set(bucket.key, 1)

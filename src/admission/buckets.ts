@@ -379,7 +379,7 @@ export function rwlockAdmission<Req>(
       acquireTimeoutMs: Number.POSITIVE_INFINITY,
     }),
   )
-  return new Admission(config, (req) => {
+  const admission = new Admission(config, (req) => {
     let key: string
     try {
       key = resource ? normalizeKey(resource(req)) : normalizePath(shape.path(req))
@@ -396,4 +396,6 @@ export function rwlockAdmission<Req>(
       weight: 1,
     }
   })
+  admission.lockOf = (key) => locks.get(key)
+  return admission
 }

@@ -41,6 +41,8 @@ export interface LiveRoute {
   admissions: Admission<RequestFacts>[]
   /** The concurrency cap's admission (its buckets' semaphores), if the route has one. */
   concurrency: Admission<RequestFacts> | undefined
+  /** The read/write lock's admission (its resources' locks), if the route has one. */
+  rwlock: Admission<RequestFacts> | undefined
   /** Set the request's weight, priority and flow in this route's cap (once, when it is routed). */
   decide(facts: RequestFacts): void
   /** Its cap is a fair queue (priority or flow, its own or a shared per: global route's): its
@@ -55,7 +57,8 @@ export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger)
   const globals = config.routes.flatMap((r) => (r.concurrency?.per === 'global' ? [r.concurrency] : []))
   return config.routes.map((route) => {
     const admissions: Admission<RequestFacts>[] = []
-    if (route.rwlock) admissions.push(rwlockFor(route, route.rwlock, config, store, logger))
+    const rwlock = route.rwlock && rwlockFor(route, route.rwlock, config, store, logger)
+    if (rwlock) admissions.push(rwlock)
     const concurrency = route.concurrency
     let cap: Admission<RequestFacts> | undefined
     if (concurrency?.per === 'global') {
@@ -73,6 +76,7 @@ export function buildRoutes(config: GatewayConfig, store: Store, logger: Logger)
       config: route,
       admissions,
       concurrency: cap,
+      rwlock,
       fair:
         concurrency !== undefined &&
         (concurrency.per === 'global' ? globals.some(isFair) : isFair(concurrency)),
@@ -257,7 +261,7 @@ function rwlockFor(
   logger: Logger,
 ): Admission<RequestFacts> {
   const pattern = rwlock.resourcePattern
-  return rwlockAdmission<RequestFacts>(
+  const admission = rwlockAdmission<RequestFacts>(
     {
       store,
       name: `${route.name}:rw`,
@@ -275,4 +279,7 @@ function rwlockFor(
     },
     { method: (req) => req.method, path: (req) => req.match },
   )
+  // The dashboard lists the busiest resources from the first request.
+  if (config.admin) admission.trackBuckets()
+  return admission
 }

@@ -373,6 +373,87 @@ describe('the dashboard data', () => {
       rmSync(dir, { recursive: true, force: true })
     }
   }, 60_000)
+
+  it("shows a read/write-locked route's busiest resources: readers, writer and waiters as the fleet holds them, to who may read /limits only", async () => {
+    const upstream = await startUpstream()
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'tollgate-dashboard-locks-'))
+    const file = path.join(dir, 'docs.yaml')
+    writeFileSync(
+      file,
+      `defaults:\n  upstream: ${upstream.url}\n` +
+        `routes:\n  - name: docs\n    match: { pathPrefix: /docs }\n` +
+        `    rwlock: { resourcePattern: '^/docs/([^/]+)', maxWaitMs: 30000 }\n` +
+        `  - name: plain\n    match: { pathPrefix: / }\n`,
+    )
+    const gateway = await spawnGateway([
+      ...['--config', file, '--port', '0', '--admin-port', '0'],
+      ...['--redis', redisUrl(topology().standalone), '--prefix', uniquePrefix().slice(0, -1)],
+    ])
+    type Lock = { resource: string; readers: number | null; writer: boolean | null; queued: number | null }
+    type Data = { routes: { name: string; locks: Lock[] | null }[]; access: { bucketsShown: boolean } }
+    const data = async (headers: Record<string, string> = {}) =>
+      (await (await fetch(`${gateway.adminUrl}/dashboard/data.json`, { headers })).json()) as Data
+    const send = (method: string, doc: string) =>
+      fetch(`${gateway.url}/docs/${doc}/hold`, { method }).then((r) => r.text())
+    // Doc 42: two readers hold it, then a writer waits, and a reader behind the writer (writers are
+    // preferred). Doc 7: a writer holds it.
+    const held = [send('GET', '42'), send('GET', '42'), send('PUT', '7')]
+    const sent: Promise<string>[] = []
+    try {
+      await eventually(() => upstream.probe.inside === 3, 5_000)
+      sent.push(send('PUT', '42'))
+      await eventually(
+        async () => (await data()).routes[0]!.locks?.find((l) => l.resource === '42')?.queued === 1,
+        10_000,
+      )
+      sent.push(send('GET', '42'))
+      await eventually(
+        async () => (await data()).routes[0]!.locks?.find((l) => l.resource === '42')?.queued === 2,
+        10_000,
+      )
+      const { routes } = await data()
+      // The busiest first (doc 42 had four requests, doc 7 one), each with the store's figures.
+      expect(routes[0]!.locks).toEqual([
+        { resource: '42', readers: 2, writer: false, queued: 2 },
+        { resource: '7', readers: 0, writer: true, queued: 0 },
+      ])
+      // A route without a read/write lock has none to show.
+      expect(routes[1]!.locks).toBeNull()
+      // Resources are request paths: a request /limits would refuse (another page's Origin) gets none.
+      const foreign = await data({ origin: 'http://attacker.example' })
+      expect(foreign.access.bucketsShown).toBe(false)
+      expect(foreign.routes[0]!.locks).toEqual([])
+      if (browser) {
+        // What a person sees: a row per resource, under its route.
+        const { page, problems } = await open(`${gateway.adminUrl}/dashboard`)
+        try {
+          const rows = () =>
+            page.evaluate(() =>
+              [...document.querySelectorAll('#locks tbody tr')].map((tr) =>
+                [...tr.children].map((cell) => cell.textContent),
+              ),
+            )
+          await eventually(async () => (await rows()).length === 2, 10_000)
+          expect(await rows()).toEqual([
+            ['docs', '42', '2', 'none', '2'],
+            ['docs', '7', '0', 'writing', '0'],
+          ])
+          expect(await page.locator('#locks-section').isVisible()).toBe(true)
+          expect(problems).toEqual([])
+        } finally {
+          await page.context().close()
+        }
+      }
+    } finally {
+      let settled = false
+      void Promise.allSettled([...held, ...sent]).then(() => (settled = true))
+      await eventually(() => {
+        for (const release of upstream.probe.holders.splice(0)) release()
+        return settled
+      }, 10_000)
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }, 60_000)
 })
 
 // The admin listener's own answers are bounded as the proxy's are, and the page's data is not for

@@ -5,7 +5,7 @@
 export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: string; body: string }>> = {
   'index.html': {
     type: 'text/html; charset=utf-8',
-    etag: '"Bbbd9BBAUfIBaR0i"',
+    etag: '"ajuJDsisiaqo1oa1"',
     body: `<!doctype html>
 <html lang="en">
   <head>
@@ -79,6 +79,26 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
               <th scope="col">Bucket</th>
               <th scope="col">Limit in force</th>
               <th scope="col">In flight (fleet)</th>
+              <th scope="col">Waiting (fleet)</th>
+            </tr>
+          </thead>
+          <tbody></tbody>
+        </table>
+      </section>
+      <section id="locks-section" aria-labelledby="locks-title" hidden>
+        <h2 id="locks-title">Read/write locks</h2>
+        <p id="locks-note" class="muted"></p>
+        <table id="locks">
+          <caption class="visually-hidden">
+            The resources of read/write-locked routes with the most requests to this replica in the last
+            seconds
+          </caption>
+          <thead>
+            <tr>
+              <th scope="col">Route</th>
+              <th scope="col">Resource</th>
+              <th scope="col">Readers (fleet)</th>
+              <th scope="col">Writer (fleet)</th>
               <th scope="col">Waiting (fleet)</th>
             </tr>
           </thead>
@@ -184,7 +204,7 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"c-r-J8NWww934zeK"',
+    etag: '"jJEgkElRbWLy4ovL"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -345,6 +365,7 @@ function render(data) {
     \`The first \${data.routes.length} of \${data.config.routes} routes are shown (the dashboard's cap); /limits and /metrics list them all.\`,
   )
   renderBuckets(data)
+  renderLocks(data)
   renderFair(data)
   renderStore(store)
   renderConfig(data.config)
@@ -577,6 +598,36 @@ function renderBuckets(data) {
         el('td', { class: 'number' }, String(bucket.effective)),
         el('td', { class: 'number' }, String(bucket.holders)),
         el('td', { class: 'number' }, String(bucket.queued)),
+      ),
+    ),
+  )
+}
+
+/** The busiest resources of the read/write-locked routes: who holds each lock, and who waits.
+ * @param {Data} data */
+function renderLocks(data) {
+  const locked = data.routes.filter((route) => route.locks)
+  byId('locks-section').hidden = locked.length === 0
+  const locks = locked.flatMap((route) => (route.locks || []).map((lock) => ({ route: route.name, ...lock })))
+  text(
+    byId('locks-note'),
+    data.access.bucketsShown
+      ? locks.length === 0
+        ? 'No read/write-locked resource was busy here in the last seconds.'
+        : 'The resources with the most requests to this replica in the last seconds, with each lock as the fleet holds it: its readers, its writer, and who waits (readers and writers alike; a waiting writer holds new readers back).'
+      : 'Resources are request paths: they are shown only where /limits would answer (the admin token beyond loopback).',
+  )
+  byId('locks').hidden = locks.length === 0
+  tbody('locks').replaceChildren(
+    ...locks.map((lock) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, lock.route),
+        el('th', { scope: 'row' }, lock.resource),
+        el('td', { class: 'number' }, figure(lock.readers)),
+        el('td', {}, lock.writer === null ? '–' : lock.writer ? 'writing' : 'none'),
+        el('td', { class: 'number' }, figure(lock.queued)),
       ),
     ),
   )

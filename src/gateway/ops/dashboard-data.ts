@@ -30,6 +30,14 @@ export interface ClassRow {
   evicted: number | null
 }
 
+/** A resource of a read/write-locked route (its canonical path, or what resourcePattern captured). */
+export interface LockRow {
+  resource: string
+  readers: number | null
+  writer: boolean | null
+  queued: number | null
+}
+
 export interface Snapshot {
   at: number
   /** `boot`: this dashboard's id, new with each process (a pid repeats: 1 in every container). A page
@@ -68,6 +76,10 @@ export interface Snapshot {
     rejected: Record<string, number>
     history: Point[]
     buckets: { bucket: string; holders: number | null; queued: number | null; effective: number | null }[]
+    /** A read/write-locked route's busiest resources on this replica, with the fleet's figures of
+     * each lock (null where not read): its readers, whether a writer holds it, and its waiters of
+     * either mode. Null when the route has no read/write lock. */
+    locks: LockRow[] | null
     /** While this replica admits its share of the limit in memory (outage: share; null otherwise):
      * the share, of the configured limit, the replicas it was split between (null: never counted),
      * and the requests admitted here in memory that are still running. */

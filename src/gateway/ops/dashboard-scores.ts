@@ -1,9 +1,13 @@
-// Which buckets of a keyed route, and which flows of a fair route, this replica sees most of lately:
-// requests a second, decayed (half-life ~3 s), bounded per route. The dashboard lists the busiest and
-// reads the fleet's figures of those only; /limits lists them too.
-import type { LiveRoute } from '../routes.js'
+// Which buckets of a keyed route, which resources of a read/write-locked route, and which flows of a
+// fair route this replica sees most of lately: requests a second, decayed (half-life ~3 s), bounded
+// per route. The dashboard lists the busiest and reads the fleet's figures of those only; /limits
+// lists the buckets too.
+import type { Admission } from '../../admission/admission.js'
 
-/** Busy buckets shown per keyed route. */
+/** What scores a route's requests: its cap's buckets, or its read/write lock's resources. */
+export type Scored = 'buckets' | 'resources'
+
+/** Busy buckets (or resources) shown per route. */
 const BUSIEST = 5
 /** Busiest flows listed per fair route (/limits, the dashboard). */
 export const BUSIEST_FLOWS = 10
@@ -12,8 +16,11 @@ const DECAY = 0.8
 const MAX_SCORED = 1000
 
 export class BusiestScores {
-  /** Per keyed route, each bucket's score. */
-  private readonly buckets = new Map<string, Map<string, number>>()
+  /** Per route, each bucket's (or resource's) score. */
+  private readonly scored: Record<Scored, Map<string, Map<string, number>>> = {
+    buckets: new Map(),
+    resources: new Map(),
+  }
   /** Per fair route, each flow's score. */
   private readonly flows = new Map<string, Map<string, number>>()
 
@@ -29,7 +36,8 @@ export class BusiestScores {
 
   /** A route gone from the config: its scores go too. */
   forget(route: string): void {
-    this.buckets.delete(route)
+    this.scored.buckets.delete(route)
+    this.scored.resources.delete(route)
     this.flows.delete(route)
   }
 
@@ -46,31 +54,32 @@ export class BusiestScores {
       .map(([flow, score]) => ({ flow, share: Math.round((score / total) * 1000) / 1000 }))
   }
 
-  /** Decay a route's bucket scores and add the last second's requests (of every admission of it). */
-  score(route: string, admissions: LiveRoute['admissions']): void {
-    this.buckets.set(
+  /** Decay a route's bucket (or resource) scores and add the last second's requests of `admission`. */
+  score(
+    route: string,
+    admission: Pick<Admission<unknown>, 'takeArrivals' | 'present'>,
+    of: Scored = 'buckets',
+  ): void {
+    const scored = this.scored[of]
+    scored.set(
       route,
-      decayed(this.buckets.get(route), (scores) => {
-        for (const admission of admissions) {
-          for (const [bucket, count] of admission.takeArrivals())
-            scores.set(bucket, (scores.get(bucket) ?? 0) + count)
-          // A bucket with requests in flight or waiting here stays listed, however long they take.
-          for (const [bucket, count] of admission.present())
-            scores.set(bucket, Math.max(scores.get(bucket) ?? 0, count))
-        }
+      decayed(scored.get(route), (scores) => {
+        for (const [key, count] of admission.takeArrivals()) scores.set(key, (scores.get(key) ?? 0) + count)
+        // A bucket with requests in flight or waiting here stays listed, however long they take.
+        for (const [key, count] of admission.present()) scores.set(key, Math.max(scores.get(key) ?? 0, count))
       }),
     )
   }
 
-  /** The busiest buckets of a keyed route (per: tenant or ip) on this replica: highest score first,
-   * BUSIEST at most. */
-  busiest(route: string): string[] {
-    const scores = this.buckets.get(route)
+  /** The busiest buckets of a keyed route (per: tenant or ip), or resources of a read/write-locked
+   * route, on this replica: highest score first, BUSIEST at most. */
+  busiest(route: string, of: Scored = 'buckets'): string[] {
+    const scores = this.scored[of].get(route)
     if (!scores) return []
     return [...scores]
       .sort((a, b) => b[1] - a[1])
       .slice(0, BUSIEST)
-      .map(([bucket]) => bucket)
+      .map(([key]) => key)
   }
 }
 

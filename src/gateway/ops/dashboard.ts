@@ -3,14 +3,15 @@
 //
 // Cost: a viewer costs the data plane nothing. The data is one snapshot, made at most once a second
 // whoever asks (any number of viewers share it), and only while someone asks: its store reads are one
-// stats call per route with one bucket, and one per busy bucket (at most BUSIEST per keyed route),
-// and one per busy flow of a fair route (at most BUSIEST_FLOWS: dashboard-scores.ts), each within READ_TIMEOUT_MS, none
-// while the store is known down. Without viewers the only work is a
-// timer a second that copies this replica's own counters into the charts' history.
+// stats call per route with one bucket, one per busy bucket (at most BUSIEST per keyed route) and
+// per busy resource of a read/write-locked route (BUSIEST too), and one per busy flow of a fair
+// route (at most BUSIEST_FLOWS: dashboard-scores.ts), each within READ_TIMEOUT_MS, none while the
+// store is known down. Without viewers the only work is a timer a second that copies this replica's
+// own counters into the charts' history.
 // Truth: in flight and waiting come from the store (the fleet's), beside this replica's own; limits
 // are the store's (an override, the adaptive limit) over the config's.
-// Trust: the page and its data are read-only, like /metrics; bucket names (request data: tenant ids,
-// addresses) are shown only to a request /limits would answer; changing a limit goes through /limits
+// Trust: the page and its data are read-only, like /metrics; bucket names and locked resources
+// (request data: tenant ids, addresses, paths) are shown only to a request /limits would answer; changing a limit goes through /limits
 // and its rules (a bearer token beyond loopback, the DNS-rebinding guard, no cookie).
 import { randomUUID } from 'node:crypto'
 import type http from 'node:http'
@@ -198,6 +199,8 @@ export class Dashboard {
     const routes = snapshot.routes.map((route) => ({
       ...route,
       buckets: access.authorized ? route.buckets : [],
+      // Resources are request paths, as bucket names are request data.
+      locks: route.locks && (access.authorized ? route.locks : []),
       // Flow names are request data, as bucket names are.
       ...(route.flows ? { flows: access.authorized ? route.flows : [] } : {}),
       history: historySince === null ? route.history : route.history.filter((p) => p.t > historySince),
@@ -234,7 +237,8 @@ export class Dashboard {
       this.history.set(name, points)
       if (known !== null) this.compare(name, known, live.concurrency?.adaptive ? 'adaptive limit' : 'config')
       if (live.concurrency && live.config.concurrency && isKeyed(live.config.concurrency.per))
-        this.scores.score(name, live.admissions)
+        this.scores.score(name, live.concurrency)
+      if (live.rwlock) this.scores.score(name, live.rwlock, 'resources')
       const fair = live.fair ? this.view.metrics.route(name).fairSeries : undefined
       if (fair) this.scores.scoreFlows(name, fair.takeArrivals())
     }
@@ -416,6 +420,24 @@ export class Dashboard {
                   }),
                 )
               : []
+          const lockOf = live.rwlock?.lockOf
+          const locks = lockOf
+            ? readable
+              ? await Promise.all(
+                  this.scores.busiest(name, 'resources').map(async (resource) => {
+                    const read = await within(lockOf(resource).stats(), READ_TIMEOUT_MS)
+                    if (!read.ok) unanswered++
+                    const s = read.ok ? read.value : undefined
+                    return {
+                      resource,
+                      readers: s?.readers ?? null,
+                      writer: s?.writer ?? null,
+                      queued: s?.queued ?? null,
+                    }
+                  }),
+                )
+              : []
+            : null
           const waitKey = `wait ${name}`
           const outage = concurrency ? live.concurrency?.outage : undefined
           return {
@@ -434,6 +456,7 @@ export class Dashboard {
             rejected: rejected.get(name) ?? {},
             history: this.history.get(name) ?? [],
             buckets,
+            locks,
             outage: outage?.local
               ? {
                   share: outage.share(configured as number),

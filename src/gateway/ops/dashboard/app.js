@@ -158,6 +158,7 @@ function render(data) {
     `The first ${data.routes.length} of ${data.config.routes} routes are shown (the dashboard's cap); /limits and /metrics list them all.`,
   )
   renderBuckets(data)
+  renderLocks(data)
   renderFair(data)
   renderStore(store)
   renderConfig(data.config)
@@ -390,6 +391,36 @@ function renderBuckets(data) {
         el('td', { class: 'number' }, String(bucket.effective)),
         el('td', { class: 'number' }, String(bucket.holders)),
         el('td', { class: 'number' }, String(bucket.queued)),
+      ),
+    ),
+  )
+}
+
+/** The busiest resources of the read/write-locked routes: who holds each lock, and who waits.
+ * @param {Data} data */
+function renderLocks(data) {
+  const locked = data.routes.filter((route) => route.locks)
+  byId('locks-section').hidden = locked.length === 0
+  const locks = locked.flatMap((route) => (route.locks || []).map((lock) => ({ route: route.name, ...lock })))
+  text(
+    byId('locks-note'),
+    data.access.bucketsShown
+      ? locks.length === 0
+        ? 'No read/write-locked resource was busy here in the last seconds.'
+        : 'The resources with the most requests to this replica in the last seconds, with each lock as the fleet holds it: its readers, its writer, and who waits (readers and writers alike; a waiting writer holds new readers back).'
+      : 'Resources are request paths: they are shown only where /limits would answer (the admin token beyond loopback).',
+  )
+  byId('locks').hidden = locks.length === 0
+  tbody('locks').replaceChildren(
+    ...locks.map((lock) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, lock.route),
+        el('th', { scope: 'row' }, lock.resource),
+        el('td', { class: 'number' }, figure(lock.readers)),
+        el('td', {}, lock.writer === null ? '–' : lock.writer ? 'writing' : 'none'),
+        el('td', { class: 'number' }, figure(lock.queued)),
       ),
     ),
   )
