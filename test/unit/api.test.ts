@@ -1,7 +1,7 @@
-// The public API is what is documented (issue 28 #10): every export of every entry point in
-// package.json's `exports` map, read with the TypeScript compiler (types included), is listed in
-// docs/api.md under its entry, and nothing listed there is gone. An export added without a line in
-// docs/api.md fails here.
+// The public API is what is documented (issue 28 #10, issue 42): every export of every entry point in
+// package.json's `exports` map, read with the TypeScript compiler (types included), has its own `###`
+// heading in docs/api.md under the `##` heading of its entry, and no such heading names an export that is
+// gone. An export added without a `###` in docs/api.md fails here.
 import { readFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -46,31 +46,58 @@ function exportsOf(files: string[]): Map<string, string[]> {
   return out
 }
 
-/** The names listed (`- \`name\` — ...`) under each `## ` heading of docs/api.md, by the entry ids the
- * heading names. */
-function documented(): Map<string, Set<string>> {
+/** What docs/api.md documents: under each `## ` heading (by the entry ids it names in backticks), the
+ * export each `### ` heading names, i.e. the identifier its first backticked text starts with
+ * (### `createSemaphore(store, name, options)` → `Semaphore` documents `createSemaphore`). A `###`
+ * without backticks is a concept section (### One name, one lock), not an export. Fenced code is
+ * skipped. */
+function documented(): {
+  byEntry: Map<string, Set<string>>
+  repeated: string[]
+  outside: string[]
+} {
   const text = readFileSync(path.join(ROOT, 'docs/api.md'), 'utf8')
   const byEntry = new Map<string, Set<string>>()
+  /** `entry: name` of a name with two `###` under one entry. */
+  const repeated: string[] = []
+  /** Export headings under a `##` that names no entry. */
+  const outside: string[] = []
   let current: string[] = []
+  let fenced = false
   for (const line of text.split('\n')) {
+    if (line.startsWith('```')) fenced = !fenced
+    if (fenced) continue
     if (line.startsWith('## ')) {
       current = [...line.matchAll(/`(tollgate[^`]*)`/g)].map((m) => m[1] as string)
       for (const id of current) if (!byEntry.has(id)) byEntry.set(id, new Set())
       continue
     }
-    const name = /^- `([A-Za-z_$][\w$]*)` — \S/.exec(line)?.[1]
-    if (name) for (const id of current) byEntry.get(id)!.add(name)
+    if (!line.startsWith('### ')) continue
+    const code = /`([^`]+)`/.exec(line)?.[1]
+    const name = code === undefined ? undefined : /^[A-Za-z_$][\w$]*/.exec(code)?.[0]
+    if (name === undefined) continue
+    if (current.length === 0) outside.push(line)
+    for (const id of current) {
+      const names = byEntry.get(id)!
+      if (names.has(name)) repeated.push(`${id}: ${name}`)
+      names.add(name)
+    }
   }
-  return byEntry
+  return { byEntry, repeated, outside }
 }
 
 describe('the public API (docs/api.md)', () => {
   const exported = exportsOf(ENTRIES.map((entry) => entry.file))
-  const listed = documented()
+  const { byEntry: listed, repeated, outside } = documented()
 
   it('names every entry point of the exports map', () => {
     expect([...listed.keys()].sort()).toEqual(ENTRIES.map((entry) => entry.id).sort())
     expect(ENTRIES.map((entry) => entry.id)).toEqual(expect.arrayContaining(ADAPTERS))
+  })
+
+  it('has one `###` per export, each under the `##` of an entry point', () => {
+    expect(repeated, 'documented twice under one entry').toEqual([])
+    expect(outside, 'an export heading under no entry point').toEqual([])
   })
 
   it.each(ENTRIES)(
