@@ -66,7 +66,8 @@ export class LockUpgradeError extends TollgateError {
  * first: 'evicted', it waited and an arrival to be served before it (a higher class, or a flow under
  * its share) took its place in a full queue (`maxQueued`);
  * 'queue-full', the queue was full of requests it would serve first. The permit is never granted
- * after this; retry later (a 503 with Retry-After in the middleware and the gateway).
+ * after this; retry later (the middleware and the gateway reject the request as `shed`, with
+ * Retry-After and their usual status: 429 for a keyed bucket, 503 for a global one, or `statusCode`).
  */
 export class ShedError extends TollgateError {
   readonly key: string
@@ -84,7 +85,8 @@ export class ShedError extends TollgateError {
   }
 }
 
-/** An option was missing or invalid. Thrown at construction, never later. */
+/** An option was missing or invalid. Thrown where the option is given: at construction for a store's,
+ * a primitive's or a middleware's options, at the call for an acquire's own. */
 export class ConfigError extends TollgateError {
   readonly option: string
 
