@@ -11,79 +11,27 @@ import type { Store } from '../core/protocol/store.js'
 import type { RejectReason, Rejection, ResolvedConfig, TollgateInfo } from './options.js'
 
 export type { OnLost, RejectReason, Rejection, TollgateInfo } from './options.js'
-import { type HttpAnswer, policyHeaders, rejectionResponse } from './response.js'
-import { attachMetrics, attachOverloadMetrics, OverloadCounters } from './metrics.js'
+import { type HttpAnswer, policyHeaders } from './response.js'
+import { callOnLost, callOnRejected, callSkip, rejectionAnswer } from './hooks.js'
+import {
+  type AdmissionCounters,
+  attachMetrics,
+  attachOverloadMetrics,
+  OverloadCounters,
+  zeroCounters,
+} from './metrics.js'
 import { HistogramSeries, WAIT_BUCKETS } from './histogram.js'
 import { type StoreHealth, storeHealth } from './store-health.js'
 import { type LocalHold, OutageShare, RESERVE_WAIT_MS } from './outage.js'
 import { KeptPermits } from './keep-alive.js'
-import { ClassQueue, FairPlace, Moving, QueuePlace } from './queue-places.js'
+import { FairPlace, LocalQueues, Moving, QueuePlace } from './queue-places.js'
 import { AdmissionTelemetry } from './telemetry.js'
-import type { AdaptiveLimit, AdaptiveStatus, Outcome } from '../primitives/adaptive/limit.js'
+import { BucketArrivals } from './arrivals.js'
+import type { AdmitResult, Bucket, FairRequest, Gate } from './bucket.js'
+import type { AdaptiveLimit, Outcome } from '../primitives/adaptive/limit.js'
+import { type AdaptiveControl, type SampleTiming, sampleAbandoned, sampleMeasured } from './samples.js'
 
-/** The adaptive limit of a middleware made with the `adaptive` option. */
-export interface AdaptiveControl {
-  /** The limit, its estimate, the baseline and latest latency, the gradient, the leadership. */
-  status(): AdaptiveStatus
-  /** Stop reporting and stepping (the fleet's other processes go on). */
-  close(): void
-}
-
-/** What of a request's time was its client's, and who the client is (an adaptive limit's sample). */
-export interface SampleTiming {
-  /** When its body's last byte came (performance.now()), if it had one: the upstream (or the
-   * handler) could not answer before, so the sample starts here when that is after admission. */
-  bodyEndedAt?: number | undefined
-  /** Its body had not all come when the sample was taken. */
-  bodyPending?: boolean | undefined
-  /** How long the client held the response back (took no more bytes), ms: left out of the sample. */
-  heldMs?: number | undefined
-  /** The client's address (the drop decision is the median client's: adaptive/clients.ts). */
-  client?: string | undefined
-}
-
-/** Buckets whose requests a keyed admission counts for the dashboard at once. */
-const MAX_TRACKED_KEYS = 1000
-
-/** Counters for metrics (the gateway exports them). */
-export interface AdmissionCounters {
-  admitted: number
-  rejected: Record<RejectReason, number>
-  failedOpen: number
-  dryRunRejected: number
-  lost: number
-  storeErrors: number
-  /** Requests holding a permit in this process right now. */
-  inFlight: number
-  /** Requests waiting in this process right now. */
-  queued: number
-}
-
-export type AdmitResult =
-  | { outcome: 'admitted'; info: TollgateInfo; left: number }
-  | { outcome: 'passed'; info: TollgateInfo; left: number }
-  | { outcome: 'rejected'; rejection: Rejection }
-
-/** Something that hands out leases for one bucket: a semaphore, or one side of a read/write lock. */
-export interface Gate {
-  /** Permits of the bucket; undefined for a read/write lock (no RateLimit headers then). */
-  readonly permits: number | undefined
-  acquire(options: {
-    signal: AbortSignalLike
-    timeoutMs: number
-    onQueued: () => boolean | void
-    /** Permits the request counts for (a semaphore's; a read/write lock ignores it). */
-    weight?: number
-    /** A fair queue's class and flow (a semaphore with `overload`; Bucket.fair). */
-    priority?: number
-    flow?: string | undefined
-  }): Promise<Lease>
-  tryAcquire(options?: {
-    weight?: number
-    priority?: number
-    flow?: string | undefined
-  }): Promise<Lease | undefined>
-}
+export type { AdaptiveControl, SampleTiming } from './samples.js'
 
 /**
  * Framework-free admission: find the bucket's gate, take a permit at once or wait for it (bounded by
@@ -91,20 +39,7 @@ export interface Gate {
  * only move headers and bodies.
  */
 export class Admission<Req> {
-  readonly counters: AdmissionCounters = {
-    admitted: 0,
-    rejected: { busy: 0, queue_full: 0, timeout: 0, store_unavailable: 0, shed: 0 },
-    failedOpen: 0,
-    dryRunRejected: 0,
-    lost: 0,
-    storeErrors: 0,
-    inFlight: 0,
-    queued: 0,
-  }
-  /** Requests of each bucket waiting in the store's queue (not those whose call is on its way). */
-  private readonly waiting = new Map<string, number>()
-  /** This process's waiters of each fair bucket by class, for the class-aware `maxQueue`. */
-  private readonly classQueues = new Map<string, ClassQueue>()
+  readonly counters: AdmissionCounters = zeroCounters()
   /** Per class and per flow counts, when the buckets are fair queues (overloaded()). */
   overload: OverloadCounters | undefined = undefined
   /** Whether the store is known down (shared by every admission on the store). */
@@ -118,6 +53,10 @@ export class Admission<Req> {
   /** `outage: 'share'`: the local gates of this outage (OutageShare.generation), per bucket. */
   private readonly localGates = new Map<string, Gate>()
   private localGeneration = -1
+  /** This process's waiters per bucket, counted against maxQueue, by class in a fair bucket. */
+  readonly queues: LocalQueues
+  /** Requests per bucket, for the dashboard's busiest buckets (keyed admissions, once it asks). */
+  readonly arrivals: BucketArrivals
   /** The semaphore of a bucket (for a semaphore admission): what an admin API reads and sets. */
   semaphoreOf: ((key: string) => Semaphore) | undefined = undefined
   /** The read/write lock of a resource (for a read/write lock admission): what the dashboard reads. */
@@ -128,40 +67,9 @@ export class Admission<Req> {
   /** Seconds each admitted request waited for its permit (the `metrics` option's
    * tollgate_policy_wait_seconds); undefined without metrics. */
   readonly waits: HistogramSeries | undefined
-  /** Requests per bucket of a keyed admission since takeArrivals() last asked (the dashboard's busiest
-   * buckets), at most MAX_TRACKED_KEYS buckets: one Map update per request. */
-  private arrivals = new Map<string, number>()
-  /** Requests in flight per bucket of a keyed admission, while arrivals are tracked. */
-  private readonly holding = new Map<string, number>()
-  /** Arrivals are tracked once something asked for them (the dashboard): the library's middleware,
-   * which nobody asks, counts nothing per bucket. */
-  private tracking = false
-
-  /** Count arrivals and what is present per bucket from now on (the gateway, with its dashboard). */
-  trackBuckets(): void {
-    this.tracking = true
-  }
-
-  /** Requests per bucket since the last call (admitted, waiting or refused); starts counting anew. */
-  takeArrivals(): Map<string, number> {
-    this.tracking = true
-    const taken = this.arrivals
-    this.arrivals = new Map()
-    return taken
-  }
-
-  /** Requests of this process in flight or waiting, per bucket (of keyed admissions, once tracked). */
-  present(): Map<string, number> {
-    const present = new Map(this.holding)
-    for (const [bucket, count] of this.waiting) present.set(bucket, (present.get(bucket) ?? 0) + count)
-    return present
-  }
 
   private arrived(bucket: Bucket): void {
-    if (!this.tracking || !bucket.keyed || (!this.semaphoreOf && !this.lockOf)) return
-    const seen = this.arrivals.get(bucket.key)
-    if (seen !== undefined) this.arrivals.set(bucket.key, seen + 1)
-    else if (this.arrivals.size < MAX_TRACKED_KEYS) this.arrivals.set(bucket.key, 1)
+    if (bucket.keyed && (this.semaphoreOf || this.lockOf)) this.arrivals.arrived(bucket.key)
   }
 
   /** The bucket's adaptive limit (primitives/adaptive/limit.ts), if it has one: it sees every
@@ -186,6 +94,21 @@ export class Admission<Req> {
      * its bucket (keep-alive.ts); 0 = off, every request takes and gives back its own permit. */
     keepAliveMs = 0,
   ) {
+    this.queues = new LocalQueues(
+      config.maxQueue,
+      (key, waiter) => {
+        this.counters.queued++
+        this.telemetry.enteredQueue(waiter)
+        // A request of ours waits in the store's queue: leases kept for the bucket go back to it now.
+        this.kept?.flush(key)
+      },
+      (waiter) => {
+        this.counters.queued--
+        this.telemetry.leftQueue(waiter)
+      },
+      () => this.overload,
+    )
+    this.arrivals = new BucketArrivals(this.queues.waiting)
     this.health = storeHealth(config.store)
     this.telemetry = new AdmissionTelemetry(config.name)
     this.outage =
@@ -266,7 +189,7 @@ export class Admission<Req> {
     let lease: Lease | undefined
     // Counted only once the store put the request in its queue (onQueued): a request whose call is
     // merely on its way is not waiting for anything.
-    const place = this.config.maxWaitMs === 0 ? undefined : new QueuePlace(this, bucket.key)
+    const place = this.config.maxWaitMs === 0 ? undefined : new QueuePlace(this.queues, bucket.key)
     // outage: 'share': a wait in the store's queue moves here when the store goes down.
     const moving = place && this.outage ? new Moving(signal, this.outage) : undefined
     try {
@@ -310,7 +233,7 @@ export class Admission<Req> {
     const { gate } = bucket
     const request = { weight: bucket.weight, priority: fair.priority, flow: fair.flow }
     let lease: Lease | undefined
-    const place = wait === 0 ? undefined : new FairPlace(this, bucket.key, fair.priority, signal)
+    const place = wait === 0 ? undefined : new FairPlace(this.queues, bucket.key, fair.priority, signal)
     const moving = place && this.outage ? new Moving(place.signal, this.outage) : undefined
     try {
       if (!place) {
@@ -369,7 +292,7 @@ export class Admission<Req> {
     }
     const local = { ...bucket, gate }
     let lease: Lease | undefined
-    const place = left === 0 ? undefined : new QueuePlace(this, bucket.key)
+    const place = left === 0 ? undefined : new QueuePlace(this.queues, bucket.key)
     // A wait here moves back to the store when this process admits through it again.
     const back = place ? new Moving(signal, outage, outage.waitingHere) : undefined
     try {
@@ -418,7 +341,7 @@ export class Admission<Req> {
     if (fresh && bucket.weight === 1) this.kept?.grant(bucket.key, lease)
     this.counters.admitted++
     this.counters.inFlight++
-    if (this.tracking && bucket.keyed) countUp(this.holding, bucket.key)
+    if (bucket.keyed) this.arrivals.admitted(bucket.key)
     const waited = started === undefined ? 0 : (Date.now() - started) / 1000
     this.waits?.observe(waited)
     if (bucket.fair) this.overload?.admit(bucket.fair, waited)
@@ -485,74 +408,14 @@ export class Admission<Req> {
     return this.reject(bucket, 'store_unavailable', started)
   }
 
-  /** Take a place in a bucket's queue (false: the queue is full); see QueuePlace. */
-  enterQueue(key: string, waiter: object): boolean {
-    const waiting = this.waiting.get(key) ?? 0
-    if (waiting >= this.config.maxQueue) return false
-    this.waiting.set(key, waiting + 1)
-    this.counters.queued++
-    this.telemetry.enteredQueue(waiter)
-    // A request of ours waits in the store's queue: leases kept for the bucket go back to it now.
-    this.kept?.flush(key)
-    return true
-  }
-
-  leaveQueue(key: string, waiter: object): void {
-    this.counters.queued--
-    this.telemetry.leftQueue(waiter)
-    countDown(this.waiting, key)
-  }
-
-  /** Take a place in a fair bucket's queue. When it is full, an arrival of a strictly higher class
-   * than this process's lowest waiter there takes the place of the newest such waiter, which is shed
-   * (aborted once, rejected `shed`); otherwise false, as enterQueue(). */
-  enterFairQueue(place: FairPlace): boolean {
-    const { key } = place
-    let queue = this.classQueues.get(key)
-    if ((this.waiting.get(key) ?? 0) >= this.config.maxQueue) {
-      const victim = queue?.newestBelow(place.priority)
-      if (!victim) return false
-      victim.evict(new ShedError(key, 'evicted'))
-      queue = this.classQueues.get(key)
-    }
-    if (!this.enterQueue(key, place)) return false
-    if (!queue) this.classQueues.set(key, (queue = new ClassQueue()))
-    queue.push(place)
-    this.overload?.waiting(place.priority, 1)
-    return true
-  }
-
-  /** Give back a place enterFairQueue() gave (once). */
-  leaveFairQueue(place: FairPlace): void {
-    const queue = this.classQueues.get(place.key)
-    if (queue) {
-      queue.remove(place)
-      if (queue.size === 0) this.classQueues.delete(place.key)
-    }
-    this.overload?.waiting(place.priority, -1)
-    this.leaveQueue(place.key, place)
-  }
-
-  /** Under an adaptive limit: the request's response ended where the limit measures it (the
-   * upstream's last byte, or its failure; the handler's end()), so ended (`outcome`). Its sample is
-   * taken now, once, however long the client then takes to read it (`timing`: what of its time was
-   * the client's, and who the client is); its permit is held until release(). */
+  /** Under an adaptive limit: the request's response ended where the limit measures it (samples.ts). */
   measured(info: TollgateInfo, outcome: Outcome | undefined, timing?: SampleTiming): void {
-    if (info.admittedAt === undefined || info.sampled) return
-    info.sampled = true
-    const startedAt = Math.max(info.admittedAt, timing?.bodyEndedAt ?? 0)
-    this.adaptive?.sample(startedAt, outcome, timing?.heldMs, timing?.client)
+    sampleMeasured(this.adaptive, info, outcome, timing)
   }
 
-  /** Under an adaptive limit: the client left before the request's response ended where the limit
-   * measures it. Its time so far is a lower bound of its latency (adaptive/limit.ts abandoned()),
-   * unless its body had not all come yet (then the upstream may have been waiting for it: nothing is
-   * known). Once, as measured(). */
+  /** Under an adaptive limit: the client left before its response ended (samples.ts). */
   abandoned(info: TollgateInfo, timing?: SampleTiming): void {
-    if (info.admittedAt === undefined || info.sampled) return
-    info.sampled = true
-    if (timing?.bodyPending) return
-    this.adaptive?.abandoned(Math.max(info.admittedAt, timing?.bodyEndedAt ?? 0), timing?.heldMs)
+    sampleAbandoned(this.adaptive, info, timing)
   }
 
   /** Call once per admitted request when its response is done (finish or abort): its permit goes
@@ -564,7 +427,7 @@ export class Admission<Req> {
     if (!lease) return undefined
     this.counters.inFlight--
     this.telemetry.released(info)
-    if (this.tracking) countDown(this.holding, info.key)
+    this.arrivals.released(info.key)
     if (info.admittedAt !== undefined) {
       this.measured(info, outcome)
       this.adaptive?.released()
@@ -574,7 +437,8 @@ export class Admission<Req> {
       this.outage?.released(info.local as LocalHold)
       return this.giveBack(lease)
     }
-    if (info.weight === 1 && this.kept?.keep(info.key, lease, this.waiting.has(info.key))) return undefined
+    if (info.weight === 1 && this.kept?.keep(info.key, lease, this.queues.waiting.has(info.key)))
+      return undefined
     return this.giveBack(lease)
   }
 
@@ -597,104 +461,29 @@ export class Admission<Req> {
     })
   }
 
-  /** Call the onRejected hook; a throwing hook is logged, never allowed to crash the process. */
+  /** Call the onRejected hook (hooks.ts: a throwing one is logged). */
   notifyRejected(req: Req, rejection: Rejection, res?: unknown): void {
-    try {
-      const hook = this.config.onRejected as
-        ((req: Req, rejection: Rejection, res: unknown) => unknown) | undefined
-      const result: unknown = hook?.(req, rejection, res)
-      // An async hook that rejects is logged too, never an unhandled rejection.
-      if (isThenable(result))
-        result.then(undefined, (error: unknown) =>
-          this.config.logger.error('tollgate: onRejected threw', { error }),
-        )
-    } catch (error) {
-      this.config.logger.error('tollgate: onRejected threw', { error })
-    }
+    callOnRejected(this.config, req, rejection, res)
   }
 
-  /** Count and report a lost lease; returns true when the request should be aborted. */
+  /** Count and report a lost lease (hooks.ts); returns true when the request should be aborted. */
   lost(info: TollgateInfo, error: Error): boolean {
     this.counters.lost++
-    const { onLost, logger } = this.config
-    if (typeof onLost === 'function') {
-      try {
-        const result: unknown = onLost(info, error)
-        if (isThenable(result))
-          result.then(undefined, (hookError: unknown) =>
-            logger.error('tollgate: onLost threw', { error: hookError }),
-          )
-      } catch (hookError) {
-        logger.error('tollgate: onLost threw', { error: hookError })
-      }
-      return false
-    }
-    logger.warn('tollgate: lease lost while the request was in flight', { name: info.name, key: info.key })
-    return onLost === 'abort'
+    return callOnLost(this.config, info, error)
+  }
+
+  /** Status, headers and body of a rejection (hooks.ts: the `message` option's, if given). */
+  rejectionResponse(rejection: Rejection, req?: Req): HttpAnswer {
+    return rejectionAnswer(this.config, rejection, req)
+  }
+
+  /** The `skip` option's answer: true = take no permit (hooks.ts: a throwing one is logged). */
+  skips(req: Req): Promise<boolean> {
+    return callSkip(this.config, req)
   }
 
   /** Headers for an admitted or passed request (none with `standardHeaders: false` or without permits). */
   policyHeaders(name: string, permits: number | undefined, left: number): Record<string, string> {
     return policyHeaders(name, permits, left, this.config.standardHeaders)
   }
-
-  /** Status, headers and body of a rejection (the `message` option's body, if given; a throwing
-   * message function is logged and the default body sent). */
-  rejectionResponse(rejection: Rejection, req?: Req): HttpAnswer {
-    const { name, standardHeaders, message } = this.config
-    if (message === undefined || req === undefined) return rejectionResponse(name, rejection, standardHeaders)
-    try {
-      return rejectionResponse(name, rejection, standardHeaders, { req, option: message })
-    } catch (error) {
-      this.config.logger.error('tollgate: message() threw; sending the default body', { error })
-      return rejectionResponse(name, rejection, standardHeaders)
-    }
-  }
-
-  /** The `skip` option's answer: true = take no permit. A throwing (or rejecting) skip is logged and
-   * the request is admitted as usual. */
-  async skips(req: Req): Promise<boolean> {
-    const skip = this.config.skip
-    if (!skip) return false
-    try {
-      return Boolean(await skip(req)) // any truthy value skips, as in express-rate-limit
-    } catch (error) {
-      this.config.logger.error('tollgate: skip() threw; limiting the request as usual', { error })
-      return false
-    }
-  }
-}
-
-/** The bucket of a request: its key and gate, whether a key function chose it, and the permits the
- * request counts for in it (`weight`, 1 unless a semaphore's `weight` option says otherwise). */
-export interface Bucket {
-  key: string
-  gate: Gate
-  keyed: boolean
-  weight: number
-  /** Its class and flow when the bucket is a fair queue (docs/middleware.md, "Overload"); undefined otherwise. */
-  fair?: FairRequest | undefined
-}
-
-/** A request's place in a fair queue: its priority class (0-7) and its flow's name (undefined: the
- * default flow). */
-export interface FairRequest {
-  priority: number
-  flow: string | undefined
-}
-
-export function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function'
-}
-
-/** One more of `key` in a count per key. */
-function countUp(counts: Map<string, number>, key: string): void {
-  counts.set(key, (counts.get(key) ?? 0) + 1)
-}
-
-/** One fewer of `key`; a key at 0 (or never counted) is not kept. */
-function countDown(counts: Map<string, number>, key: string): void {
-  const left = (counts.get(key) ?? 1) - 1
-  if (left > 0) counts.set(key, left)
-  else counts.delete(key)
 }

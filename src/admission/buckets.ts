@@ -15,7 +15,8 @@ import {
 } from '../primitives/semaphore.js'
 import { parseAdaptiveOptions } from '../primitives/adaptive/limit.js'
 import { MAX_WEIGHT } from '../core/weight.js'
-import { Admission, type FairRequest } from './admission.js'
+import { Admission } from './admission.js'
+import type { FairRequest } from './bucket.js'
 import { MAX_NAMED_FLOWS } from './metrics.js'
 import { bucketName, DEFAULT_BUCKET, GLOBAL_KEY, normalizeKey, normalizePath } from './keys.js'
 import {

@@ -7,6 +7,33 @@ import { MAX_PRIORITY, PRIORITY_CLASSES, priorityName } from '../core/fair.js'
 import { HistogramSeries, histogramValues, WAIT_BUCKETS } from './histogram.js'
 import type { Logger, MetricsRegistry, RejectReason } from './options.js'
 
+/** An admission's counters, read at scrape time (here, and by the gateway's metrics). */
+export interface AdmissionCounters {
+  admitted: number
+  rejected: Record<RejectReason, number>
+  failedOpen: number
+  dryRunRejected: number
+  lost: number
+  storeErrors: number
+  /** Requests holding a permit in this process right now. */
+  inFlight: number
+  /** Requests waiting in this process right now. */
+  queued: number
+}
+
+export function zeroCounters(): AdmissionCounters {
+  return {
+    admitted: 0,
+    rejected: { busy: 0, queue_full: 0, timeout: 0, store_unavailable: 0, shed: 0 },
+    failedOpen: 0,
+    dryRunRejected: 0,
+    lost: 0,
+    storeErrors: 0,
+    inFlight: 0,
+    queued: 0,
+  }
+}
+
 /** Flows labelled by name at most (the config's first); every other flow is "other". */
 export const MAX_NAMED_FLOWS = 100
 /** The label of every flow the config does not name: a hostile header never adds a series. */

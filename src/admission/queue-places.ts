@@ -2,17 +2,72 @@
 // fair bucket's queue by class (a higher class's arrival may evict the newest of a lower one), and a
 // wait that moves between the store and this process's share when the store goes down or comes back.
 import { AbortFlag, type AbortSignalLike, abortReason, onAbort } from '../core/abort.js'
-import type { ShedError } from '../core/errors.js'
+import { ShedError } from '../core/errors.js'
 import { MAX_PRIORITY } from '../core/fair.js'
+import { countDown } from './arrivals.js'
 import type { OutageShare } from './outage.js'
 
-/** What a place asks of its admission (admission.ts): this process's waiters per bucket, counted
- * against maxQueue. */
-export interface QueueCounts {
-  enterQueue(key: string, waiter: object): boolean
-  leaveQueue(key: string, waiter: object): void
-  enterFairQueue(place: FairPlace): boolean
-  leaveFairQueue(place: FairPlace): void
+/** This process's waiters per bucket, counted against maxQueue, and each fair bucket's by class:
+ * what a place takes while its request waits in the store's queue. */
+export class LocalQueues {
+  /** Requests of each bucket waiting in the store's queue (not those whose call is on its way). */
+  readonly waiting = new Map<string, number>()
+  /** This process's waiters of each fair bucket by class, for the class-aware `maxQueue`. */
+  private readonly classQueues = new Map<string, ClassQueue>()
+
+  constructor(
+    private readonly maxQueue: number,
+    /** A waiter took a place in `key`'s queue (the admission counts it, and flushes kept leases). */
+    private readonly entered: (key: string, waiter: object) => void,
+    /** A waiter gave its place back. */
+    private readonly left: (waiter: object) => void,
+    /** The per-class counts of fair buckets (metrics.ts), when the buckets are fair. */
+    private readonly byClass: () => { waiting(priority: number, delta: number): void } | undefined,
+  ) {}
+
+  /** Take a place in a bucket's queue (false: the queue is full); see QueuePlace. */
+  enterQueue(key: string, waiter: object): boolean {
+    const waiting = this.waiting.get(key) ?? 0
+    if (waiting >= this.maxQueue) return false
+    this.waiting.set(key, waiting + 1)
+    this.entered(key, waiter)
+    return true
+  }
+
+  leaveQueue(key: string, waiter: object): void {
+    this.left(waiter)
+    countDown(this.waiting, key)
+  }
+
+  /** Take a place in a fair bucket's queue. When it is full, an arrival of a strictly higher class
+   * than this process's lowest waiter there takes the place of the newest such waiter, which is shed
+   * (aborted once, rejected `shed`); otherwise false, as enterQueue(). */
+  enterFairQueue(place: FairPlace): boolean {
+    const { key } = place
+    let queue = this.classQueues.get(key)
+    if ((this.waiting.get(key) ?? 0) >= this.maxQueue) {
+      const victim = queue?.newestBelow(place.priority)
+      if (!victim) return false
+      victim.evict(new ShedError(key, 'evicted'))
+      queue = this.classQueues.get(key)
+    }
+    if (!this.enterQueue(key, place)) return false
+    if (!queue) this.classQueues.set(key, (queue = new ClassQueue()))
+    queue.push(place)
+    this.byClass()?.waiting(place.priority, 1)
+    return true
+  }
+
+  /** Give back a place enterFairQueue() gave (once). */
+  leaveFairQueue(place: FairPlace): void {
+    const queue = this.classQueues.get(place.key)
+    if (queue) {
+      queue.remove(place)
+      if (queue.size === 0) this.classQueues.delete(place.key)
+    }
+    this.byClass()?.waiting(place.priority, -1)
+    this.leaveQueue(place.key, place)
+  }
 }
 
 /** A wait in the store's queue that moves to this process's share when the store goes down, or a
@@ -50,12 +105,12 @@ export class QueuePlace {
   private counted = false
 
   constructor(
-    private readonly admission: QueueCounts,
+    private readonly queues: LocalQueues,
     private readonly key: string,
   ) {}
 
   readonly onQueued = (): boolean => {
-    if (!this.admission.enterQueue(this.key, this)) {
+    if (!this.queues.enterQueue(this.key, this)) {
       this.full = true
       return false
     }
@@ -64,7 +119,7 @@ export class QueuePlace {
   }
 
   leave(): void {
-    if (this.counted) this.admission.leaveQueue(this.key, this)
+    if (this.counted) this.queues.leaveQueue(this.key, this)
     this.counted = false
   }
 }
@@ -82,7 +137,7 @@ export class FairPlace {
   private readonly unwatch: (() => void) | undefined
 
   constructor(
-    private readonly admission: QueueCounts,
+    private readonly queues: LocalQueues,
     readonly key: string,
     readonly priority: number,
     client: AbortSignalLike,
@@ -92,7 +147,7 @@ export class FairPlace {
   }
 
   readonly onQueued = (): boolean => {
-    if (!this.admission.enterFairQueue(this)) {
+    if (!this.queues.enterFairQueue(this)) {
       this.full = true
       return false
     }
@@ -109,7 +164,7 @@ export class FairPlace {
   }
 
   leave(): void {
-    if (this.counted) this.admission.leaveFairQueue(this)
+    if (this.counted) this.queues.leaveFairQueue(this)
     this.counted = false
     this.unwatch?.()
   }

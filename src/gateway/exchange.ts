@@ -5,14 +5,8 @@ import type { AbortSignalLike } from '../core/abort.js'
 import { randomFillSync } from 'node:crypto'
 import { whenLost } from '../core/client/lease.js'
 import { DEFAULT_PRIORITY } from '../core/fair.js'
-import type {
-  Admission,
-  AdmitResult,
-  Bucket,
-  Rejection,
-  SampleTiming,
-  TollgateInfo,
-} from '../admission/admission.js'
+import type { Admission, Rejection, SampleTiming, TollgateInfo } from '../admission/admission.js'
+import type { AdmitResult, Bucket } from '../admission/bucket.js'
 import type { Outcome } from '../primitives/adaptive/limit.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayContext } from './context.js'

@@ -213,7 +213,7 @@ function semaphoreFor(
     concurrency.keepAliveMs,
   )
   // The dashboard lists the busiest buckets of a keyed route from its first request.
-  if (key && config.admin) admission.trackBuckets()
+  if (key && config.admin) admission.arrivals.track()
   return admission
 }
 
@@ -280,6 +280,6 @@ function rwlockFor(
     { method: (req) => req.method, path: (req) => req.match },
   )
   // The dashboard lists the busiest resources from the first request.
-  if (config.admin) admission.trackBuckets()
+  if (config.admin) admission.arrivals.track()
   return admission
 }

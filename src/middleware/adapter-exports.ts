@@ -1,12 +1,7 @@
 // The types and helpers every adapter's entry point (tollgate/express, /koa, /fastify, /hono) re-exports,
 // in one place so the four entry points offer the same.
-export type {
-  AdmissionCounters,
-  OnLost,
-  Rejection,
-  RejectReason,
-  TollgateInfo,
-} from '../admission/admission.js'
+export type { OnLost, Rejection, RejectReason, TollgateInfo } from '../admission/admission.js'
+export type { AdmissionCounters } from '../admission/metrics.js'
 export type {
   CommonOptions,
   Logger,

@@ -1,12 +1,12 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import {
   type Admission,
-  isThenable,
   type Rejection,
   type TollgateInfo,
   type AdaptiveControl,
 } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
+import { isThenable } from '../admission/hooks.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'

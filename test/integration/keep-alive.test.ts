@@ -4,7 +4,8 @@
 // in the store's queue, and at close(). The cap (G1) is checked with an independent counter across
 // several admissions on separate connections, as replicas would be.
 import { expect, it } from 'vitest'
-import type { Admission, AdmitResult } from '../../src/admission/admission.js'
+import type { Admission } from '../../src/admission/admission.js'
+import type { AdmitResult } from '../../src/admission/bucket.js'
 import { semaphoreAdmission } from '../../src/admission/buckets.js'
 import { PermitLease } from '../../src/core/client/lease.js'
 import type { Store } from '../../src/index.js'

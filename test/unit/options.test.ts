@@ -650,22 +650,22 @@ describe("a keyed admission's buckets (the dashboard's busiest buckets)", () => 
     const admission = semaphoreAdmission<string>({ permits: 1, store, name: 'present', key: (k) => k })
     try {
       const before = await admission.admit('early', never)
-      expect(admission.takeArrivals()).toEqual(new Map()) // not tracked before this first call
+      expect(admission.arrivals.take()).toEqual(new Map()) // not tracked before this first call
       const first = await admission.admit('hog', never)
       const waiting = admission.admit('hog', never) // waits behind it
       await new Promise((resolve) => setTimeout(resolve, 20))
-      expect(admission.takeArrivals()).toEqual(new Map([['hog', 2]]))
+      expect(admission.arrivals.take()).toEqual(new Map([['hog', 2]]))
       // Nothing new arrived, but hog has one in flight and one waiting: it is present.
-      expect(admission.takeArrivals()).toEqual(new Map())
-      expect(admission.present()).toEqual(new Map([['hog', 2]]))
+      expect(admission.arrivals.take()).toEqual(new Map())
+      expect(admission.arrivals.present()).toEqual(new Map([['hog', 2]]))
       if (first.outcome !== 'admitted' || before.outcome !== 'admitted') throw new Error('not admitted')
       await admission.release(first.info)
       const second = await waiting
       if (second.outcome !== 'admitted') throw new Error('not admitted')
-      expect(admission.present()).toEqual(new Map([['hog', 1]]))
+      expect(admission.arrivals.present()).toEqual(new Map([['hog', 1]]))
       await admission.release(second.info)
       await admission.release(before.info)
-      expect(admission.present()).toEqual(new Map())
+      expect(admission.arrivals.present()).toEqual(new Map())
     } finally {
       await store.close()
     }

@@ -9,7 +9,8 @@ import { AbortFlag } from '../../src/core/abort.js'
 import { ShedError } from '../../src/core/errors.js'
 import { PRIORITY_CLASSES } from '../../src/core/fair.js'
 import { createMemoryStore, createSemaphore } from '../../src/index.js'
-import { Admission, type AdmitResult, type Bucket, type Gate } from '../../src/admission/admission.js'
+import { Admission } from '../../src/admission/admission.js'
+import type { AdmitResult, Bucket, Gate } from '../../src/admission/bucket.js'
 import { resolveCommon, type SemaphoreMiddlewareOptions } from '../../src/admission/options.js'
 
 const { critical, standard, sheddable } = PRIORITY_CLASSES

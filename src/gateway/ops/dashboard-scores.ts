@@ -2,7 +2,7 @@
 // fair route this replica sees most of lately: requests a second, decayed (half-life ~3 s), bounded
 // per route. The dashboard lists the busiest and reads the fleet's figures of those only; /limits
 // lists the buckets too.
-import type { Admission } from '../../admission/admission.js'
+import type { BucketArrivals } from '../../admission/arrivals.js'
 
 /** What scores a route's requests: its cap's buckets, or its read/write lock's resources. */
 export type Scored = 'buckets' | 'resources'
@@ -54,19 +54,15 @@ export class BusiestScores {
       .map(([flow, score]) => ({ flow, share: Math.round((score / total) * 1000) / 1000 }))
   }
 
-  /** Decay a route's bucket (or resource) scores and add the last second's requests of `admission`. */
-  score(
-    route: string,
-    admission: Pick<Admission<unknown>, 'takeArrivals' | 'present'>,
-    of: Scored = 'buckets',
-  ): void {
+  /** Decay a route's bucket (or resource) scores and add the last second's requests (`arrivals`, an admission's). */
+  score(route: string, arrivals: BucketArrivals, of: Scored = 'buckets'): void {
     const scored = this.scored[of]
     scored.set(
       route,
       decayed(scored.get(route), (scores) => {
-        for (const [key, count] of admission.takeArrivals()) scores.set(key, (scores.get(key) ?? 0) + count)
+        for (const [key, count] of arrivals.take()) scores.set(key, (scores.get(key) ?? 0) + count)
         // A bucket with requests in flight or waiting here stays listed, however long they take.
-        for (const [key, count] of admission.present()) scores.set(key, Math.max(scores.get(key) ?? 0, count))
+        for (const [key, count] of arrivals.present()) scores.set(key, Math.max(scores.get(key) ?? 0, count))
       }),
     )
   }

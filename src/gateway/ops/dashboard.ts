@@ -237,8 +237,8 @@ export class Dashboard {
       this.history.set(name, points)
       if (known !== null) this.compare(name, known, live.concurrency?.adaptive ? 'adaptive limit' : 'config')
       if (live.concurrency && live.config.concurrency && isKeyed(live.config.concurrency.per))
-        this.scores.score(name, live.concurrency)
-      if (live.rwlock) this.scores.score(name, live.rwlock, 'resources')
+        this.scores.score(name, live.concurrency.arrivals)
+      if (live.rwlock) this.scores.score(name, live.rwlock.arrivals, 'resources')
       const fair = live.fair ? this.view.metrics.route(name).fairSeries : undefined
       if (fair) this.scores.scoreFlows(name, fair.takeArrivals())
     }
