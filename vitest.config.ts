@@ -13,6 +13,8 @@ const ioredis6 = process.env.TOLLGATE_TEST_IOREDIS === '6'
 const LONG = [
   'test/integration/differential.test.ts',
   'test/integration/adaptive.test.ts',
+  'test/middleware/adaptive.test.ts',
+  'test/gateway/adaptive.test.ts',
   'test/gateway/dashboard.test.ts',
   'test/gateway/read-ahead-memory.test.ts',
   'test/gateway/edge.test.ts',

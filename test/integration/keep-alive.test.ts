@@ -209,9 +209,9 @@ describeStores('permit keep-alive', (fixture, kind) => {
     let inside = 0
     let most = 0
     let stop = false
+    let served = 0
     // Back-to-back requests on the busy one: it always has the lease kept or in use.
     const loop = (async () => {
-      let served = 0
       while (!stop) {
         const info = admittedInfo(await enter(busy))
         inside++
@@ -224,7 +224,8 @@ describeStores('permit keep-alive', (fixture, kind) => {
       }
       return served
     })()
-    await sleep(50)
+    // The other asks once the busy one is in its stride (a count, not a time: a loaded machine is slow).
+    await eventually(() => served >= 5, 10_000)
     const askedAt = Date.now()
     const result = await enter(other)
     const waited = Date.now() - askedAt
