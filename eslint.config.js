@@ -3,7 +3,17 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  { ignores: ['dist/', 'node_modules/', 'bench/results/', 'scratch/', 'coverage/'] },
+  {
+    ignores: [
+      'dist/',
+      'packages/gateway/dist/',
+      'packages/gateway/LICENSE',
+      'node_modules/',
+      'bench/results/',
+      'scratch/',
+      'coverage/',
+    ],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

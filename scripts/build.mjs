@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// npm run build (and `prepare`, so `npm ci` in a checkout and `npm pack` build too):
+// npm run build (and `prepack`, so `npm pack` and `npm publish` build too):
 //   1. regenerate src/core/redis/lua-sources.ts, src/gateway/version.ts and
 //      src/gateway/ops/dashboard-assets.ts (scripts/embed-*.mjs);
 //   2. empty dist/ (no stale files or source maps from older builds get packed);

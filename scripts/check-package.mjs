@@ -1,8 +1,9 @@
 #!/usr/bin/env node
-// npm run check:package: build and pack exactly what `npm publish` would (npm pack runs `prepare`,
-// which builds), then let @arethetypeswrong/cli check every entry point of the tarball under node10,
-// node16 (from CJS and from ESM) and bundler resolution. Exits non-zero on any problem.
-//   node scripts/check-package.mjs [--keep]   --keep: leave the tarball and print its path
+// npm run check:package: build and pack exactly what `npm publish` would of both packages (npm pack
+// runs `prepack`, which builds; tollgate-gateway is staged from that build), then let
+// @arethetypeswrong/cli check every entry point of each tarball under node10, node16 (from CJS and
+// from ESM) and bundler resolution. Exits non-zero on any problem.
+//   node scripts/check-package.mjs [--keep]   --keep: leave the tarballs and print their paths
 /* global process, console */
 import { spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
@@ -14,12 +15,13 @@ const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..')
 const ATTW = path.join(ROOT, 'node_modules/@arethetypeswrong/cli/dist/index.js')
 
 const dir = mkdtempSync(path.join(os.tmpdir(), 'tollgate-pack-'))
-try {
-  const pack = spawnSync('npm', ['pack', '--json', '--pack-destination', dir], {
-    cwd: ROOT,
-    encoding: 'utf8',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
+/** npm pack in `cwd` (with `scripts`: its prepack builds), then attw on the tarball; the exit status. */
+function check(cwd, scripts) {
+  const pack = spawnSync(
+    'npm',
+    ['pack', '--json', '--pack-destination', dir, ...(scripts ? [] : ['--ignore-scripts'])],
+    { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] },
+  )
   if (pack.status !== 0) throw new Error(`npm pack failed (${pack.status ?? pack.signal})`)
   // Lifecycle scripts may print before the JSON array, which is the last thing on stdout.
   const [{ filename, size, unpackedSize, entryCount }] = JSON.parse(
@@ -32,7 +34,17 @@ try {
     stdio: 'inherit',
   })
   if (process.argv.includes('--keep')) console.log(`kept ${tarball}`)
-  process.exitCode = attw.status ?? 1
+  return attw.status ?? 1
+}
+try {
+  // The library (its prepack builds dist/), then the gateway staged from that build.
+  const library = check(ROOT, true)
+  const staged = spawnSync(process.execPath, [path.join(ROOT, 'scripts/stage-gateway.mjs')], {
+    stdio: 'inherit',
+  })
+  if (staged.status !== 0) throw new Error('scripts/stage-gateway.mjs failed')
+  const gateway = check(path.join(ROOT, 'packages/gateway'), false)
+  process.exitCode = library || gateway
 } finally {
   if (!process.argv.includes('--keep')) rmSync(dir, { recursive: true, force: true })
 }

@@ -1,4 +1,4 @@
-// `tollgate/gateway`: run the gateway in-process (tests, embedding) with the same config the bin uses.
+// The package tollgate-gateway's entry point: run the gateway in-process (tests, embedding) with the same config the bin uses.
 export { startFromArgs } from './cli.js'
 export {
   type ConcurrencyConfig,

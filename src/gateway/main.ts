@@ -1,9 +1,8 @@
 #!/usr/bin/env node
-// The `tollgate` bin. Everything is in cli.ts; this file only runs it (see `tollgate --help`).
-// What the gateway loads may be missing: ioredis (a peer dependency) and its own dependencies (pino,
-// prom-client, undici, yaml, zod: optionalDependencies, left out by `npm install --omit=optional` for
-// a library-only footprint). Then the bin says which are missing and how to install them, instead of
-// a stack trace.
+// The `tollgate-gateway` bin. Everything is in cli.ts; this file only runs it (see `--help`).
+// What the gateway loads may be missing from a broken or hand-assembled install (its dependencies:
+// ioredis, pino, prom-client, undici, yaml, zod). Then the bin says which are missing and how to
+// install them, instead of a stack trace.
 import { missingPackageOf, missingPackages, missingPackagesMessage } from './missing-packages.js'
 
 let cli: typeof import('./cli.js')

@@ -1,12 +1,10 @@
-// What the `tollgate` bin says when a package the gateway needs is not installed: every one that is
-// missing, and one command that installs them all, for the package manager and the way the bin was
-// run. main.ts uses it before cli.ts loads, so it imports nothing that could be missing.
+// What the `tollgate-gateway` bin says when a package the gateway needs is not installed (a copied
+// or hand-assembled node_modules, a bundler's externals): every one that is missing, and one command
+// that installs them all, for the package manager and the way the bin was run. main.ts uses it before
+// cli.ts loads, so it imports nothing that could be missing.
 
-/** ioredis, a peer dependency (npm installs peers unless legacy-peer-deps is set; yarn 1 and pnpm
- * without auto-install-peers do not), and the gateway's optionalDependencies (left out by
- * `--omit=optional`), in the order an install command lists them. */
+/** tollgate-gateway's dependencies that the bin loads, in the order an install command lists them. */
 export const GATEWAY_PACKAGES = ['ioredis', 'pino', 'prom-client', 'undici', 'yaml', 'zod'] as const
-const PEERS: ReadonlySet<string> = new Set(['ioredis'])
 
 /** The package a failed import could not find, if it is a package (not a file of ours). */
 export function missingPackageOf(error: unknown): string | undefined {
@@ -40,24 +38,15 @@ export interface RunContext {
 /** The lines the bin prints (each starts with "tollgate: "): what is missing and how to install it. */
 export function missingPackagesMessage(missing: readonly string[], context: RunContext = {}): string {
   const list = missing.length === 1 ? missing[0] : `${missing.slice(0, -1).join(', ')} and ${missing.at(-1)}`
-  const peers = missing.filter((name) => PEERS.has(name))
-  const peer = `${peers.join(' and ')} ${peers.length === 1 ? 'is a peer dependency' : 'are peer dependencies'} of tollgate`
-  const why =
-    peers.length === missing.length
-      ? peer
-      : peers.length === 0
-        ? 'installed with --omit=optional?'
-        : `${peer}; the others are left out by --omit=optional`
+  const them = missing.length === 1 ? 'it' : 'them'
   const lines = [
-    `the gateway needs ${list}, which ${missing.length === 1 ? 'is' : 'are'} not installed (${why}).`,
+    `the gateway needs ${list}, which ${missing.length === 1 ? 'is a dependency' : 'are dependencies'} of tollgate-gateway but not installed here.`,
   ]
   if (/[\\/]_npx[\\/]/.test(context.bin ?? '')) {
-    const packages = ['tollgate', ...missing].map((name) => `-p ${name}`).join(' ')
-    lines.push(`run it with ${missing.length === 1 ? 'it' : 'them'}: npx ${packages} tollgate <your flags>`)
+    const packages = ['tollgate-gateway', ...missing].map((name) => `-p ${name}`).join(' ')
+    lines.push(`run it with ${them}: npx ${packages} tollgate-gateway <your flags>`)
   } else {
-    lines.push(
-      `install ${missing.length === 1 ? 'it' : 'them'}: ${installCommand(context.userAgent)} ${missing.join(' ')}`,
-    )
+    lines.push(`install ${them}: ${installCommand(context.userAgent)} ${missing.join(' ')}`)
   }
   return lines.map((line) => `tollgate: ${line}\n`).join('')
 }

@@ -102,7 +102,7 @@ function checkKubernetes(text: string): void {
   const args = list(container.args, 'args')
   for (const value of [...command, ...args])
     expect(value, 'command and args are strings').toBeTypeOf('string')
-  expect(command).toEqual(['tollgate'])
+  expect(command).toEqual(['tollgate-gateway'])
   const env: Record<string, string> = {}
   for (const entry of list(container.env, 'env').map((e) => obj(e, 'env entry'))) {
     expect(entry.value, `${String(entry.name)} is a string`).toBeTypeOf('string')
@@ -198,7 +198,7 @@ function checkUnit(text: string): void {
   expect(one('KillSignal')).toBe('SIGTERM')
   expect(one('EnvironmentFile')).toMatch(/^-?\//)
   const words = one('ExecStart').split(/\s+/)
-  expect(words.slice(0, 2)).toEqual(['/usr/bin/env', 'tollgate'])
+  expect(words.slice(0, 2)).toEqual(['/usr/bin/env', 'tollgate-gateway'])
   const args = words.slice(2)
   // The variables the comments show for the EnvironmentFile, with their values.
   const env = Object.fromEntries(

@@ -1,4 +1,4 @@
-// The real `tollgate` bin, spawned as separate processes, in front of an upstream that counts what it
+// The real `tollgate-gateway` bin, spawned as separate processes, in front of an upstream that counts what it
 // sees. Shared limits across replicas, permits of a SIGKILLed replica, SIGTERM drain, the client-abort
 // leak, upstream failures, metrics and readiness.
 import { spawn } from 'node:child_process'

@@ -1,4 +1,4 @@
-// The hostile edge against the real `tollgate` binary: shutdown leaves no lease behind, a Redis that is
+// The hostile edge against the real `tollgate-gateway` binary: shutdown leaves no lease behind, a Redis that is
 // known down is answered fast (and logged once), and a Redis user without the rights the scripts need
 // is refused at start with the ACL rule to grant.
 import { Redis } from 'ioredis'

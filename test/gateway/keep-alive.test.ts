@@ -1,4 +1,4 @@
-// Permit keep-alive in the real `tollgate` bin (--permit-keepalive-ms, concurrency.keepAliveMs), as
+// Permit keep-alive in the real `tollgate-gateway` bin (--permit-keepalive-ms, concurrency.keepAliveMs), as
 // separate processes sharing Redis, in front of an upstream that counts its own requests in flight:
 // the cap holds across replicas, no fencing header is sent, and kept permits go back to Redis at
 // SIGTERM and at a reload, not only when their time is up.

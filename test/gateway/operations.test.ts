@@ -1,4 +1,4 @@
-// Running the real `tollgate` bin as operators do: settings from TOLLGATE_* variables, SIGHUP and
+// Running the real `tollgate-gateway` bin as operators do: settings from TOLLGATE_* variables, SIGHUP and
 // --watch-config reloads, the admin /limits API (fleet-wide through Redis, token-guarded beyond
 // loopback), the pino-http style access log with request ids, trace headers passed through, and the
 // operational metrics.

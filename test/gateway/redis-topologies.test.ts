@@ -1,4 +1,4 @@
-// The real `tollgate` bin against Redis set up as in production: TLS with client certificates
+// The real `tollgate-gateway` bin against Redis set up as in production: TLS with client certificates
 // (rediss:// and the --redis-tls-* files), a password from a file or the environment, and Sentinel
 // through a failover under load. Every redis-server, redis-sentinel and gateway process is started
 // for one test and stopped by its PID after it (also when it fails).

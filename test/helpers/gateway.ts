@@ -1,4 +1,4 @@
-// Runs the real `tollgate` bin (node --import tsx src/gateway/main.ts) as a child process. Every child
+// Runs the real `tollgate-gateway` bin (node --import tsx src/gateway/main.ts) as a child process. Every child
 // is SIGKILLed by its PID after each test (also when the test fails), when this process exits or is
 // interrupted, and by the reaper if this process is SIGKILLed itself.
 import { type ChildProcess, spawn } from 'node:child_process'

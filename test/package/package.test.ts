@@ -1,14 +1,16 @@
-// Packaging (issue 18): what `npm pack` ships, used the way users use it. The tarball (built by
-// scripts/build.mjs, as `prepare` does, into a staged copy of the package) is unpacked into fresh
-// projects outside the repository, whose other dependencies are symlinks into the repository's
-// node_modules (offline, no registry):
-//   full/  tollgate + its dependencies + ioredis: a "type":"commonjs" consumer using require(), an ESM
-//          consumer using import, a TypeScript `module: nodenext` consumer in a CommonJS package
-//          (compiled with the repository's typescript, then run), and an esbuild bundle run against
-//          the test Redis from a directory without node_modules (no lua/ on disk, no package.json);
-//   lib/   tollgate + ioredis only, as a library user would like it: the library entry points load,
-//          so none of them needs a gateway dependency (the gateway entry names the missing one).
-// @arethetypeswrong/cli checks every entry point of the tarball under node10, node16 and bundler.
+// Packaging (issues 18, 41): what `npm pack` ships of both packages, used the way users use them. The
+// library's tarball, tollgate (built by scripts/build.mjs, as `prepack` does, into a staged copy of the
+// package), and the gateway's, tollgate-gateway (the same build, staged by scripts/stage-gateway.mjs,
+// as its prepack does), are unpacked into fresh projects outside the repository, whose other
+// dependencies are symlinks into the repository's node_modules (offline, no registry):
+//   full/  both packages + the gateway's dependencies + the peers: a "type":"commonjs" consumer using
+//          require(), an ESM consumer using import, a TypeScript `module: nodenext` consumer in a
+//          CommonJS package (compiled with the repository's typescript, then run), the gateway's bin,
+//          and an esbuild bundle run against the test Redis from a directory without node_modules
+//          (no lua/ on disk, no package.json);
+//   lib/   tollgate + ioredis only, as a library user installs it: every library entry point loads, and
+//          no gateway code or dependency ships with it.
+// @arethetypeswrong/cli checks every entry point of both tarballs under node10, node16 and bundler.
 import { execFile, spawn } from 'node:child_process'
 import {
   cpSync,
@@ -33,24 +35,35 @@ const REPO_MODULES = path.join(ROOT, 'node_modules')
 const ATTW = path.join(REPO_MODULES, '@arethetypeswrong/cli/dist/index.js')
 const TSC = path.join(REPO_MODULES, 'typescript/bin/tsc')
 const BUILD = path.join(ROOT, 'scripts/build.mjs')
+const STAGE_GATEWAY = path.join(ROOT, 'scripts/stage-gateway.mjs')
 type Conditions = Record<'import' | 'require', { types: string; default: string }>
-const PKG = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
+type Manifest = {
+  name: string
   version: string
-  optionalDependencies: Record<string, string>
+  bin?: Record<string, string>
+  dependencies?: Record<string, string>
   exports: Record<string, Conditions | string>
 }
-/** The gateway's own dependencies (optional: `--omit=optional` leaves them out): a library import
- * must load none of them. */
-const GATEWAY_DEPS = Object.keys(PKG.optionalDependencies)
+const PKG = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as Manifest
+const GATEWAY_PKG = JSON.parse(
+  readFileSync(path.join(ROOT, 'packages/gateway/package.json'), 'utf8'),
+) as Manifest
+/** The gateway's own dependencies besides ioredis (which the library may load, for a URL): a library
+ * import must load none of them. */
+const GATEWAY_DEPS = Object.keys(GATEWAY_PKG.dependencies ?? {}).filter((name) => name !== 'ioredis')
 const GATEWAY_DEP_PATH = new RegExp(`[\\\\/]node_modules[\\\\/](${GATEWAY_DEPS.join('|')})[\\\\/]`)
 /** What the adapters are for (installed as the repository has them) and @types/node for TypeScript. */
 const PEERS = ['ioredis', 'express', 'koa', 'fastify', 'hono', '@types/node']
-/** Every code entry point of the exports map: '.', './express', ..., './gateway'. */
-const ENTRIES = Object.entries(PKG.exports).flatMap(([key, value]) =>
-  typeof value === 'string' ? [] : [{ key, id: `tollgate${key.slice(1)}`, ...value }],
-)
-/** The middleware entry points (each exports `semaphore`); the gateway is loaded last and apart. */
-const ADAPTERS = ENTRIES.filter(({ key }) => key !== '.' && key !== './gateway').map(({ id }) => id)
+/** Every code entry point of a package's exports map: '.', './express', ... */
+const entriesOf = (pkg: Manifest) =>
+  Object.entries(pkg.exports).flatMap(([key, value]) =>
+    typeof value === 'string' ? [] : [{ key, id: `${pkg.name}${key.slice(1)}`, ...value }],
+  )
+const ENTRIES = entriesOf(PKG)
+/** tollgate-gateway's one entry point. */
+const GATEWAY = entriesOf(GATEWAY_PKG)[0]!
+/** The middleware entry points (each exports `semaphore`). */
+const ADAPTERS = ENTRIES.filter(({ key }) => key !== '.').map(({ id }) => id)
 /** The library entry points a user without the gateway's dependencies or any framework imports. */
 const LIBRARY = ['tollgate', 'tollgate/express', 'tollgate/koa']
 
@@ -110,13 +123,29 @@ function link(modules: string, name: string): void {
 }
 
 let tmp: string
+/** The two tarballs, and the files in each. */
 let tarball: string
 let entries: string[]
+let gatewayTarball: string
+let gatewayEntries: string[]
 
-async function unpackInto(modules: string): Promise<void> {
-  const dest = path.join(modules, 'tollgate')
+/** Unpack a tarball (the library's unless told) into `modules`, as npm installs it. */
+async function unpackInto(modules: string, from = tarball, name = 'tollgate'): Promise<void> {
+  const dest = path.join(modules, name)
   mkdirSync(dest, { recursive: true })
-  await run('tar', ['-xzf', tarball, '-C', dest, '--strip-components=1'], tmp)
+  await run('tar', ['-xzf', from, '-C', dest, '--strip-components=1'], tmp)
+}
+
+/** `npm pack` in `dir` (scripts not run: the test staged it), and the tarball's path and files. */
+async function pack(dir: string): Promise<{ file: string; files: string[] }> {
+  const { stdout } = await run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp], dir)
+  const [packed] = JSON.parse(stdout.slice(stdout.lastIndexOf('\n[\n') + 1)) as { filename: string }[]
+  const file = path.join(tmp, packed!.filename)
+  const files = (await run('tar', ['-tzf', file], tmp)).stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((entry) => entry.replace(/^package\//, ''))
+  return { file, files }
 }
 
 beforeAll(async () => {
@@ -125,23 +154,24 @@ beforeAll(async () => {
   // running gateway may use it): a staged copy of the package, built by the same build script.
   const stage = path.join(tmp, 'stage')
   const { files } = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[] }
-  for (const file of ['package.json', 'README.md', 'LICENSE', ...files.filter((file) => file !== 'dist')])
+  // (`files` also names what it leaves out of dist/: '!dist/gateway'.)
+  const copied = files.filter((file) => file !== 'dist' && !file.startsWith('!'))
+  for (const file of ['package.json', 'README.md', 'LICENSE', ...copied])
     cpSync(path.join(ROOT, file), path.join(stage, file), { recursive: true })
   await run(process.execPath, [BUILD, '--out-dir', path.join(stage, 'dist'), '--no-generate'], ROOT)
-  const { stdout } = await run(
-    'npm',
-    ['pack', '--json', '--ignore-scripts', '--pack-destination', tmp],
-    stage,
+  ;({ file: tarball, files: entries } = await pack(stage))
+  // The gateway's package: the same build, staged as its prepack stages it.
+  const gatewayStage = path.join(tmp, 'stage-gateway')
+  await run(
+    process.execPath,
+    [STAGE_GATEWAY, '--dist', path.join(stage, 'dist'), '--out', gatewayStage],
+    ROOT,
   )
-  const [packed] = JSON.parse(stdout.slice(stdout.lastIndexOf('\n[\n') + 1)) as { filename: string }[]
-  tarball = path.join(tmp, packed!.filename)
-  entries = (await run('tar', ['-tzf', tarball], tmp)).stdout
-    .split('\n')
-    .filter(Boolean)
-    .map((entry) => entry.replace(/^package\//, ''))
+  ;({ file: gatewayTarball, files: gatewayEntries } = await pack(gatewayStage))
 
   const full = path.join(tmp, 'full/node_modules')
   await unpackInto(full)
+  await unpackInto(full, gatewayTarball, 'tollgate-gateway')
   for (const name of [...GATEWAY_DEPS, ...PEERS]) link(full, name)
   const lib = path.join(tmp, 'lib/node_modules')
   await unpackInto(lib)
@@ -152,22 +182,45 @@ afterAll(() => {
   if (tmp) rmSync(tmp, { recursive: true, force: true })
 })
 
-describe('the tarball', () => {
-  it('ships both builds, the typings, LICENSE and the linked docs; no sources, maps or import.meta', () => {
-    const files = ENTRIES.flatMap((entry) => [entry.import.default, entry.import.types])
-      .concat(ENTRIES.flatMap((entry) => [entry.require.default, entry.require.types]))
-      .map((file) => file.replace(/^\.\//, ''))
+/** The files an entry point's conditions name. */
+const filesOf = (list: typeof ENTRIES) =>
+  list
+    .flatMap((entry) => [
+      entry.import.default,
+      entry.import.types,
+      entry.require.default,
+      entry.require.types,
+    ])
+    .map((file) => file.replace(/^\.\//, ''))
+
+describe('the tarballs', () => {
+  it('ship both builds, the typings, LICENSE and the linked docs; no sources, maps or import.meta', () => {
     expect(entries).toEqual(
+      expect.arrayContaining([
+        'LICENSE',
+        'README.md',
+        'package.json',
+        'dist/cjs/package.json',
+        ...filesOf(ENTRIES),
+      ]),
+    )
+    // The library ships no gateway code and no bin: they are tollgate-gateway's.
+    expect(entries.filter((entry) => /^dist\/(cjs\/)?gateway\//.test(entry))).toEqual([])
+    expect(PKG.bin).toBeUndefined()
+    expect(gatewayEntries).toEqual(
       expect.arrayContaining([
         'LICENSE',
         'README.md',
         'package.json',
         'dist/gateway/main.js',
         'dist/cjs/package.json',
-        ...files,
+        ...filesOf([GATEWAY]),
       ]),
     )
-    expect(entries.filter((entry) => /\.map$|^src\/|^test\//.test(entry))).toEqual([])
+    expect(GATEWAY_PKG.bin).toEqual({ 'tollgate-gateway': './dist/gateway/main.js' })
+    expect(GATEWAY_PKG.version).toBe(PKG.version)
+    for (const list of [entries, gatewayEntries])
+      expect(list.filter((entry) => /\.map$|^src\/|^test\//.test(entry))).toEqual([])
     expect(readFileSync(path.join(tmp, 'full/node_modules/tollgate/LICENSE'), 'utf8')).toMatch(/^MIT License/)
     // The README's links to files (docs/*.md, CHANGELOG.md) must resolve in the package (and on the
     // npm page, via `repository`).
@@ -176,13 +229,17 @@ describe('the tarball', () => {
     expect(linked).toEqual(expect.arrayContaining(['docs/api.md', 'CHANGELOG.md']))
     expect(linked.filter((doc) => !entries.includes(doc))).toEqual([])
     // Compiled code never locates files by its own URL (bundles and CommonJS have none to offer).
-    const installed = path.join(tmp, 'full/node_modules/tollgate/dist')
-    const js = readdirSync(installed, { recursive: true })
-      .map(String)
-      .filter((file) => file.endsWith('.js'))
-    const selfLocating = /\bimport\.meta\.(url|dirname|filename|resolve)\b/
-    const offenders = js.filter((file) => selfLocating.test(readFileSync(path.join(installed, file), 'utf8')))
-    expect(offenders).toEqual([])
+    for (const name of ['tollgate', 'tollgate-gateway']) {
+      const installed = path.join(tmp, 'full/node_modules', name, 'dist')
+      const js = readdirSync(installed, { recursive: true })
+        .map(String)
+        .filter((file) => file.endsWith('.js'))
+      const selfLocating = /\bimport\.meta\.(url|dirname|filename|resolve)\b/
+      const offenders = js.filter((file) =>
+        selfLocating.test(readFileSync(path.join(installed, file), 'utf8')),
+      )
+      expect(offenders, name).toEqual([])
+    }
   })
 
   it('has a node10 stub (<subpath>/package.json) for every subpath, pointing at the CommonJS build', () => {
@@ -194,32 +251,37 @@ describe('the tarball', () => {
     }
   })
 
-  it('has no type problem for node10, node16 (CJS and ESM) and bundler on any entry point (attw)', async () => {
-    const { stdout } = await run(
-      process.execPath,
-      [ATTW, tarball, '--format', 'json', '--no-definitely-typed', '--profile', 'strict'],
-      tmp,
-    )
-    const { analysis } = JSON.parse(stdout) as {
-      analysis: {
-        problems: unknown[]
-        entrypoints: Record<string, { resolutions: Record<string, { resolution?: { fileName: string } }> }>
-      }
-    }
-    expect(analysis.problems).toEqual([])
-    expect(Object.keys(analysis.entrypoints).sort()).toEqual(Object.keys(PKG.exports).sort())
-    for (const entry of ENTRIES) {
-      const { resolutions } = analysis.entrypoints[entry.key]!
-      const files = Object.fromEntries(
-        Object.entries(resolutions).map(([kind, { resolution }]) => [kind, resolution?.fileName]),
+  it('have no type problem for node10, node16 (CJS and ESM) and bundler on any entry point (attw)', async () => {
+    for (const [file, pkg] of [
+      [tarball, PKG],
+      [gatewayTarball, GATEWAY_PKG],
+    ] as const) {
+      const { stdout } = await run(
+        process.execPath,
+        [ATTW, file, '--format', 'json', '--no-definitely-typed', '--profile', 'strict'],
+        tmp,
       )
-      const at = (file: string) => `/node_modules/tollgate/${file.slice(2)}`
-      expect(files, entry.key).toEqual({
-        node10: at(entry.require.types),
-        'node16-cjs': at(entry.require.types),
-        'node16-esm': at(entry.import.types),
-        bundler: at(entry.import.types),
-      })
+      const { analysis } = JSON.parse(stdout) as {
+        analysis: {
+          problems: unknown[]
+          entrypoints: Record<string, { resolutions: Record<string, { resolution?: { fileName: string } }> }>
+        }
+      }
+      expect(analysis.problems, pkg.name).toEqual([])
+      expect(Object.keys(analysis.entrypoints).sort()).toEqual(Object.keys(pkg.exports).sort())
+      for (const entry of entriesOf(pkg)) {
+        const { resolutions } = analysis.entrypoints[entry.key]!
+        const files = Object.fromEntries(
+          Object.entries(resolutions).map(([kind, { resolution }]) => [kind, resolution?.fileName]),
+        )
+        const at = (file: string) => `/node_modules/${pkg.name}/${file.slice(2)}`
+        expect(files, entry.id).toEqual({
+          node10: at(entry.require.types),
+          'node16-cjs': at(entry.require.types),
+          'node16-esm': at(entry.import.types),
+          bundler: at(entry.import.types),
+        })
+      }
     }
   })
 })
@@ -244,7 +306,7 @@ const EXERCISE = `
   }
 `
 
-const GATEWAY_ID = 'tollgate/gateway'
+const GATEWAY_ID = GATEWAY.id
 
 describe('consumers of the installed tarball', () => {
   it('require() works from a "type": "commonjs" package, every entry point from dist/cjs', async () => {
@@ -351,7 +413,7 @@ console.log(JSON.stringify({
       `import { ConfigError, createMemoryStore, createMutex, createSemaphore, type Lease, TollgateError } from 'tollgate'
 import { semaphore as expressSemaphore, type ExpressMiddleware } from 'tollgate/express'
 import { semaphore as koaSemaphore, type KoaMiddleware } from 'tollgate/koa'
-import { startFromArgs, type GatewayConfig } from 'tollgate/gateway'
+import { startFromArgs, type GatewayConfig } from 'tollgate-gateway'
 
 async function main(): Promise<void> {
   const store = createMemoryStore()
@@ -400,13 +462,13 @@ main().catch((error: unknown) => {
   })
 
   it('prints its version from the bin', async () => {
-    const bin = path.join(tmp, 'full/node_modules/tollgate/dist/gateway/main.js')
+    const bin = path.join(tmp, 'full/node_modules/tollgate-gateway/dist/gateway/main.js')
     const { stdout } = await run(process.execPath, [bin, '--version'], tmp)
     expect(stdout.trim()).toBe(PKG.version)
   })
 
   it('prints the example config from the bin, and the gateway starts on it (the first run the README gives)', async () => {
-    const bin = path.join(tmp, 'full/node_modules/tollgate/dist/gateway/main.js')
+    const bin = path.join(tmp, 'full/node_modules/tollgate-gateway/dist/gateway/main.js')
     const { stdout } = await run(process.execPath, [bin, '--example-config'], tmp)
     expect(stdout).toBe(readFileSync(path.join(ROOT, 'examples/gateway.yaml'), 'utf8').trimEnd() + '\n')
     const file = path.join(tmp, 'first-run/tollgate.yaml')
@@ -522,7 +584,7 @@ console.log(JSON.stringify({ ok: true, version }))
     expect(peerDependencies.ioredis).toBe('^5.11.1 || ^6.0.0')
   })
 
-  it('a library-only install (tollgate and ioredis) loads tollgate, /express and /koa', async () => {
+  it('a library install (tollgate and ioredis) loads tollgate, /express and /koa, and has no gateway', async () => {
     const modules = path.join(tmp, 'lib/node_modules')
     expect(readdirSync(modules).sort()).toEqual(['ioredis', 'tollgate'])
     const cjs = path.join(tmp, 'lib/cjs')
@@ -553,20 +615,15 @@ try { await import('${GATEWAY_ID}') } catch (error) { missing = error.code + ' '
 console.log(JSON.stringify({ ok: true, missing }))
 `,
     )
-    // The gateway entry does need its dependencies: the error names the first one it reaches.
-    const missing = expect.stringMatching(new RegExp(`MODULE_NOT_FOUND .*'(${GATEWAY_DEPS.join('|')})'`))
+    // The gateway is another package: not installed here, so not found (by either resolver).
+    const missing = expect.stringMatching(/MODULE_NOT_FOUND .*'tollgate-gateway'/)
     expect(await report(cjs, ['index.js'])).toEqual({ ok: true, missing })
     expect(await report(esm, ['index.js'])).toEqual({ ok: true, missing })
-    // So does the bin: it says what to install instead of a stack trace (exit 1).
-    const bin = path.join(tmp, 'lib/node_modules/tollgate/dist/gateway/main.js')
-    const failed = await run(process.execPath, [bin, '--help'], esm).then(
-      () => undefined,
-      (error: Error) => error.message,
-    )
-    expect(failed).toContain(
-      'tollgate: the gateway needs pino, prom-client, undici, yaml and zod, which are not installed (installed with --omit=optional?)',
-    )
-    expect(failed).toContain('npm install pino prom-client undici yaml zod')
+    // Nothing of it came with the library: no code, no bin.
+    const installed = path.join(modules, 'tollgate')
+    expect(existsSync(path.join(installed, 'dist/gateway'))).toBe(false)
+    expect(existsSync(path.join(installed, 'dist/cjs/gateway'))).toBe(false)
+    expect(JSON.parse(readFileSync(path.join(installed, 'package.json'), 'utf8')).bin).toBeUndefined()
   })
 
   it('with no Redis client installed, the library loads, runs the memory store and type-checks; a URL store says to install ioredis', async () => {
@@ -627,35 +684,29 @@ export const made = [createMutex(createMemoryStore(), 'm'), semaphore(2), client
     await run(process.execPath, [TSC, '-p', project], project)
   })
 
-  it('the bin without ioredis (a peer: not installed by yarn 1, pnpm without auto-install-peers, legacy-peer-deps) names it in the install command', async () => {
-    const project = path.join(tmp, 'no-ioredis')
-    const modules = path.join(project, 'node_modules')
-    await unpackInto(modules)
-    for (const name of GATEWAY_DEPS) link(modules, name)
-    const bin = path.join(modules, 'tollgate/dist/gateway/main.js')
+  it("the gateway's bin where its dependencies are not installed names them in one install command", async () => {
+    // A hand-assembled node_modules (a copied directory, a bundler's externals): the package alone.
+    const bare = path.join(tmp, 'bare')
+    const modules = path.join(bare, 'node_modules')
+    await unpackInto(modules, gatewayTarball, 'tollgate-gateway')
+    const bin = path.join(modules, 'tollgate-gateway/dist/gateway/main.js')
     const env = { npm_config_user_agent: '' } // as run by node, not by a package manager
     const args = [bin, '--upstream', 'http://127.0.0.1:9', '--redis', 'redis://127.0.0.1:9']
-    const failed = await run(process.execPath, args, project, env).then(
-      () => 'exited 0',
-      (error: Error) => error.message,
+    const failed = (cwd: string) =>
+      run(process.execPath, args, cwd, env).then(
+        () => 'exited 0',
+        (error: Error) => error.message,
+      )
+    expect(await failed(bare)).toContain(
+      'tollgate: the gateway needs ioredis, pino, prom-client, undici, yaml and zod, which are dependencies of tollgate-gateway but not installed here.\n' +
+        'tollgate: install them: npm install ioredis pino prom-client undici yaml zod\n',
     )
-    expect(failed).toContain(
-      'tollgate: the gateway needs ioredis, which is not installed (ioredis is a peer dependency of tollgate).\n' +
+    // One of them missing: that one.
+    for (const name of GATEWAY_DEPS) link(modules, name)
+    expect(await failed(bare)).toContain(
+      'tollgate: the gateway needs ioredis, which is a dependency of tollgate-gateway but not installed here.\n' +
         'tollgate: install it: npm install ioredis\n',
     )
-    // With the optional dependencies left out too, one command installs everything.
-    const bare = path.join(tmp, 'bare')
-    await unpackInto(path.join(bare, 'node_modules'))
-    const both = await run(
-      process.execPath,
-      [path.join(bare, 'node_modules/tollgate/dist/gateway/main.js'), ...args.slice(1)],
-      bare,
-      env,
-    ).then(
-      () => 'exited 0',
-      (error: Error) => error.message,
-    )
-    expect(both).toContain('tollgate: install them: npm install ioredis pino prom-client undici yaml zod\n')
   })
 })
 

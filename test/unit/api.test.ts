@@ -1,5 +1,5 @@
 // The public API is what is documented (issue 28 #10, issue 42): every export of every entry point in
-// package.json's `exports` map, read with the TypeScript compiler (types included), has its own `###`
+// the `exports` maps of both packages (tollgate, tollgate-gateway), read with the TypeScript compiler (types included), has its own `###`
 // heading in docs/api.md under the `##` heading of its entry, and no such heading names an export that is
 // gone. An export added without a `###` in docs/api.md fails here.
 import { readFileSync } from 'node:fs'
@@ -9,21 +9,26 @@ import ts from 'typescript'
 import { describe, expect, it } from 'vitest'
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url))
-const PKG = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as {
-  exports: Record<string, string | { import: { default: string } }>
-}
+type Manifest = { name: string; exports: Record<string, string | { import: { default: string } }> }
+/** The two packages: tollgate (the library, at the root) and tollgate-gateway (packages/gateway, the
+ * same compiled tree). */
+const PACKAGES = ['package.json', 'packages/gateway/package.json'].map(
+  (file) => JSON.parse(readFileSync(path.join(ROOT, file), 'utf8')) as Manifest,
+)
 const ADAPTERS = ['tollgate/express', 'tollgate/koa', 'tollgate/fastify', 'tollgate/hono']
 
-/** Entry id ('tollgate', 'tollgate/express', ...) -> its source file. */
-const ENTRIES = Object.entries(PKG.exports).flatMap(([key, value]) =>
-  typeof value === 'string'
-    ? []
-    : [
-        {
-          id: `tollgate${key.slice(1)}`,
-          file: path.join(ROOT, value.import.default.replace('./dist/', 'src/').replace(/\.js$/, '.ts')),
-        },
-      ],
+/** Entry id ('tollgate', 'tollgate/express', ..., 'tollgate-gateway') -> its source file. */
+const ENTRIES = PACKAGES.flatMap((pkg) =>
+  Object.entries(pkg.exports).flatMap(([key, value]) =>
+    typeof value === 'string'
+      ? []
+      : [
+          {
+            id: `${pkg.name}${key.slice(1)}`,
+            file: path.join(ROOT, value.import.default.replace('./dist/', 'src/').replace(/\.js$/, '.ts')),
+          },
+        ],
+  ),
 )
 
 function exportsOf(files: string[]): Map<string, string[]> {

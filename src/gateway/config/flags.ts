@@ -188,7 +188,7 @@ function envListing(): string {
   return lines.join('\n  ')
 }
 
-export const USAGE = `Usage: tollgate --upstream <url> [options]
+export const USAGE = `Usage: tollgate-gateway --upstream <url> [options]
 
 A reverse proxy that caps the requests in flight; replicas share the caps through Redis.
 
