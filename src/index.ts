@@ -45,4 +45,5 @@ export {
 } from './primitives/semaphore.js'
 export type { FairAcquireOptions, OverloadOptions } from './primitives/overload.js'
 export type { Priority } from './core/fair.js'
-export type { AdaptiveOptions, AdaptiveStatus, DropRule } from './primitives/adaptive/limit.js'
+export type { AdaptiveStatus } from './primitives/adaptive/limit.js'
+export type { AdaptiveOptions, DropRule } from './primitives/adaptive/options.js'

@@ -1,6 +1,6 @@
 -- lua/lib/adaptive.lua: shared prelude of the adaptive-*.lua scripts, after lib/common.lua.
 --
--- The fleet's adaptive limit of one bucket (src/primitives/adaptive/limit.ts): every replica reports,
+-- The fleet's adaptive limit of one bucket (src/primitives/adaptive/fleet.ts): every replica reports,
 -- once a window, what the requests it admitted did; the replica that leads steps the controller once
 -- per window from the merged reports, and puts the limit it computes in the bucket's permit set (P of
 -- lib/permits.lua, through permit-set-limit.lua). Every key shares the hash tag of that permit set,

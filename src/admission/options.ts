@@ -6,7 +6,7 @@ import { MAX_PRIORITY, MIN_PRIORITY, PRIORITY_CLASSES, type Priority } from '../
 import { createMemoryStore } from '../core/memory/store.js'
 import { defined, nonEmptyString, positiveInt, rejectUnknown, storeOption } from '../core/options.js'
 import type { Store } from '../core/protocol/store.js'
-import type { AdaptiveOptions } from '../primitives/adaptive/limit.js'
+import type { AdaptiveOptions } from '../primitives/adaptive/options.js'
 import type { Lease } from '../core/client/lease.js'
 
 /** Where log lines go; `console` fits, so do pino and winston. Default: silent. */

@@ -1,16 +1,14 @@
 import { debuglog } from 'node:util'
 import { ConfigError } from '../core/errors.js'
 import { type Lease, whenLost } from '../core/client/lease.js'
+import { AdaptiveLimit, type AdaptiveLogger, type AdaptiveStatus } from './adaptive/limit.js'
+import { localStoreOf } from './adaptive/local.js'
 import {
-  AdaptiveLimit,
-  type AdaptiveLogger,
   type AdaptiveOptions,
-  type AdaptiveStatus,
-  localStoreOf,
   type Outcome,
   parseAdaptiveOptions,
   type ResolvedAdaptiveOptions,
-} from './adaptive/limit.js'
+} from './adaptive/options.js'
 import { positiveInt } from '../core/options.js'
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import { PermitClient } from '../core/client/permit-client.js'

@@ -20,7 +20,7 @@ export interface Store {
   readonly permits: PermitFamily
   /** The writer-preferring read/write lock. */
   readonly rwlock: RwLockFamily
-  /** The fleet's adaptive limits (src/primitives/adaptive/limit.ts); a store without it cannot share
+  /** The fleet's adaptive limits (src/primitives/adaptive/fleet.ts); a store without it cannot share
    * one. */
   readonly adaptive?: AdaptiveFamily
   /** Subscribe to a space's grants; resolves once messages published from now on will arrive.
@@ -94,7 +94,7 @@ export interface FairCall {
   maxQueued: number
 }
 
-/** lua/adaptive-*.lua: the fleet's adaptive limit of a bucket (src/primitives/adaptive/limit.ts).
+/** lua/adaptive-*.lua: the fleet's adaptive limit of a bucket (src/primitives/adaptive/fleet.ts).
  * Every replica reports each window; the one that leads steps the controller once per window. */
 export interface AdaptiveFamily {
   /** One window's report of one replica; its heartbeat and leadership; the fleet's state back. */

@@ -8,7 +8,7 @@ import type { GatewayFlags } from './flags.js'
 import type { ConcurrencyInput, GatewayFile, RwLockInput } from './schema.js'
 import { ConfigError } from '../../core/errors.js'
 import { priorityName, priorityNumber, type Priority } from '../../core/fair.js'
-import { parseAdaptiveOptions, type ResolvedAdaptiveOptions } from '../../primitives/adaptive/limit.js'
+import { parseAdaptiveOptions, type ResolvedAdaptiveOptions } from '../../primitives/adaptive/options.js'
 import {
   type ConcurrencyConfig,
   type FlowConfig,

@@ -1,7 +1,7 @@
 // What the gateway runs on: the validated configuration, its defaults, and the error that names every
 // bad field. Built from flags and a file by resolve.ts; nothing here reads anything.
 import { ConfigError } from '../../core/errors.js'
-import type { ResolvedAdaptiveOptions } from '../../primitives/adaptive/limit.js'
+import type { ResolvedAdaptiveOptions } from '../../primitives/adaptive/options.js'
 import { PATH_DEFAULTS, type PathOptions } from '../http/target.js'
 
 export type Per = 'global' | 'route' | 'tenant' | 'ip'

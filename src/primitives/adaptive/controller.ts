@@ -205,7 +205,7 @@ export function parseAdaptiveLimitOptions(options: unknown, at = ''): ResolvedAd
     // and a fleet's replicas report once each: a store call per replica every windowMs.
     windowMs: integerIn(`${at}windowMs`, o.windowMs, 1000, 100, 3_600_000, 'milliseconds'),
     tolerance: ratio(`${at}tolerance`, o.tolerance, 1, 1, 10, false),
-    // Every 3rd window at most: a probe's window is stepped a window late across a fleet (limit.ts),
+    // Every 3rd window at most: a probe's window is stepped a window late across a fleet (fleet.ts),
     // and the windows between two probes must include one that runs at the full limit.
     probeEvery: integerIn(`${at}probeEvery`, o.probeEvery, 60, 3, 1_000_000, 'windows'),
     smoothing: ratio(`${at}smoothing`, o.smoothing, 0.5, 0, 1, true),
@@ -230,7 +230,7 @@ export interface ControllerState {
   probing: boolean
   /** gradient: the step whose window is that probe's (its median latency is the new baseline). It is the
    * next step for a local limit, the one after it across a fleet (its windows are stepped a window
-   * late: limit.ts). */
+   * late: fleet.ts). */
   probeAt?: number | undefined
   /** gradient: no window has shown queueing yet: the estimate doubles after each window that ran near
    * the limit without queueing. */

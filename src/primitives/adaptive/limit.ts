@@ -1,38 +1,6 @@
-// The adaptive limit of one bucket: the controller (controller.ts) driven by what the requests
-// it admits do, applied to the bucket's permits.
-//
-// scope 'fleet' (the default), one limit for every replica sharing the store:
-// - every replica measures each request it admitted (admission to the end of its response as the
-//   upstream or the handler gave it, less the client's time; whether it was a drop, and whose: see
-//   "What is measured" below) and adds it to its summary of the current window;
-// - windows are named by their start on the store's clock (floor(time / windowMs) x windowMs, so
-//   they stay ordered when windowMs changes: a reload, a rolling deploy); shortly after each window
-//   ends, every replica reports its summary of it in one store call (lua/adaptive-report.lua), which
-//   is also its heartbeat and returns the fleet's state: one call per window per replica, never one
-//   per request;
-// - the replica that leads (a lease kept in the store, renewed by every report of its holder and
-//   taken over by any replica once it ran out) steps the controller once per window, from the merged
-//   reports of the window before (every replica's report of it is in by then), and saves the step
-//   only if no step of that window was saved yet (lua/adaptive-commit.lua): exactly one step per
-//   window, even while two replicas believe they lead;
-// - the leader puts the new limit in the permit set (permit-set-limit.lua, adaptive), where it wins
-//   over every replica's own permits at once and never over an operator's override; every replica
-//   learns it from its next report and asks for it as its own permits, which apply if the store loses
-//   the limit (it expires 10 windows after the last step, so a fleet that stopped leaves nothing).
-// What happens when things go wrong:
-// - the leader dies: another replica leads once its lease ran out (3 windows), and goes on from the
-//   last saved state;
-// - a replica joins: it reports from its first window and learns the limit from the first reply; a
-//   replica leaves: the others' reports make the sums; its heartbeat lapses in 3 windows;
-// - the store is unreachable: every replica keeps the last limit it learnt (as its own permits), says
-//   so once (a warning) and in its status, and the steps resume when the store answers.
-// scope 'local': this process's own limit from its own samples, each window, on a store of its own in
-// memory: N replicas then run N limits, as a per-instance limiter does (Envoy's adaptive concurrency,
-// Netflix's concurrency-limits). The benchmark compares the two (`npm run bench -- adaptive`). That
-// store is one per process and shared store (localStoreOf), and keeps each bucket's last state: a
-// limit made again for the same bucket (a gateway's reload) shares the permit set with the holders
-// and waiters of the one it replaces (the limit binds them all, as on Redis) and goes on from its
-// state.
+// The adaptive limit of one bucket: the controller (controller.ts) driven by what the requests it
+// admits do, applied to the bucket's permits. Its options are options.ts's; scope 'fleet' shares one
+// limit through the store (fleet.ts), scope 'local' runs this process's own (local.ts).
 //
 // What is measured: what the upstream does, not what a client does, since one client's behaviour must
 // not set a limit every client shares (docs/adaptive.md, "What a client cannot do"):
@@ -49,66 +17,36 @@
 // - drops back a window off only when more than half of its clients saw more than `dropShare` of
 //   their requests dropped (clients.ts), and the default drops are timeouts and 503 (the status that
 //   says "overloaded"), not 429 (usually one user's answer).
-import { randomBytes } from 'node:crypto'
 import { ConfigError } from '../../core/errors.js'
 import type { KeySpace } from '../../core/keys.js'
-import { createMemoryStore } from '../../core/memory/store.js'
-import type { AdaptiveReport, AdaptiveReportReply, FairCall, Store } from '../../core/protocol/store.js'
+import type { FairCall, Store } from '../../core/protocol/store.js'
 import {
-  type AdaptiveLimitOptions,
   BRAKE_SAMPLES,
   type BrakeSample,
-  bounded,
   brakeThreshold,
   braked,
   type ControllerState,
   initialState,
   doubling,
-  parseAdaptiveLimitOptions,
-  type ResolvedAdaptiveLimitOptions,
   showsQueue,
   step,
   type StepReport,
-  type WindowSummary,
 } from './controller.js'
 import { LimitChangeLog } from './change-log.js'
-import { ClientDrops, clientKey } from './clients.js'
-import { LatencyHistogram } from './latency.js'
+import { clientKey } from './clients.js'
+import { FleetMember, LIMIT_WINDOWS } from './fleet.js'
+import { keepLocalState, lastLocalState } from './local.js'
+import { isDrop, type Outcome, type ResolvedAdaptiveOptions } from './options.js'
+import { withinBounds } from './saved-state.js'
+import { liveWindow, type LiveWindow, summarize } from './window.js'
+
+// The admission engine takes an adaptive limit's options and outcomes from here, with the limit.
+export { type Outcome, parseAdaptiveOptions } from './options.js'
+
 /** Where an adaptive limit logs (the middleware's and gateway's logger). */
 export interface AdaptiveLogger {
   warn(message: string, meta?: Record<string, unknown>): void
   info?(message: string, meta?: Record<string, unknown>): void
-}
-
-export type { AdaptiveLimitOptions } from './controller.js'
-
-/** What counts as a drop: an upstream status, every 5xx, or a timeout (no answer in time). */
-export type DropRule = number | '5xx' | 'timeout'
-
-export interface AdaptiveOptions extends AdaptiveLimitOptions {
-  /** Which outcomes are drops (back off, whatever the latency, once more than `dropShare` of a
-   * window's requests are). Not 429 by default: it usually answers one user, not the upstream's
-   * load; add it for an upstream that says "overloaded" with a 429. @default ['timeout', 503] */
-  drops?: readonly DropRule[]
-  /** 'fleet': one limit for every process sharing the store; 'local': this process's own.
-   * @default 'fleet' */
-  scope?: 'fleet' | 'local'
-}
-
-export interface ResolvedAdaptiveOptions extends ResolvedAdaptiveLimitOptions {
-  drops: readonly DropRule[]
-  scope: 'fleet' | 'local'
-}
-
-/** How a request admitted under an adaptive limit ended; undefined: it did not (the client left
- * before its response): not counted. */
-export interface Outcome {
-  /** The response's status. */
-  status?: number | undefined
-  /** No answer in time (the gateway's upstream timeout). */
-  timedOut?: boolean | undefined
-  /** A drop, whatever the rules say (a library lease marked with `adaptive.dropped()`). */
-  dropped?: boolean | undefined
 }
 
 /** An adaptive limit as metrics, logs, the admin API and the dashboard see it. */
@@ -149,52 +87,6 @@ export interface AdaptiveStatus {
   storeReachable: boolean
 }
 
-const DEFAULT_DROPS: readonly DropRule[] = Object.freeze(['timeout', 503])
-/** A leader leads this many windows without reporting again. */
-const LEADER_WINDOWS = 3
-/** The fleet's limit in the store outlives the last step by this many windows. */
-const LIMIT_WINDOWS = 10
-/** The fleet's state outlives its last report by this long (then a fleet starts from `initial`). */
-const STATE_TTL_MS = 24 * 3_600_000
-/** Store trouble is logged at most this often. */
-const WARN_EVERY_MS = 30_000
-
-/** Validate an adaptive limit's options (ConfigError naming the option; `at` prefixes names, e.g.
- * "adaptive."). */
-export function parseAdaptiveOptions(options: unknown, at = 'adaptive.'): ResolvedAdaptiveOptions {
-  const object = typeof options === 'object' && options !== null && !Array.isArray(options)
-  // drops and scope are this layer's; the rest are the controller's (unknown ones refused there).
-  const { drops, scope, ...controller } = (object ? options : {}) as Record<string, unknown>
-  const resolved = parseAdaptiveLimitOptions(object ? controller : options, at)
-  let rules = DEFAULT_DROPS
-  if (drops !== undefined) {
-    if (
-      !Array.isArray(drops) ||
-      !drops.every(
-        (rule) =>
-          rule === '5xx' ||
-          rule === 'timeout' ||
-          (typeof rule === 'number' && Number.isInteger(rule) && rule >= 400 && rule <= 599),
-      )
-    ) {
-      throw new ConfigError(`${at}drops`, "a list of statuses (400-599), '5xx' and 'timeout'", drops)
-    }
-    rules = Object.freeze([...(drops as DropRule[])])
-  }
-  if (scope !== undefined && scope !== 'fleet' && scope !== 'local')
-    throw new ConfigError(`${at}scope`, "'fleet' or 'local'", scope)
-  return { ...resolved, drops: rules, scope: (scope as 'fleet' | 'local' | undefined) ?? 'fleet' }
-}
-
-/** Whether an outcome is a drop under `rules`. */
-export function isDrop(outcome: Outcome, rules: readonly DropRule[]): boolean {
-  if (outcome.dropped) return true
-  if (outcome.timedOut) return rules.includes('timeout')
-  const status = outcome.status
-  if (status === undefined) return false
-  return rules.includes(status) || (status >= 500 && status <= 599 && rules.includes('5xx'))
-}
-
 /** What an AdaptiveLimit drives: the bucket's permits. */
 export interface LimitTarget {
   /** The store the limit is kept in (fleet: the shared one; local: this process's own). */
@@ -208,39 +100,16 @@ export interface LimitTarget {
   fair?: FairCall | undefined
 }
 
-/** Shared store -> the memory store of this process's local limits over it. */
-const localStores = new WeakMap<Store, Store>()
-/** Local store -> bucket -> the last state of its local limit. */
-const localStates = new WeakMap<Store, Map<string, ControllerState>>()
-
-/** The store of this process's local adaptive limits over `store` (one per process and store: a limit
- * made again for a bucket finds the permit set, holders and state of the one it replaces). */
-export function localStoreOf(store: Store): Store {
-  let local = localStores.get(store)
-  if (!local) {
-    local = createMemoryStore({ prefix: store.prefix })
-    localStores.set(store, local)
-  }
-  return local
-}
-
 export class AdaptiveLimit {
-  /** This process among the fleet's replicas. */
-  readonly replica = randomBytes(9).toString('base64url')
   private state: ControllerState
   private window: LiveWindow = liveWindow(0)
   private inFlight = 0
   private timer: NodeJS.Timeout | undefined
-  private reporting = false
   private closed = false
   /** The window timer fired once (it runs on the store's clock from then on). */
   private ticked = false
-  /** The store's clock minus Date.now(), from the last reply (fleet). */
-  private offsetMs = 0
-  private leader = false
-  private replicas = 1
-  private storeReachable = true
-  private lastWarnAt = Number.NEGATIVE_INFINITY
+  /** This replica's part in the fleet's limit (scope 'fleet'). */
+  private readonly fleet: FleetMember | undefined
   /** Which steps get a log line (change-log.ts). */
   private readonly changes: LimitChangeLog
   /** The latest window's latency and gradient that there were (an idle window has none), and when
@@ -253,11 +122,6 @@ export class AdaptiveLimit {
     { since: number; thresholdMs: number; samples: BrakeSample[]; confirmed: boolean } | undefined
   /** This process's median latency of its last window, with BRAKE_SAMPLES requests or more. */
   private ownMedianMs: number | undefined
-  /** The window in which this process last read the fleet's state to brake (readAndBrake()). */
-  private readWindow = -1
-  /** The window whose step made the state in force (fleet; -1: none known): a brake is saved as a
-   * step just after it. */
-  private stateWindow = -1
 
   constructor(
     readonly options: ResolvedAdaptiveOptions,
@@ -273,14 +137,29 @@ export class AdaptiveLimit {
         'fleet',
       )
     }
-    const saved =
-      options.scope === 'local' ? localStates.get(target.store)?.get(target.space.base) : undefined
+    this.fleet =
+      options.scope === 'fleet'
+        ? new FleetMember(options, target.store, target.space, target.fair, {
+            state: () => this.state,
+            closed: () => this.closed,
+            apply: (next, stepped) => this.apply(next, stepped),
+            logChange: (next) => this.logChange(next),
+            watchBrake: (state) => this.watchBrake(state),
+            clockKnown: () => {
+              if (this.ticked) return
+              clearTimeout(this.timer)
+              this.arm()
+            },
+            warn: (message, meta) => logger.warn(message, { name, ...meta }),
+          })
+        : undefined
+    const saved = options.scope === 'local' ? lastLocalState(target.store, target.space.base) : undefined
     this.state = saved ? withinBounds(saved, options) : initialState(options)
     this.changes = new LimitChangeLog(options, this.state.limit)
     this.remember(this.state)
     target.setOwn(this.state.limit)
     this.arm()
-    this.ready = options.scope === 'fleet' ? this.join().catch(() => undefined) : Promise.resolve()
+    this.ready = this.fleet ? this.fleet.join().catch(() => undefined) : Promise.resolve()
   }
 
   /** Settles once a fleet limit has read the fleet's saved state (or failed to): from then on it runs
@@ -328,7 +207,7 @@ export class AdaptiveLimit {
    * its state is saved as a step of its own and its limit goes to the store, so that the next step
    * starts from it. A replica learns a step at its next report, a window after the replica that made
    * it: one whose requests show the queue while its own state shows no doubling stepped from the
-   * window before the running one reads the fleet's state (once a window at most, readAndBrake()). */
+   * window before the running one reads the fleet's state (once a window at most, fleet.ts). */
   private braking(brake: NonNullable<typeof this.brake>, ms: number, client: string): void {
     if (this.closed) return // a request that outlived its limit (a reload): the new one decides
     brake.samples.push({ ms, client })
@@ -340,113 +219,23 @@ export class AdaptiveLimit {
     const confirmed = brake.confirmed
     brake.confirmed = queued
     if (!queued || !confirmed) return
-    const { windowMs, scope } = this.options
+    const { windowMs } = this.options
     const running = Math.floor(this.storeNow() / windowMs) * windowMs
-    const timely = scope === 'local' || this.stateWindow >= running - windowMs
-    if (doubling(this.state) && timely) {
+    if (doubling(this.state) && (!this.fleet || this.fleet.timely(running))) {
       this.brake = undefined
       const next = braked(this.state, this.options) as ControllerState
-      if (scope === 'local') {
-        this.apply(next, true)
-        return
-      }
-      const based = this.stateWindow
-      this.apply(next, false)
-      void this.commitBrake(next, based)
+      if (this.fleet) this.fleet.brake(next)
+      else this.apply(next, true)
       return
     }
-    if (scope === 'fleet' && this.readWindow !== running) {
-      this.readWindow = running
-      void this.readAndBrake()
-    }
+    this.fleet?.readOnce(running)
   }
 
-  /** A report of nothing in the window running now: how a replica joins the fleet (and reads its
-   * state) or leaves it. */
-  private emptyReport(as: { join: true } | { leave: true }): AdaptiveReport {
-    const { windowMs } = this.options
-    return {
-      replica: this.replica,
-      window: Math.floor(this.storeNow() / windowMs) * windowMs,
-      requests: 0,
-      drops: 0,
-      latencyUs: 0,
-      maxInFlight: 0,
-      clients: 0,
-      clientsOver: 0,
-      latency: [],
-      windowMs,
-      leaderTtlMs: LEADER_WINDOWS * windowMs,
-      stateTtlMs: STATE_TTL_MS,
-      ...as,
-    }
-  }
-
-  /** The fleet's state and the last window stepped, read now (a join: it counts nothing of a
-   * window), and the store's clock from its reply; undefined when the store does not answer (said
-   * unless `quiet`). */
-  private async readFleet(quiet = false): Promise<AdaptiveReportReply | undefined> {
-    try {
-      const asked = Date.now()
-      const reply = await (this.target.store.adaptive as NonNullable<Store['adaptive']>).report(
-        this.target.space,
-        this.emptyReport({ join: true }),
-      )
-      this.offsetMs = reply.now - (asked + Date.now()) / 2
-      return reply
-    } catch (error) {
-      if (!quiet) this.unreachable(error)
-      return undefined
-    }
-  }
-
-  /** Read the fleet's state: a doubling in force for the whole window running (stepped from the
-   * one before it) is taken as this replica's own, and the requests admitted from now on, under it,
-   * decide the brake. (Braking it on the requests seen so far would judge a doubling by requests
-   * admitted before it, or one the fleet has left by requests of the doubling before.) */
-  private async readAndBrake(): Promise<void> {
-    const reply = await this.readFleet()
-    if (!reply || this.closed || reply.state === undefined) return
-    const saved = parseState(reply.state, this.options)
-    const { windowMs } = this.options
-    const running = Math.floor(this.storeNow() / windowMs) * windowMs
-    if (!saved || !doubling(saved) || reply.stepped < running - windowMs) return
-    this.stateWindow = reply.stepped
-    this.apply(saved, false)
-    const threshold = brakeThreshold(saved, this.options, this.ownMedianMs)
+  /** Watch the requests admitted from now on for the brake of `state` (braking()). */
+  private watchBrake(state: ControllerState): void {
+    const threshold = brakeThreshold(state, this.options, this.ownMedianMs)
     if (threshold !== undefined)
       this.brake = { since: performance.now(), thresholdMs: threshold, samples: [], confirmed: false }
-  }
-
-  /** Save a brake as a step just after the one whose state it braked (windows are named by their
-   * start, so `based + 1` orders before the next window's step): the next step reads it and goes on
-   * from it. A step that landed meanwhile refuses it: then the fleet's state is that step's, and this
-   * process takes it at its next report. */
-  private async commitBrake(next: ControllerState, based: number): Promise<void> {
-    if (based < 0) return
-    const store = this.target.store
-    const { windowMs } = this.options
-    try {
-      const committed = await (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
-        window: based + 1,
-        based,
-        state: JSON.stringify(next),
-        stateTtlMs: STATE_TTL_MS,
-        windowMs,
-      })
-      if (!committed) return
-      if (this.stateWindow === based) this.stateWindow = based + 1
-      this.logChange(next)
-      await store.permits.setLimit(
-        this.target.space,
-        next.limit,
-        next.limit,
-        { ttlMs: LIMIT_WINDOWS * windowMs, version: based + 1 },
-        this.target.fair,
-      )
-    } catch (error) {
-      this.unreachable(error)
-    }
   }
 
   /** A request whose client left before its response ended (`startedAt`, `heldMs`: as sample()). Its
@@ -486,9 +275,7 @@ export class AdaptiveLimit {
       gradient: roundTo(this.latest.gradient, 3),
       reason: last?.reason,
       steps: this.state.steps,
-      leader: this.options.scope === 'local' || this.leader,
-      replicas: this.options.scope === 'local' ? 1 : this.replicas,
-      storeReachable: this.storeReachable,
+      ...(this.fleet?.status() ?? { leader: true, replicas: 1, storeReachable: true }),
     }
   }
 
@@ -500,32 +287,12 @@ export class AdaptiveLimit {
     this.closed = true
     clearTimeout(this.timer)
     this.timer = undefined
-    const adaptive = this.target.store.adaptive
-    if (this.options.scope !== 'fleet' || !adaptive) return
-    const leaving = async () => adaptive.report(this.target.space, this.emptyReport({ leave: true }))
-    leaving().catch(() => undefined)
-  }
-
-  /** Start from evidence: one call at construction that counts this replica and reads the fleet's
-   * saved state, applied at once, so that a restarted or newly deployed replica runs at the fleet's
-   * last limit, not at `initial` (which applies to a bucket never seen, or unseen for STATE_TTL_MS). */
-  private async join(): Promise<void> {
-    const reply = await this.readFleet(true) // (failed: the first report tries again)
-    if (!reply || this.closed) return
-    this.replicas = reply.replicas
-    // The timer was armed on this process's clock: armed again on the store's, unless it fired.
-    if (!this.ticked) {
-      clearTimeout(this.timer)
-      this.arm()
-    }
-    const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
-    if (saved) this.stateWindow = reply.stepped
-    if (saved && saved.steps !== this.state.steps) this.apply(saved, false)
+    this.fleet?.leave()
   }
 
   /** The store's time now, as this process estimates it. */
   private storeNow(): number {
-    return Date.now() + this.offsetMs
+    return this.fleet ? this.fleet.now() : Date.now()
   }
 
   /** Fire shortly after the current window ends (on the store's clock). */
@@ -547,102 +314,8 @@ export class AdaptiveLimit {
     this.ownMedianMs = summary.count - summary.drops >= BRAKE_SAMPLES ? summary.latency.median() : undefined
     this.window = liveWindow(this.inFlight)
     this.arm()
-    if (this.options.scope === 'local') {
-      this.apply(step(this.state, summary, this.options), true)
-      return
-    }
-    // One report at a time: a slow store skips windows rather than piling calls up.
-    if (this.reporting) return
-    this.reporting = true
-    void this.report(window, summary).finally(() => {
-      this.reporting = false
-    })
-  }
-
-  private async report(window: number, summary: WindowSummary): Promise<void> {
-    const store = this.target.store
-    const { windowMs } = this.options
-    let reply: AdaptiveReportReply
-    try {
-      const asked = Date.now()
-      const latency = summary.latency.entries()
-      reply = await (store.adaptive as NonNullable<Store['adaptive']>).report(this.target.space, {
-        replica: this.replica,
-        window,
-        requests: summary.count,
-        drops: summary.drops,
-        latencyUs: latency.reduce((sum, [, , sumUs]) => sum + sumUs, 0),
-        maxInFlight: summary.maxInFlight,
-        clients: summary.clients,
-        clientsOver: summary.clientsOver,
-        latency,
-        windowMs,
-        leaderTtlMs: LEADER_WINDOWS * windowMs,
-        stateTtlMs: STATE_TTL_MS,
-      })
-      this.offsetMs = reply.now - (asked + Date.now()) / 2
-      this.reached()
-    } catch (error) {
-      this.unreachable(error)
-      return
-    }
-    if (this.closed) return // closed meanwhile: it said it leaves, it steps nothing more
-    this.leader = reply.leads
-    this.replicas = reply.replicas
-    const saved = reply.state === undefined ? undefined : parseState(reply.state, this.options)
-    if (saved) {
-      this.stateWindow = reply.stepped
-      this.apply(saved, false)
-    }
-    // The window just ended, once every replica reported it (this report completed it: lag 0), else,
-    // when this replica leads, the one before it (lag 1).
-    const lag = reply.complete ? 0 : 1
-    const sums = reply.complete ?? (reply.leads ? reply.previous : undefined)
-    if (!sums) return
-    const stepped: WindowSummary = {
-      count: sums.requests,
-      drops: sums.drops,
-      latency: LatencyHistogram.from(sums.latency),
-      clients: sums.clients,
-      clientsOver: sums.clientsOver,
-      maxInFlight: sums.maxInFlight,
-    }
-    let next = step(saved ?? this.state, stepped, this.options, lag)
-    try {
-      const commit = (state: ControllerState, based: number) =>
-        (store.adaptive as NonNullable<Store['adaptive']>).commit(this.target.space, {
-          window: window - lag * windowMs,
-          based,
-          state: JSON.stringify(state),
-          stateTtlMs: STATE_TTL_MS,
-          windowMs,
-        })
-      if (!(await commit(next, reply.stepped))) {
-        // Another replica stepped (that window, or since the state was read), or braked the state
-        // this step started from (saved as the window just after its step's): then step again from
-        // the brake, so that the window is stepped now and from what is in force.
-        if (reply.stepped < 0 || this.closed) return
-        const again = await this.readFleet()
-        const brake =
-          again?.stepped === reply.stepped + 1 ? parseState(again.state ?? '', this.options) : undefined
-        if (!brake || this.closed) return
-        next = step(brake, stepped, this.options, lag)
-        if (!(await commit(next, reply.stepped + 1))) return
-      }
-      this.stateWindow = window - lag * windowMs
-      this.apply(next, true)
-      // Versioned by the window: a later step's limit already there (this process paused since its
-      // commit) is not written over.
-      await store.permits.setLimit(
-        this.target.space,
-        next.limit,
-        next.limit,
-        { ttlMs: LIMIT_WINDOWS * windowMs, version: window - lag * windowMs },
-        this.target.fair,
-      )
-    } catch (error) {
-      this.unreachable(error)
-    }
+    if (this.fleet) this.fleet.ended(window, summary)
+    else this.apply(step(this.state, summary, this.options), true)
   }
 
   /** Take a state as the current one; `stepped`: this process just computed it (it logs changes). */
@@ -661,10 +334,7 @@ export class AdaptiveLimit {
           ? { since: performance.now(), thresholdMs: threshold, samples: [], confirmed: false }
           : undefined
     }
-    if (this.options.scope === 'local') {
-      const states = localStates.get(this.target.store) ?? new Map<string, ControllerState>()
-      localStates.set(this.target.store, states.set(this.target.space.base, next))
-    }
+    if (this.options.scope === 'local') keepLocalState(this.target.store, this.target.space.base, next)
     if (this.options.scope === 'local' && next.limit !== before) {
       void this.target.store.permits
         .setLimit(
@@ -704,71 +374,6 @@ export class AdaptiveLimit {
       minRttMs: roundTo(next.baselineMs, 2),
       gradient: roundTo(next.last?.gradient, 3),
     })
-  }
-
-  private reached(): void {
-    if (this.storeReachable) return
-    this.storeReachable = true
-    this.logger.warn('tollgate: adaptive limit: the store answers again; steps resume', { name: this.name })
-  }
-
-  private unreachable(error: unknown): void {
-    this.storeReachable = false
-    const now = performance.now()
-    if (now - this.lastWarnAt < WARN_EVERY_MS) return
-    this.lastWarnAt = now
-    this.logger.warn('tollgate: adaptive limit held: the store does not answer', {
-      name: this.name,
-      limit: this.state.limit,
-      error: error instanceof Error ? error.message : String(error),
-    })
-  }
-}
-
-/** The window being measured: the summary's counts, and the clients' drops (clients.ts). */
-interface LiveWindow {
-  count: number
-  drops: number
-  latency: LatencyHistogram
-  clients: ClientDrops
-  maxInFlight: number
-}
-
-function liveWindow(maxInFlight: number): LiveWindow {
-  return { count: 0, drops: 0, latency: new LatencyHistogram(), clients: new ClientDrops(), maxInFlight }
-}
-
-/** What a window measured, for the controller: the clients as units, and those over `share`. The
- * store adds up the replicas' most in flight at once: more than the fleet had at once when their
- * peaks came at different times, exactly it when a burst came to all at once. An upper bound, so
- * that a limit is never taken below what a burst used (a mean, or a share of each peak, took a
- * fleet's limit down to 9 for bursts of 90 every window: the limit decays only toward what a
- * window used). */
-function summarize(window: LiveWindow, share: number): WindowSummary {
-  const { units, over } = window.clients.units(share)
-  const { count, drops, latency, maxInFlight } = window
-  return { count, drops, latency, clients: units, clientsOver: over, maxInFlight }
-}
-
-/** A saved state, within this process's min and max (a reload may have changed them), or undefined
- * when it is not one. */
-function parseState(text: string, options: ResolvedAdaptiveOptions): ControllerState | undefined {
-  let state: ControllerState
-  try {
-    state = JSON.parse(text) as ControllerState
-  } catch {
-    return undefined
-  }
-  if (!Number.isFinite(state.limit) || !Number.isFinite(state.estimate)) return undefined
-  return withinBounds(state, options)
-}
-
-/** A state with its limit and estimate within this process's min and max. */
-function withinBounds(state: ControllerState, options: ResolvedAdaptiveOptions): ControllerState {
-  return {
-    ...state,
-    limit: Math.round(bounded(state.limit, options)),
-    estimate: bounded(state.estimate, options),
   }
 }
 
