@@ -1,6 +1,6 @@
-// A fair queue on the memory store (src/core/memory/permit-sets.ts with fair-queue.ts): who gets the
-// next permit when not everyone can (issue 38). Orders and counts, not timings: the store is driven
-// call by call on a fake clock, and every grant is read from what it publishes.
+// A fair queue on the memory store (src/core/memory/permit-sets.ts, permit-fair.ts, fair-queue.ts):
+// who gets the next permit when not everyone can (issue 38). Orders and counts, not timings: the store
+// is driven call by call on a fake clock, and every grant is read from what it publishes.
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { type Discipline, fairToken } from '../../src/core/fair.js'
 import { keySpace } from '../../src/core/keys.js'
