@@ -7,7 +7,7 @@ import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
 import { DEFAULT_BUCKET, firstValue, normalizeKey } from '../admission/keys.js'
 import type { Logger, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import type { ConcurrencyConfig, GatewayConfig, RouteConfig, RwLockConfig } from './config/index.js'
-import { classWaits, isFair } from './config/resolve.js'
+import { classWaits, isFair } from './config/limits.js'
 import { resourceOf, underPrefix } from './http/target.js'
 
 /** What admission needs to know about a request: decided once, before routing. */
@@ -219,7 +219,7 @@ function semaphoreFor(
 
 /** The admission options of a fair queue (src/admission: docs/middleware.md, "Overload"), none for a plain one:
  * each request's class and flow as decide() set them, the flows' weights and caps, the fleet-wide
- * bound, and each class's wait (the routes sharing a per: global queue agree on them: resolve.ts). */
+ * bound, and each class's wait (the routes sharing a per: global queue agree on them: config/routes.ts). */
 export function fairOptions(
   concurrency: ConcurrencyConfig,
   shared: readonly ConcurrencyConfig[],

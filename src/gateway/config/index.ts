@@ -1,5 +1,6 @@
 // The gateway's configuration: types.ts (what it is), schema.ts (the file's schema), flags.ts (the
-// command line), file.ts (reading a file), resolve.ts (putting them together).
+// command line), file.ts (reading a file), resolve.ts (putting them together: routes.ts, limits.ts,
+// secrets.ts).
 export { readConfigFile } from './file.js'
 export { type GatewayFlags, parseFlags, USAGE } from './flags.js'
 export { loadConfig, resolveConfig } from './resolve.js'

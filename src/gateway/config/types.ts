@@ -210,6 +210,9 @@ export const GATEWAY_DEFAULTS = Object.freeze({
   escapedSlashes: PATH_DEFAULTS.escapedSlashes,
 })
 
+/** The problems found while resolving a config, each at its path (GatewayConfigError reports them). */
+export type Issues = { path: string; message: string }[]
+
 /** A ConfigError carrying every problem found, each as `path: expected ...`. */
 export class GatewayConfigError extends ConfigError {
   readonly issues: readonly { path: string; message: string }[]
