@@ -13,6 +13,9 @@ const DIR = path.join(ROOT, 'src/gateway/ops/dashboard')
 export const DASHBOARD_MODULE = path.join(ROOT, 'src/gateway/ops/dashboard-assets.ts')
 const FILES = [
   ['index.html', 'text/html; charset=utf-8'],
+  ['dom.js', 'text/javascript; charset=utf-8'],
+  ['chart.js', 'text/javascript; charset=utf-8'],
+  ['tables.js', 'text/javascript; charset=utf-8'],
   ['app.js', 'text/javascript; charset=utf-8'],
   ['app.css', 'text/css; charset=utf-8'],
   ['icon.svg', 'image/svg+xml'],

@@ -5,7 +5,7 @@
 export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: string; body: string }>> = {
   'index.html': {
     type: 'text/html; charset=utf-8',
-    etag: '"ajuJDsisiaqo1oa1"',
+    etag: '"uNGdNHQn78gvraUa"',
     body: `<!doctype html>
 <html lang="en">
   <head>
@@ -14,6 +14,9 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
     <title>tollgate</title>
     <link rel="icon" href="/dashboard/icon.svg" type="image/svg+xml" />
     <link rel="stylesheet" href="/dashboard/app.css" />
+    <script src="/dashboard/dom.js" defer></script>
+    <script src="/dashboard/chart.js" defer></script>
+    <script src="/dashboard/tables.js" defer></script>
     <script src="/dashboard/app.js" defer></script>
   </head>
   <body>
@@ -202,36 +205,17 @@ export const DASHBOARD_ASSETS: Readonly<Record<string, { type: string; etag: str
 </html>
 `,
   },
-  'app.js': {
+  'dom.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"jJEgkElRbWLy4ovL"',
-    body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
-// snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
-// request data, never markup). Limits are set through the admin API (/limits), with the admin token
-// when one is needed: kept in this page's memory only, sent only as a bearer token (no cookie, so no
-// cross-site request can borrow it).
-// @ts-check: type-checked against the data's contract, src/gateway/ops/dashboard-data.ts
-// (tsconfig.json here; \`npm run typecheck\`).
-/* global document, window, fetch, HTMLTableSectionElement */
+    etag: '"3XFYEHUf_zGGq6oO"',
+    body: `// The dashboard page's DOM helpers: look elements up, make them, and write text (textContent only:
+// bucket names and paths are request data, never markup). index.html loads dom.js, chart.js,
+// tables.js and app.js in that order, as classic scripts sharing one scope.
 'use strict'
 
 /** @typedef {import('../dashboard-data.js').DashboardData} Data */
 /** @typedef {Data['routes'][number]} Route */
 /** @typedef {Route['history'][number]} Point */
-
-const POLL_MS = 2000
-const REASONS = ['busy', 'timeout', 'queue_full', 'shed', 'store_unavailable']
-let token = ''
-let access = { canWrite: false, tokenRequired: false, note: '' }
-/** Rows of the routes table by route name, made once (so a focused input keeps its focus). */
-const rows = new Map()
-/** Points of each route's chart (one a second, the last 300), kept across polls: once the page holds
- * a route's history, a poll names its newest point (?since=) and is sent the last seconds only. */
-const HISTORY = 300
-let histories = new Map()
-let newest
-/** The process whose points the page holds (data.replica.boot). */
-let boot
 
 /** The element of \`id\`: index.html has every one this page asks for.
  * @param {string} id
@@ -296,6 +280,300 @@ function tell(message, bad) {
   text(result, message)
   result.className = bad ? 'bad' : ''
 }
+
+/** A figure, or – where it was not read. */
+function figure(value) {
+  return value === null || value === undefined ? '–' : String(value)
+}
+
+function pairs(body, entries) {
+  body.replaceChildren(
+    ...entries.map(([name, value]) => el('tr', {}, el('th', { scope: 'row' }, name), el('td', {}, value))),
+  )
+}
+`,
+  },
+  'chart.js': {
+    type: 'text/javascript; charset=utf-8',
+    etag: '"NvvSK0mpgK6UUyP6"',
+    body: `// The dashboard page's chart of a route: in flight, waiting and the limit in force over its last
+// minutes, an SVG with a scale on each axis (made with dom.js's helpers).
+'use strict'
+
+/** A route's last minutes in \`figure\` (after its caption): in flight, waiting and the limit in force,
+ * one point a second, with a scale on each axis.
+ * @param {HTMLElement} figure @param {Route} route */
+function drawChart(figure, route) {
+  const width = 520
+  const height = 170
+  const left = 40
+  const right = 10
+  const top = 10
+  const bottom = 24
+  const points = route.history
+  const peak = Math.max(1, ...points.map((p) => Math.max(p.fleet ?? p.local, p.queued ?? 0, p.limit ?? 0)))
+  // A scale of round steps: 1, 2 or 5 times a power of ten, at most 4 steps up to the peak.
+  const power = 10 ** Math.floor(Math.log10(peak / 4))
+  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s * 4 >= peak) ?? power * 10
+  const most = Math.max(step, Math.ceil(peak / step) * step)
+  const now = points.length > 0 ? /** @type {Point} */ (points[points.length - 1]).t : Date.now()
+  // The last 5 minutes; a replica up for less shows its first minute across the chart.
+  const span = Math.min(
+    300_000,
+    Math.max(60_000, points.length > 0 ? now - /** @type {Point} */ (points[0]).t : 0),
+  )
+  const x = (t) => left + ((width - left - right) * (t - (now - span))) / span
+  const y = (value) => height - bottom - ((height - top - bottom) * value) / most
+  const line = (key, fallback, className) => {
+    const coordinates = points
+      .filter((p) => (p[key] ?? p[fallback]) !== null && (p[key] ?? p[fallback]) !== undefined)
+      .map((p) => \`\${x(p.t).toFixed(1)},\${y(p[key] ?? p[fallback]).toFixed(1)}\`)
+      .join(' ')
+    return svg('polyline', { points: coordinates, class: className })
+  }
+  /** @param {number} atX @param {number} atY @param {string} value @param {string} anchor */
+  const label = (atX, atY, value, anchor) => {
+    const node = svg('text', { x: atX, y: atY, 'text-anchor': anchor, class: 'axis' })
+    node.textContent = value
+    return node
+  }
+  const marks = []
+  for (let value = 0; value <= most; value += step) {
+    marks.push(svg('line', { x1: left, x2: width - right, y1: y(value), y2: y(value), class: 'grid' }))
+    marks.push(label(left - 6, y(value) + 4, String(value), 'end'))
+  }
+  const minutes = span / 60_000
+  for (const ago of [minutes, minutes / 2, 0]) {
+    const atX = x(now - ago * 60_000)
+    marks.push(svg('line', { x1: atX, x2: atX, y1: top, y2: height - bottom, class: 'grid' }))
+    const text = ago === 0 ? 'now' : \`−\${Number.isInteger(ago) ? ago : ago.toFixed(1)} min\`
+    marks.push(label(atX, height - 6, text, ago === minutes ? 'start' : ago === 0 ? 'end' : 'middle'))
+  }
+  /** @type {Partial<Point>} */
+  const last = points[points.length - 1] || {}
+  const summary = \`\${route.name}: in flight \${last.fleet ?? last.local ?? 0}, waiting \${last.queued ?? 0}, limit \${last.limit ?? '–'}; at most \${peak} in the last \${Math.round(span / 60_000)} minute(s)\`
+  const chart = svg('svg', {
+    class: 'chart',
+    width,
+    height,
+    viewBox: \`0 0 \${width} \${height}\`,
+    role: 'img',
+    'aria-label': summary,
+  })
+  const title = svg('title')
+  title.textContent = summary
+  chart.append(
+    title,
+    ...marks,
+    line('limit', 'limit', 'limit'),
+    line('queued', 'queued', 'waiting'),
+    line('fleet', 'local', 'fleet'),
+  )
+  const caption = figure.firstElementChild
+  figure.replaceChildren(...(caption ? [caption] : []), chart)
+}
+`,
+  },
+  'tables.js': {
+    type: 'text/javascript; charset=utf-8',
+    etag: '"PfsO7tTSBdDdnKOz"',
+    body: `// The dashboard page's tables beside the routes: the busiest buckets, the read/write locks, the fair
+// routes' classes and flows, the store, the config and the limit changes (made with dom.js's helpers).
+'use strict'
+
+/** @param {Data} data */
+function renderBuckets(data) {
+  const body = tbody('buckets')
+  const buckets = data.routes.flatMap((route) =>
+    (route.buckets || []).map((bucket) => ({ route: route.name, ...bucket })),
+  )
+  text(
+    byId('buckets-note'),
+    data.access.bucketsShown
+      ? buckets.length === 0
+        ? 'No per-tenant or per-address bucket was busy here in the last seconds.'
+        : 'The buckets with the most requests to this replica in the last seconds (admitted, waiting or refused), with the fleet’s figures.'
+      : 'Bucket names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).',
+  )
+  byId('buckets').hidden = buckets.length === 0
+  body.replaceChildren(
+    ...buckets.map((bucket) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, bucket.route),
+        el('th', { scope: 'row' }, bucket.bucket),
+        el('td', { class: 'number' }, String(bucket.effective)),
+        el('td', { class: 'number' }, String(bucket.holders)),
+        el('td', { class: 'number' }, String(bucket.queued)),
+      ),
+    ),
+  )
+}
+
+/** The busiest resources of the read/write-locked routes: who holds each lock, and who waits.
+ * @param {Data} data */
+function renderLocks(data) {
+  const locked = data.routes.filter((route) => route.locks)
+  byId('locks-section').hidden = locked.length === 0
+  const locks = locked.flatMap((route) => (route.locks || []).map((lock) => ({ route: route.name, ...lock })))
+  text(
+    byId('locks-note'),
+    data.access.bucketsShown
+      ? locks.length === 0
+        ? 'No read/write-locked resource was busy here in the last seconds.'
+        : 'The resources with the most requests to this replica in the last seconds, with each lock as the fleet holds it: its readers, its writer, and who waits (readers and writers alike; a waiting writer holds new readers back).'
+      : 'Resources are request paths: they are shown only where /limits would answer (the admin token beyond loopback).',
+  )
+  byId('locks').hidden = locks.length === 0
+  tbody('locks').replaceChildren(
+    ...locks.map((lock) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, lock.route),
+        el('th', { scope: 'row' }, lock.resource),
+        el('td', { class: 'number' }, figure(lock.readers)),
+        el('td', {}, lock.writer === null ? '–' : lock.writer ? 'writing' : 'none'),
+        el('td', { class: 'number' }, figure(lock.queued)),
+      ),
+    ),
+  )
+}
+
+/** @param {Data} data */
+function renderFair(data) {
+  const fair = data.routes.filter((route) => route.classes)
+  byId('fair').hidden = fair.length === 0
+  const cell = (value) => el('td', { class: 'number' }, figure(value))
+  tbody('classes').replaceChildren(
+    ...fair.flatMap((route) =>
+      (route.classes ?? []).map((row) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, route.name),
+          el('th', { scope: 'row' }, row.class),
+          cell(row.fleetWaiting),
+          cell(row.waiting),
+          cell(row.admitted),
+          cell(row.rejected.shed ?? 0),
+          cell(row.rejected.timeout ?? 0),
+          cell(row.evicted),
+        ),
+      ),
+    ),
+  )
+  const flows = fair.flatMap((route) => (route.flows || []).map((flow) => ({ route: route.name, ...flow })))
+  text(
+    byId('flows-note'),
+    !data.access.bucketsShown
+      ? 'Flow names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).'
+      : flows.length === 0
+        ? 'No flow sent this replica requests in the last seconds.'
+        : 'The flows with the most requests to this replica in the last seconds, with their weight, cap and the fleet’s figures.',
+  )
+  byId('flows').hidden = flows.length === 0
+  tbody('flows').replaceChildren(
+    ...flows.map((flow) =>
+      el(
+        'tr',
+        {},
+        el('td', {}, flow.route),
+        el('th', { scope: 'row' }, flow.flow),
+        el('td', { class: 'number' }, \`\${Math.round((flow.share ?? 0) * 100)} %\`),
+        cell(flow.weight),
+        cell(flow.max),
+        cell(flow.waiting),
+        cell(flow.held),
+      ),
+    ),
+  )
+}
+
+/** @param {Data['store']} store */
+function renderStore(store) {
+  const latency = Object.entries(store.latency || {})
+    .filter(([, l]) => l.count > 0)
+    .map(([call, l]) => \`\${call} \${ms(l.p50Ms)} / \${ms(l.p99Ms)}\`)
+    .join('; ')
+  pairs(tbody('store'), [
+    ['Kind', store.kind],
+    ['State', store.up ? 'up' : \`down since \${ago(store.downSince)}\`],
+    ['Outages since this replica started', String(store.outages)],
+    [
+      'Last outage',
+      store.lastOutage
+        ? \`\${ago(store.lastOutage.from)} for \${store.lastOutage.ms === null ? 'now' : \`\${Math.round(store.lastOutage.ms)} ms\`}\`
+        : 'none',
+    ],
+    ['Call latency p50 / p99, last minute', latency || 'no calls'],
+  ])
+}
+
+/** @param {Data['config']} config */
+function renderConfig(config) {
+  const last = config.lastReload
+  pairs(tbody('config'), [
+    ['Loaded', ago(config.loadedAt)],
+    [
+      'Last reload',
+      last
+        ? \`\${ago(last.at)}: \${last.ok ? (last.message ?? 'applied') : \`failed, the running config stays: \${last.message}\`}\`
+        : 'none since start',
+    ],
+    ['Routes', String(config.routes)],
+  ])
+}
+
+/** @param {Data['changes']} changes */
+function renderChanges(changes) {
+  const body = tbody('changes')
+  body.replaceChildren(
+    ...(changes.length === 0
+      ? [el('tr', {}, el('td', { colspan: 5 }, 'No change seen since this replica started.'))]
+      : changes.map((change) =>
+          el(
+            'tr',
+            {},
+            el('td', {}, ago(change.at)),
+            el('th', { scope: 'row' }, change.route),
+            el('td', { class: 'number' }, String(change.from)),
+            el('td', { class: 'number' }, String(change.to)),
+            el('td', {}, change.by),
+          ),
+        )),
+  )
+}
+`,
+  },
+  'app.js': {
+    type: 'text/javascript; charset=utf-8',
+    etag: '"wQiboyudQS4px58M"',
+    body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
+// snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
+// request data, never markup). Limits are set through the admin API (/limits), with the admin token
+// when one is needed: kept in this page's memory only, sent only as a bearer token (no cookie, so no
+// cross-site request can borrow it).
+// This file holds the page's state, its poll and the routes table; dom.js, chart.js and tables.js
+// (loaded before it, in one scope) the rest.
+// @ts-check: the four files are type-checked together against the data's contract,
+// src/gateway/ops/dashboard-data.ts (tsconfig.json here; \`npm run typecheck\`).
+'use strict'
+
+const POLL_MS = 2000
+const REASONS = ['busy', 'timeout', 'queue_full', 'shed', 'store_unavailable']
+let token = ''
+let access = { canWrite: false, tokenRequired: false, note: '' }
+/** Rows of the routes table by route name, made once (so a focused input keeps its focus). */
+const rows = new Map()
+/** Points of each route's chart (one a second, the last 300), kept across polls: once the page holds
+ * a route's history, a poll names its newest point (?since=) and is sent the last seconds only. */
+const HISTORY = 300
+let histories = new Map()
+let newest
+/** The process whose points the page holds (data.replica.boot). */
+let boot
 
 async function poll() {
   try {
@@ -498,255 +776,6 @@ function renderRoutes(routes) {
     drawChart(cells.chart, route)
     for (const button of cells.buttons || []) button.disabled = !canWrite()
   }
-}
-
-/** A route's last minutes in \`figure\` (after its caption): in flight, waiting and the limit in force,
- * one point a second, with a scale on each axis.
- * @param {HTMLElement} figure @param {Route} route */
-function drawChart(figure, route) {
-  const width = 520
-  const height = 170
-  const left = 40
-  const right = 10
-  const top = 10
-  const bottom = 24
-  const points = route.history
-  const peak = Math.max(1, ...points.map((p) => Math.max(p.fleet ?? p.local, p.queued ?? 0, p.limit ?? 0)))
-  // A scale of round steps: 1, 2 or 5 times a power of ten, at most 4 steps up to the peak.
-  const power = 10 ** Math.floor(Math.log10(peak / 4))
-  const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s * 4 >= peak) ?? power * 10
-  const most = Math.max(step, Math.ceil(peak / step) * step)
-  const now = points.length > 0 ? /** @type {Point} */ (points[points.length - 1]).t : Date.now()
-  // The last 5 minutes; a replica up for less shows its first minute across the chart.
-  const span = Math.min(
-    300_000,
-    Math.max(60_000, points.length > 0 ? now - /** @type {Point} */ (points[0]).t : 0),
-  )
-  const x = (t) => left + ((width - left - right) * (t - (now - span))) / span
-  const y = (value) => height - bottom - ((height - top - bottom) * value) / most
-  const line = (key, fallback, className) => {
-    const coordinates = points
-      .filter((p) => (p[key] ?? p[fallback]) !== null && (p[key] ?? p[fallback]) !== undefined)
-      .map((p) => \`\${x(p.t).toFixed(1)},\${y(p[key] ?? p[fallback]).toFixed(1)}\`)
-      .join(' ')
-    return svg('polyline', { points: coordinates, class: className })
-  }
-  /** @param {number} atX @param {number} atY @param {string} value @param {string} anchor */
-  const label = (atX, atY, value, anchor) => {
-    const node = svg('text', { x: atX, y: atY, 'text-anchor': anchor, class: 'axis' })
-    node.textContent = value
-    return node
-  }
-  const marks = []
-  for (let value = 0; value <= most; value += step) {
-    marks.push(svg('line', { x1: left, x2: width - right, y1: y(value), y2: y(value), class: 'grid' }))
-    marks.push(label(left - 6, y(value) + 4, String(value), 'end'))
-  }
-  const minutes = span / 60_000
-  for (const ago of [minutes, minutes / 2, 0]) {
-    const atX = x(now - ago * 60_000)
-    marks.push(svg('line', { x1: atX, x2: atX, y1: top, y2: height - bottom, class: 'grid' }))
-    const text = ago === 0 ? 'now' : \`−\${Number.isInteger(ago) ? ago : ago.toFixed(1)} min\`
-    marks.push(label(atX, height - 6, text, ago === minutes ? 'start' : ago === 0 ? 'end' : 'middle'))
-  }
-  /** @type {Partial<Point>} */
-  const last = points[points.length - 1] || {}
-  const summary = \`\${route.name}: in flight \${last.fleet ?? last.local ?? 0}, waiting \${last.queued ?? 0}, limit \${last.limit ?? '–'}; at most \${peak} in the last \${Math.round(span / 60_000)} minute(s)\`
-  const chart = svg('svg', {
-    class: 'chart',
-    width,
-    height,
-    viewBox: \`0 0 \${width} \${height}\`,
-    role: 'img',
-    'aria-label': summary,
-  })
-  const title = svg('title')
-  title.textContent = summary
-  chart.append(
-    title,
-    ...marks,
-    line('limit', 'limit', 'limit'),
-    line('queued', 'queued', 'waiting'),
-    line('fleet', 'local', 'fleet'),
-  )
-  const caption = figure.firstElementChild
-  figure.replaceChildren(...(caption ? [caption] : []), chart)
-}
-
-/** @param {Data} data */
-function renderBuckets(data) {
-  const body = tbody('buckets')
-  const buckets = data.routes.flatMap((route) =>
-    (route.buckets || []).map((bucket) => ({ route: route.name, ...bucket })),
-  )
-  text(
-    byId('buckets-note'),
-    data.access.bucketsShown
-      ? buckets.length === 0
-        ? 'No per-tenant or per-address bucket was busy here in the last seconds.'
-        : 'The buckets with the most requests to this replica in the last seconds (admitted, waiting or refused), with the fleet’s figures.'
-      : 'Bucket names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).',
-  )
-  byId('buckets').hidden = buckets.length === 0
-  body.replaceChildren(
-    ...buckets.map((bucket) =>
-      el(
-        'tr',
-        {},
-        el('td', {}, bucket.route),
-        el('th', { scope: 'row' }, bucket.bucket),
-        el('td', { class: 'number' }, String(bucket.effective)),
-        el('td', { class: 'number' }, String(bucket.holders)),
-        el('td', { class: 'number' }, String(bucket.queued)),
-      ),
-    ),
-  )
-}
-
-/** The busiest resources of the read/write-locked routes: who holds each lock, and who waits.
- * @param {Data} data */
-function renderLocks(data) {
-  const locked = data.routes.filter((route) => route.locks)
-  byId('locks-section').hidden = locked.length === 0
-  const locks = locked.flatMap((route) => (route.locks || []).map((lock) => ({ route: route.name, ...lock })))
-  text(
-    byId('locks-note'),
-    data.access.bucketsShown
-      ? locks.length === 0
-        ? 'No read/write-locked resource was busy here in the last seconds.'
-        : 'The resources with the most requests to this replica in the last seconds, with each lock as the fleet holds it: its readers, its writer, and who waits (readers and writers alike; a waiting writer holds new readers back).'
-      : 'Resources are request paths: they are shown only where /limits would answer (the admin token beyond loopback).',
-  )
-  byId('locks').hidden = locks.length === 0
-  tbody('locks').replaceChildren(
-    ...locks.map((lock) =>
-      el(
-        'tr',
-        {},
-        el('td', {}, lock.route),
-        el('th', { scope: 'row' }, lock.resource),
-        el('td', { class: 'number' }, figure(lock.readers)),
-        el('td', {}, lock.writer === null ? '–' : lock.writer ? 'writing' : 'none'),
-        el('td', { class: 'number' }, figure(lock.queued)),
-      ),
-    ),
-  )
-}
-
-/** A figure, or – where it was not read. */
-function figure(value) {
-  return value === null || value === undefined ? '–' : String(value)
-}
-
-/** @param {Data} data */
-function renderFair(data) {
-  const fair = data.routes.filter((route) => route.classes)
-  byId('fair').hidden = fair.length === 0
-  const cell = (value) => el('td', { class: 'number' }, figure(value))
-  tbody('classes').replaceChildren(
-    ...fair.flatMap((route) =>
-      (route.classes ?? []).map((row) =>
-        el(
-          'tr',
-          {},
-          el('td', {}, route.name),
-          el('th', { scope: 'row' }, row.class),
-          cell(row.fleetWaiting),
-          cell(row.waiting),
-          cell(row.admitted),
-          cell(row.rejected.shed ?? 0),
-          cell(row.rejected.timeout ?? 0),
-          cell(row.evicted),
-        ),
-      ),
-    ),
-  )
-  const flows = fair.flatMap((route) => (route.flows || []).map((flow) => ({ route: route.name, ...flow })))
-  text(
-    byId('flows-note'),
-    !data.access.bucketsShown
-      ? 'Flow names are request data (tenant ids, addresses): they are shown only where /limits would answer (the admin token beyond loopback).'
-      : flows.length === 0
-        ? 'No flow sent this replica requests in the last seconds.'
-        : 'The flows with the most requests to this replica in the last seconds, with their weight, cap and the fleet’s figures.',
-  )
-  byId('flows').hidden = flows.length === 0
-  tbody('flows').replaceChildren(
-    ...flows.map((flow) =>
-      el(
-        'tr',
-        {},
-        el('td', {}, flow.route),
-        el('th', { scope: 'row' }, flow.flow),
-        el('td', { class: 'number' }, \`\${Math.round((flow.share ?? 0) * 100)} %\`),
-        cell(flow.weight),
-        cell(flow.max),
-        cell(flow.waiting),
-        cell(flow.held),
-      ),
-    ),
-  )
-}
-
-function pairs(body, entries) {
-  body.replaceChildren(
-    ...entries.map(([name, value]) => el('tr', {}, el('th', { scope: 'row' }, name), el('td', {}, value))),
-  )
-}
-
-/** @param {Data['store']} store */
-function renderStore(store) {
-  const latency = Object.entries(store.latency || {})
-    .filter(([, l]) => l.count > 0)
-    .map(([call, l]) => \`\${call} \${ms(l.p50Ms)} / \${ms(l.p99Ms)}\`)
-    .join('; ')
-  pairs(tbody('store'), [
-    ['Kind', store.kind],
-    ['State', store.up ? 'up' : \`down since \${ago(store.downSince)}\`],
-    ['Outages since this replica started', String(store.outages)],
-    [
-      'Last outage',
-      store.lastOutage
-        ? \`\${ago(store.lastOutage.from)} for \${store.lastOutage.ms === null ? 'now' : \`\${Math.round(store.lastOutage.ms)} ms\`}\`
-        : 'none',
-    ],
-    ['Call latency p50 / p99, last minute', latency || 'no calls'],
-  ])
-}
-
-/** @param {Data['config']} config */
-function renderConfig(config) {
-  const last = config.lastReload
-  pairs(tbody('config'), [
-    ['Loaded', ago(config.loadedAt)],
-    [
-      'Last reload',
-      last
-        ? \`\${ago(last.at)}: \${last.ok ? (last.message ?? 'applied') : \`failed, the running config stays: \${last.message}\`}\`
-        : 'none since start',
-    ],
-    ['Routes', String(config.routes)],
-  ])
-}
-
-/** @param {Data['changes']} changes */
-function renderChanges(changes) {
-  const body = tbody('changes')
-  body.replaceChildren(
-    ...(changes.length === 0
-      ? [el('tr', {}, el('td', { colspan: 5 }, 'No change seen since this replica started.'))]
-      : changes.map((change) =>
-          el(
-            'tr',
-            {},
-            el('td', {}, ago(change.at)),
-            el('th', { scope: 'row' }, change.route),
-            el('td', { class: 'number' }, String(change.from)),
-            el('td', { class: 'number' }, String(change.to)),
-            el('td', {}, change.by),
-          ),
-        )),
-  )
 }
 
 function canWrite() {

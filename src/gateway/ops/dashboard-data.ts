@@ -1,5 +1,5 @@
 // What /dashboard/data.json holds: one snapshot a second of every route (dashboard.ts makes it),
-// the contract between the gateway and the page (dashboard/app.js).
+// the contract between the gateway and the page (dashboard/*.js).
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { flowState } from './limit-figures.js'
 

@@ -20,22 +20,14 @@ import { GLOBAL_KEY } from '../../admission/keys.js'
 import type { StoreHealth } from '../../admission/store-health.js'
 import type { HistogramSeries } from '../../admission/histogram.js'
 import type { SemaphoreStats } from '../../primitives/semaphore.js'
-import { PRIORITY_CLASSES, priorityName } from '../../core/fair.js'
 import { within } from '../../core/timeout.js'
-import type { ConcurrencyConfig, GatewayConfig } from '../config/index.js'
+import type { GatewayConfig } from '../config/index.js'
 import type { LiveRoute } from '../routes.js'
 import { DASHBOARD_ASSETS } from './dashboard-assets.js'
 import { BusiestScores } from './dashboard-scores.js'
-import type { Change, ClassRow, DashboardData, Point, Snapshot } from './dashboard-data.js'
+import type { Change, DashboardData, Point, Snapshot } from './dashboard-data.js'
 import { DASHBOARD_HEADERS, dashboardFile, sinceOf } from './dashboard-http.js'
-import {
-  configuredLimit,
-  fairFigures,
-  type FairStats,
-  fairStats,
-  flowState,
-  limitInForce,
-} from './limit-figures.js'
+import { configuredLimit, fairRows, type FairStats, fairStats, limitInForce } from './limit-figures.js'
 import type { GatewayMetrics } from './metrics.js'
 import { ANSWER_INTERVAL_MS, sharedAnswer } from './shared-answer.js'
 
@@ -132,7 +124,7 @@ export class Dashboard {
     this.lastEffective.set(route, to)
   }
 
-  /** Serve GET / and /dashboard (the page), /dashboard/app.js and app.css, and /dashboard/data.json;
+  /** Serve GET / and /dashboard (the page), /dashboard/*.js and app.css, and /dashboard/data.json;
    * false for any other path. */
   async serve(
     req: http.IncomingMessage,
@@ -313,38 +305,6 @@ export class Dashboard {
     return { p50Ms: at(0.5), p99Ms: at(0.99), count: total }
   }
 
-  /** A fair route's classes (this replica's counts beside the fleet's waiters) and busiest flows. */
-  private fairOf(
-    live: LiveRoute,
-    concurrency: ConcurrencyConfig,
-    stats: FairStats | undefined,
-    busiest: { flow: string; share: number }[],
-  ): { classes: ClassRow[]; flows: ReturnType<typeof flowState>[] } {
-    const counts = this.view.metrics.route(live.config.name).fairSeries?.classes ?? new Map()
-    const fleet = stats ? fairFigures(stats) : undefined
-    const numbers = new Set<number>(counts.keys())
-    for (const key of Object.keys(fleet?.classes ?? {})) {
-      const p = classNumber(key)
-      if (p !== undefined) numbers.add(p)
-    }
-    const classes = [...numbers]
-      .sort((a, b) => b - a)
-      .map((p) => {
-        const name = priorityName(p)
-        const here = counts.get(p)
-        return {
-          class: name,
-          fleetWaiting: fleet?.classes[name]?.waiting ?? null,
-          waiting: here?.waiting ?? 0,
-          admitted: here?.admitted ?? 0,
-          rejected: here?.rejected ?? {},
-          evicted: fleet?.evicted[name] ?? null,
-        }
-      })
-    const flows = busiest.map(({ flow, share }) => flowState(concurrency, stats, flow, share))
-    return { classes, flows }
-  }
-
   private async take(): Promise<Snapshot> {
     const { metrics, health } = this.view
     const config = this.view.config()
@@ -465,7 +425,9 @@ export class Dashboard {
                   inMemory: outage.inFlight,
                 }
               : null,
-            ...(live.fair && concurrency ? this.fairOf(live, concurrency, stats, busiestFlows) : {}),
+            ...(live.fair && concurrency
+              ? fairRows(metrics.route(name).fairSeries?.classes, concurrency, stats, busiestFlows)
+              : {}),
           }
         }),
     )
@@ -491,15 +453,6 @@ export class Dashboard {
       changes: this.changes,
     }
   }
-}
-
-/** A class's number from its name or number ('critical', 'p5', '5'). */
-function classNumber(key: string): number | undefined {
-  if (/^\d$/.test(key)) return Number(key)
-  if (/^p\d$/.test(key)) return Number(key.slice(1))
-  return Object.hasOwn(PRIORITY_CLASSES, key)
-    ? PRIORITY_CLASSES[key as keyof typeof PRIORITY_CLASSES]
-    : undefined
 }
 
 function isKeyed(per: string): boolean {

@@ -1,9 +1,12 @@
 // A route's limits and a fair queue's figures as the admin listener shows them, in /limits and on the
-// dashboard alike: the limit in force, the fleet's waiters by class, and a flow's state.
+// dashboard alike: the limit in force, the fleet's waiters by class, a flow's state, and a fair
+// route's rows (its classes and busiest flows).
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { Semaphore, SemaphoreStats } from '../../primitives/semaphore.js'
-import { priorityName } from '../../core/fair.js'
+import { PRIORITY_CLASSES, priorityName } from '../../core/fair.js'
 import type { ConcurrencyConfig } from '../config/index.js'
+import type { ClassRow } from './dashboard-data.js'
+import type { ClassCounts } from './fair-metrics.js'
 
 /** A route's configured limit: its permits, or its adaptive limit's initial. */
 export function configuredLimit(concurrency: ConcurrencyConfig): number {
@@ -96,4 +99,45 @@ export function flowState(
     held: figures?.held ?? null,
     parked: figures?.parked ?? null,
   }
+}
+
+/** A fair route's rows on the dashboard: each class (this replica's `counts` beside the fleet's
+ * waiters, highest class first) and its busiest flows. */
+export function fairRows(
+  counts: ReadonlyMap<number, ClassCounts> = new Map(),
+  concurrency: ConcurrencyConfig,
+  stats: FairStats | undefined,
+  busiest: { flow: string; share: number }[],
+): { classes: ClassRow[]; flows: ReturnType<typeof flowState>[] } {
+  const fleet = stats ? fairFigures(stats) : undefined
+  const numbers = new Set<number>(counts.keys())
+  for (const key of Object.keys(fleet?.classes ?? {})) {
+    const p = classNumber(key)
+    if (p !== undefined) numbers.add(p)
+  }
+  const classes = [...numbers]
+    .sort((a, b) => b - a)
+    .map((p) => {
+      const name = priorityName(p)
+      const here = counts.get(p)
+      return {
+        class: name,
+        fleetWaiting: fleet?.classes[name]?.waiting ?? null,
+        waiting: here?.waiting ?? 0,
+        admitted: here?.admitted ?? 0,
+        rejected: here?.rejected ?? {},
+        evicted: fleet?.evicted[name] ?? null,
+      }
+    })
+  const flows = busiest.map(({ flow, share }) => flowState(concurrency, stats, flow, share))
+  return { classes, flows }
+}
+
+/** A class's number from its name or number ('critical', 'p5', '5'). */
+function classNumber(key: string): number | undefined {
+  if (/^\d$/.test(key)) return Number(key)
+  if (/^p\d$/.test(key)) return Number(key.slice(1))
+  return Object.hasOwn(PRIORITY_CLASSES, key)
+    ? PRIORITY_CLASSES[key as keyof typeof PRIORITY_CLASSES]
+    : undefined
 }
