@@ -191,7 +191,7 @@ function serve(
   return admitAndForward(ctx, req, res, exchange, routed, gone, sending)
 }
 
-/** A request with a body is Node's: the lean front end hands those to http.Server (lean/front-end.ts). */
+/** A request with a body is Node's: the lean front end hands those to http.Server (lean/request.ts). */
 function bodyOf(req: ClientRequest): http.IncomingMessage {
   if (!(req instanceof http.IncomingMessage)) throw new Error('a request with a body on the lean path')
   return req

@@ -6,13 +6,9 @@ import { once } from 'node:events'
 import http from 'node:http'
 import { afterEach, describe, expect, it } from 'vitest'
 import type { ClientRequest, ClientResponse } from '../../src/gateway/http/client.js'
-import {
-  LeanRequest,
-  leanFrontEnd,
-  liveParsers,
-  nodeBinding,
-  readAheadHeld,
-} from '../../src/gateway/http/lean/front-end.js'
+import { leanFrontEnd, readAheadHeld } from '../../src/gateway/http/lean/front-end.js'
+import { liveParsers, nodeBinding } from '../../src/gateway/http/lean/llhttp.js'
+import { LeanRequest } from '../../src/gateway/http/lean/request.js'
 import { rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
 
 const servers: http.Server[] = []

@@ -6,7 +6,9 @@ import net from 'node:net'
 import { Pool } from 'undici'
 import type { Dispatcher } from 'undici'
 import { afterEach, describe, expect, it } from 'vitest'
-import { LeanPool, requestHead, responseBinding } from '../../src/gateway/http/lean/upstream-pool.js'
+import { responseBinding } from '../../src/gateway/http/lean/llhttp.js'
+import { LeanPool } from '../../src/gateway/http/lean/upstream-pool.js'
+import { requestHead } from '../../src/gateway/http/lean/upstream-request.js'
 import { classify, dispatchOptions, type Outgoing } from '../../src/gateway/http/upstream.js'
 
 const closers: (() => Promise<unknown> | void)[] = []

@@ -1,7 +1,8 @@
 // The one contract both request paths serve: what the gateway reads of a client's request and does
 // with its response. Node's http.IncomingMessage and http.ServerResponse (the standard path) have all
-// of it; so do the lean front end's LeanRequest and LeanResponse (lean/front-end.ts). Everything
-// past the front end (plain-request.ts, exchange.ts, the proxy) sees only this, never which path it is on.
+// of it; so do the lean front end's LeanRequest and LeanResponse (lean/request.ts, lean/response.ts).
+// Everything past the front end (plain-request.ts, exchange.ts, the proxy) sees only this, never which
+// path it is on.
 import type http from 'node:http'
 import type { Socket } from 'node:net'
 

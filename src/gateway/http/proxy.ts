@@ -13,7 +13,8 @@ import type { Dispatcher } from 'undici'
 import type { ClientResponse } from './client.js'
 import { clientResponseHeaderList } from './headers.js'
 import { boundSend } from './send-bound.js'
-import { LeanPool, responseBinding } from './lean/upstream-pool.js'
+import { responseBinding } from './lean/llhttp.js'
+import { LeanPool } from './lean/upstream-pool.js'
 import { forwardUpgrade } from './tunnel.js'
 import {
   ClientGone,
