@@ -2,7 +2,6 @@
 // admission (every lease of the route, in order), forwarding, and the release of every lease exactly
 // once when the response closes (G3, G13, G14).
 import type { AbortSignalLike } from '../core/abort.js'
-import { randomFillSync } from 'node:crypto'
 import { whenLost } from '../core/client/lease.js'
 import { DEFAULT_PRIORITY } from '../core/fair.js'
 import type { Admission, Rejection, SampleTiming, TollgateInfo } from '../admission/admission.js'
@@ -18,6 +17,7 @@ import { type FairMetrics, statusClass } from './ops/metrics.js'
 import { boundSend } from './http/send-bound.js'
 import type { ClientRequest, ClientResponse } from './http/client.js'
 import { trustOf } from './http/trust.js'
+import { requestIdOf } from './http/request-id.js'
 import { ACCESS_MESSAGE, type AccessLine, accessRecord } from './ops/access-log.js'
 import type { RequestTrace } from './ops/tracing.js'
 import { policyValue, remainingValue } from '../admission/response.js'
@@ -61,30 +61,6 @@ export interface Exchange {
   bodyEndedAt: number | undefined
   /** The request's span, while a tracer provider is registered (ops/tracing.ts). */
   trace: RequestTrace | undefined
-}
-
-/** A client's X-Request-Id is kept when it is one printable token of at most 200 characters;
- * anything else (spaces, control characters, a repeated header joined with ", ") is replaced. */
-const GOOD_REQUEST_ID = /^[\x21-\x7e]{1,200}$/
-
-export function requestIdOf(req: ClientRequest): string {
-  const given = req.headers['x-request-id']
-  return typeof given === 'string' && GOOD_REQUEST_ID.test(given) ? given : newRequestId()
-}
-
-/** 128 random bits per request in 32 hex digits, as nginx's $request_id, drawn from a pool filled
- * 4 KB at a time: randomUUID()'s string building showed in allocation profiles. Random, not a
- * counter: ids reveal nothing of the instance or its traffic. */
-const ID_POOL = Buffer.alloc(4096)
-let idOffset = ID_POOL.length
-
-function newRequestId(): string {
-  if (idOffset === ID_POOL.length) {
-    randomFillSync(ID_POOL)
-    idOffset = 0
-  }
-  idOffset += 16
-  return ID_POOL.toString('hex', idOffset - 16, idOffset)
 }
 
 /** What admitting a request through every admission of its route came to. */
