@@ -5,6 +5,7 @@ import type { Logger as PinoLogger } from 'pino'
 import type { AccessLine } from './ops/access-log.js'
 import type { GatewayConfig } from './config/index.js'
 import type { GatewayMetrics } from './ops/metrics.js'
+import type { BreachReport } from './http/close-contract.js'
 import type { Proxy } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
 
@@ -26,6 +27,8 @@ export interface GatewayContext {
   readonly releases: PendingCount
   /** Client sockets of open WebSocket tunnels. */
   readonly tunnels: Set<Duplex>
+  /** Where a request's close contract reports a breach (http/close-contract.ts): counted and logged. */
+  readonly contractBreach: BreachReport
   /** Called whenever `active` drops, so a drain can notice it reached 0. */
   onSettled(): void
 }

@@ -1,6 +1,6 @@
 // One request, from arrival to the close of its response: canonical target, route, body bounds,
-// admission (every lease of the route, in order), forwarding, and the release of every lease exactly
-// once when the response closes (G3, G13, G14).
+// admission (every lease of the route, in order), forwarding, and the release of every lease when the
+// response closes (G3, G13, G14), each counted by the request's close contract (http/close-contract.ts).
 import type { AbortSignalLike } from '../core/abort.js'
 import { whenLost } from '../core/client/lease.js'
 import { DEFAULT_PRIORITY } from '../core/fair.js'
@@ -14,6 +14,7 @@ import type { Forwarded, Outgoing, UpstreamError } from './http/proxy.js'
 import { type LiveRoute, matchRoute, OTHER_FLOW, type RequestFacts } from './routes.js'
 import { canonicalTarget, normalizeHost } from './http/target.js'
 import { type FairMetrics, statusClass } from './ops/metrics.js'
+import { CloseContract } from './http/close-contract.js'
 import { boundSend } from './http/send-bound.js'
 import type { ClientRequest, ClientResponse } from './http/client.js'
 import { trustOf } from './http/trust.js'
@@ -61,6 +62,8 @@ export interface Exchange {
   bodyEndedAt: number | undefined
   /** The request's span, while a tracer provider is registered (ops/tracing.ts). */
   trace: RequestTrace | undefined
+  /** Its close, its upstream's end and its permits' releases, each checked once. */
+  readonly contract: CloseContract
 }
 
 /** What admitting a request through every admission of its route came to. */
@@ -69,7 +72,7 @@ export type ChainResult =
   | { outcome: 'rejected'; admission: Admission<RequestFacts>; rejection: Rejection }
   | { outcome: 'gone' }
 
-export function newExchange(route: LiveRoute | undefined, req: ClientRequest): Exchange {
+export function newExchange(ctx: GatewayContext, route: LiveRoute | undefined, req: ClientRequest): Exchange {
   return {
     route,
     started: performance.now(),
@@ -93,6 +96,7 @@ export function newExchange(route: LiveRoute | undefined, req: ClientRequest): E
     bodyStreamed: false,
     bodyEndedAt: undefined,
     trace: undefined,
+    contract: new CloseContract(ctx.contractBreach),
   }
 }
 
@@ -272,6 +276,7 @@ function take(
     metrics.failedOpen.inc({ route: name })
   } else {
     exchange.held.push({ admission, info })
+    exchange.contract.took()
     whenLost(info.lease, (error) => {
       metrics.leaseLost.inc({ route: name })
       if (admission.lost(info, error)) abort()
@@ -303,9 +308,11 @@ function admitted(ctx: GatewayContext, facts: RequestFacts, exchange: Exchange, 
   return { outcome: 'admitted', headers: taken.headers, fencingToken: taken.fencingToken }
 }
 
-/** Give every held lease back (once) and remember the pending releases so shutdown can await them.
- * upstreamEnded() took the sample of a request whose upstream ended; one forwarded whose client left
- * first is an abandoned one (its time so far: Admission.abandoned()); one never forwarded is none. */
+/** Give every held lease back and remember the pending releases so shutdown can await them. Called
+ * whenever a request lets go (a rejection, a client gone while admitted, its close); each lease goes
+ * once, as its close contract checks. upstreamEnded() took the sample of a request whose upstream
+ * ended; one forwarded whose client left first is an abandoned one (its time so far:
+ * Admission.abandoned()); one never forwarded is none. */
 export function release(ctx: GatewayContext, exchange: Exchange): void {
   if (exchange.inFlight) {
     exchange.inFlight = false
@@ -314,6 +321,7 @@ export function release(ctx: GatewayContext, exchange: Exchange): void {
   if (exchange.held.length === 0) return
   const forward = exchange.forward
   for (const { admission, info } of exchange.held.splice(0)) {
+    if (!exchange.contract.release()) continue
     // (Under an adaptive limit only, and once: Admission.abandoned().)
     if (forward && info.admittedAt !== undefined && !info.sampled)
       admission.abandoned(info, timingOf(exchange, forward.heldSoFar()))

@@ -1,5 +1,5 @@
 // One plain HTTP request (an Upgrade is websocket.ts's): route, bound the body, admit, forward,
-// release once on close. Both front ends (Node's http.Server and the lean one) hand theirs here.
+// release on close. Both front ends (Node's http.Server and the lean one) hand theirs here.
 import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
 import type { ClientRequest, ClientResponse } from './http/client.js'
@@ -23,6 +23,7 @@ import {
 import type { Outgoing, UpstreamError, WebOptions } from './http/proxy.js'
 import type { LiveRoute } from './routes.js'
 import { oneAtATime, whenConnectionCloses } from './http/pipelining.js'
+import type { CloseSource, CloseContract } from './http/close-contract.js'
 import { boundSend } from './http/send-bound.js'
 import { endRequestSpan, inSpan, startRequestSpan, withTraceContext } from './ops/tracing.js'
 
@@ -37,33 +38,34 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   const deadlineBase = Date.now()
   const routed = routeRequest(ctx, req)
   const route = routed.ok ? routed.route : undefined
-  const exchange = newExchange(route, req)
+  const exchange = newExchange(ctx, route, req)
   exchange.trace = startRequestSpan(req, route?.config.name)
   if (routed.ok) {
     exchange.config = routed.config
     exchange.client = routed.facts.clientAddress
   }
-  // Attached before any await: a client that leaves while queued aborts its wait, and the permits of
-  // an admitted request are released exactly once, whatever ends the response.
+  // Attached before any await: a client that leaves while queued aborts its wait, and whatever ends
+  // the response ends the request as its close contract says (http/close-contract.ts).
   const gone = route && route.admissions.length > 0 ? new AbortFlag() : undefined
-  let ended = false
   let forgetClose: (() => void) | undefined = undefined
-  const end = () => {
-    if (ended) return
-    ended = true
+  const end = (source: CloseSource) => {
+    const contract = exchange.contract
+    if (!contract.close(source)) return
     forgetClose?.()
     exchange.forward?.clientClosed()
     if (exchange.admitting) gone?.abort(RESPONSE_CLOSED)
     release(ctx, exchange)
+    contract.releasedAll()
     if (exchange.trace) endRequestSpan(exchange.trace, res, exchange.rejected ?? exchange.refused)
     finished(ctx, req, res, exchange)
     ctx.active--
     ctx.onSettled()
   }
-  res.once('close', end)
+  // 'on', not 'once': a second 'close' of the response must reach the contract.
+  res.on('close', () => end('response'))
   // A pipelined request whose response waits behind others on its connection (http.Server's): a
   // connection that closes meanwhile ends it, since its response would never emit 'close'.
-  if (!res.socket) forgetClose = whenConnectionCloses(req, end)
+  if (!res.socket) forgetClose = whenConnectionCloses(req, () => end('connection'))
   if (ctx.draining) res.setHeader('connection', 'close')
   if (!routed.ok) {
     if (routed.status === 200) return reply(res, sendMsOf(ctx, exchange), 200, '', routed.headers)
@@ -74,7 +76,7 @@ export function handleRequest(ctx: GatewayContext, req: ClientRequest, res: Clie
   // Waiting behind others, it takes nothing until its response owns the connection (then its
   // timeouts can act on it).
   res.once('socket', () => {
-    if (!ended) start(ctx, req, res, exchange, routed, gone, deadlineBase)
+    if (!exchange.contract.closed) start(ctx, req, res, exchange, routed, gone, deadlineBase)
   })
 }
 
@@ -282,6 +284,7 @@ function forward(
 class Forwarding implements WebOptions {
   readonly timeoutMs: number
   readonly sendTimeoutMs: number
+  readonly contract: CloseContract
 
   constructor(
     private readonly ctx: GatewayContext,
@@ -292,6 +295,7 @@ class Forwarding implements WebOptions {
     const timeouts = (exchange.route as LiveRoute).config.timeouts
     this.timeoutMs = timeouts.upstreamMs
     this.sendTimeoutMs = timeouts.sendMs
+    this.contract = exchange.contract
   }
 
   extraHeaders(): Record<string, string> | undefined {

@@ -19,6 +19,7 @@ import { LineBuffer } from './ops/access-log.js'
 import { type GatewayContext, PendingCount } from './context.js'
 import { createMetrics, type GatewayMetrics } from './ops/metrics.js'
 import { createProxy } from './http/proxy.js'
+import { breachReporter } from './http/close-contract.js'
 import { checkRedisAccess, openStore, timedStore } from './redis.js'
 import { buildRoutes } from './routes.js'
 import type { ClientRequest, ClientResponse } from './http/client.js'
@@ -151,6 +152,14 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
     active: 0,
     releases: new PendingCount(),
     tunnels: new Set(),
+    contractBreach: breachReporter(
+      (step) => metrics.contractBreaches.inc({ step }),
+      (step, message) =>
+        logger.error(
+          { step },
+          `close contract breached: ${message}. A bug of the gateway; later breaches of this step are only counted (tollgate_close_contract_breaches_total)`,
+        ),
+    ),
     onSettled: () => {
       if (ctx.draining) {
         server.closeIdleConnections()

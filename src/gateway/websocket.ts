@@ -28,12 +28,15 @@ export function handleUpgrade(
   }
   ctx.active++
   ctx.tunnels.add(socket)
-  const exchange = newExchange(route, req)
+  const exchange = newExchange(ctx, route, req)
   const gone = new AbortFlag()
+  // The tunnel's close is the request's (its close contract: http/close-contract.ts).
   socket.once('close', () => {
+    if (!exchange.contract.close('response')) return
     ctx.tunnels.delete(socket)
     gone.abort(RESPONSE_CLOSED)
     release(ctx, exchange)
+    exchange.contract.releasedAll()
     ctx.active--
     ctx.onSettled()
   })

@@ -35,6 +35,8 @@ export interface ClientResponse {
   destroy(): unknown
   setHeader(name: string, value: string): unknown
   writeContinue(): void
+  /** Its 'close' comes once (the close contract, close-contract.ts, checks it). */
+  on(event: 'close', listener: () => void): unknown
   once(event: 'close' | 'drain' | 'finish' | 'socket', listener: () => void): unknown
   off(event: 'close' | 'drain' | 'finish', listener: () => void): unknown
 }

@@ -119,10 +119,11 @@ class PoolsByOrigin<P> {
  * One forwarded request: undici's handler (its methods, not closures per request) and the client
  * response it writes to. Listeners on the response are added only when needed: 'drain' under
  * backpressure, 'finish' once a send timer runs; its close comes from the caller (clientClosed()).
+ * How the upstream request ended (finished, failed) or was given up (aborted) goes through the
+ * request's close contract (close-contract.ts) first: once, whichever client (undici, lean) serves it.
  */
 class WebForward implements Dispatcher.DispatchHandler {
   private controller: Dispatcher.DispatchController | undefined
-  private reported = false
   private head: { statusCode: number; out: (string | string[])[] } | undefined
   private sendTimer: NodeJS.Timeout | undefined
   private draining = false
@@ -130,7 +131,6 @@ class WebForward implements Dispatcher.DispatchHandler {
   private heldSince = 0
   /** How long the upstream was held back for the client: from each pause to the client's drain, ms. */
   private heldMs = 0
-  private upstreamDone = false
 
   constructor(
     private readonly res: ClientResponse,
@@ -141,11 +141,17 @@ class WebForward implements Dispatcher.DispatchHandler {
     return this.heldMs + (this.heldSince === 0 ? 0 : performance.now() - this.heldSince)
   }
 
-  /** The client response closed: the upstream request goes too unless the response was complete. */
+  /** The client response closed: the upstream request goes too unless it has ended (or the response
+   * was complete). Not started yet (undici's, waiting for a connection), it goes when it starts. */
   clientClosed(): void {
     this.moving()
+    if (!this.res.writableFinished && this.opts.contract.upstreamEnd === undefined) this.abort()
+  }
+
+  /** Give the upstream request up (the client left): told once, through the contract. */
+  private abort(): void {
     const controller = this.controller
-    if (!this.res.writableFinished && controller && !controller.aborted)
+    if (controller && this.opts.contract.upstream('aborted'))
       controller.abort(new ClientGone('client closed'))
   }
 
@@ -180,10 +186,8 @@ class WebForward implements Dispatcher.DispatchHandler {
     this.head = undefined
   }
 
-  /** The upstream's response ended (its last byte, or it failed): reported once. */
+  /** The upstream's response ended (its last byte, or it failed; once, by the contract). */
   private upstreamEnded(): void {
-    if (this.upstreamDone) return
-    this.upstreamDone = true
     this.unheld()
     this.opts.onUpstreamEnd?.(this.heldMs)
   }
@@ -196,8 +200,8 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 
   fail(error: Error): void {
-    if (this.reported || error instanceof ClientGone) return
-    this.reported = true
+    // ClientGone: the client's answer to the gateway's own abort, the request's end already.
+    if (error instanceof ClientGone || !this.opts.contract.upstream('failed')) return
     const { res, opts } = this
     const clientStatus = opts.clientError?.(error)
     if (clientStatus !== undefined) {
@@ -229,7 +233,7 @@ class WebForward implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller
-    if (this.res.destroyed) controller.abort(new ClientGone('client closed'))
+    if (this.res.destroyed && this.opts.contract.upstreamEnd === undefined) this.abort()
   }
 
   onResponseStart(
@@ -263,6 +267,7 @@ class WebForward implements Dispatcher.DispatchHandler {
   }
 
   onResponseEnd(): void {
+    if (!this.opts.contract.upstream('finished')) return
     this.upstreamEnded()
     this.flushHead()
     const res = this.res

@@ -3,6 +3,7 @@
 import type { Duplex, Readable } from 'node:stream'
 import type { Dispatcher } from 'undici'
 import type { ClientResponse } from './client.js'
+import type { CloseContract } from './close-contract.js'
 
 export type UpstreamErrorKind = 'refused' | 'unresolved' | 'timeout' | 'reset' | 'other'
 
@@ -40,6 +41,9 @@ export interface WebOptions {
    * the gateway's own 502/504: e.g. the RateLimit headers of the admission. Given in the response's
    * head instead of by res.setHeader() (which validates and stores each one again). */
   defaultHeaders?: Record<string, string> | undefined
+  /** The request's close contract: the upstream's end (finished, failed) or the gateway's abort is
+   * reported there, once; everything below that is called at most once follows from it. */
+  contract: CloseContract
   /** Called at most once, after the error response was sent (or the client connection cut). */
   onError(error: UpstreamError): void
   /** A request body that failed on the client's side (e.g. its body timeout): answered with this status. */
@@ -54,7 +58,8 @@ export interface WebOptions {
 
 /** A request being forwarded. */
 export interface Forwarded {
-  /** Call once when the client response closes (its 'close' event). */
+  /** Call when the client response closes (its 'close' event): the upstream request is given up
+   * unless it has ended (WebOptions.contract). */
   clientClosed(): void
   /** How long the client has held the upstream back so far, ms (as onUpstreamEnd's). */
   heldSoFar(): number
@@ -74,7 +79,7 @@ export interface WsOptions {
 
 export interface Proxy {
   /** Forward a request; the response (or a short 502/504) goes to `res`. Never throws. The caller
-   * tells it when `res` closes (the upstream request is then aborted unless the response was done). */
+   * tells it when `res` closes (Forwarded.clientClosed()). */
   web(target: URL, res: ClientResponse, request: Outgoing, options: WebOptions): Forwarded
   /** Forward an Upgrade request over `socket` (the client's). Never throws. */
   ws(

@@ -14,6 +14,7 @@ import { type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
 import { FairMetrics } from './fair-metrics.js'
 import { PlainHistogram } from './plain-histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
+import type { ContractStep } from '../http/close-contract.js'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 
 export type { Observer } from '../../admission/histogram.js'
@@ -49,6 +50,8 @@ export interface GatewayMetrics {
   readonly upstreamSeconds: PlainHistogram
   /** Seconds a Redis call of the store took, by call (permits.acquire, permits.release, ...). */
   readonly redisSeconds: PlainHistogram
+  /** Breaches of the close contract (http/close-contract.ts), by step: a bug of the gateway. */
+  readonly contractBreaches: Counter<'step'>
   /** Config reloads (SIGHUP, --watch-config), by result (success, failure). */
   readonly reloads: Counter<'result'>
   /** 1 if the last reload succeeded (or none was tried), 0 if it failed. */
@@ -239,6 +242,12 @@ export function createMetrics(
       help: 'Time a Redis call of the store took, by call',
       label: 'call',
       buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    }),
+    contractBreaches: new Counter({
+      name: 'tollgate_close_contract_breaches_total',
+      help: 'Breaches of the close contract by step (close, upstream, release): a second close, a second end of an upstream request, a permit released twice or not with its close. A bug of the gateway; 0 is the only right value',
+      labelNames: ['step'],
       registers,
     }),
     reloads: new Counter({
@@ -438,6 +447,8 @@ export function createMetrics(
   metrics.reloads.inc({ result: 'failure' }, 0)
   metrics.reloadSuccessful.set(1)
   metrics.reloadTimestamp.set(Math.floor(Date.now() / 1000))
+  for (const step of ['close', 'upstream', 'release'] satisfies ContractStep[])
+    metrics.contractBreaches.inc({ step }, 0)
   start(routes)
   return metrics
 

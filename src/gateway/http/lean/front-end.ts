@@ -8,7 +8,7 @@
 //   - request.ts: which requests are lean (a whole bodiless HTTP/1.1 head with a Host, no Expect,
 //     no Upgrade), and the request object the gateway sees;
 //   - response.ts: the bytes ServerResponse would write (status line, Date, Connection/Keep-Alive,
-//     Content-Length or chunked), and the response's 'close', once;
+//     Content-Length or chunked), and the response's 'close' (the close contract: ../close-contract.ts);
 //   - connection.ts: one connection: responses in order, a bounded read-ahead (read-ahead.ts),
 //     http.Server's connection timing, and the hand-over to Node's own connection listener, with
 //     every byte read put back, at a message boundary, at the first request that is not lean.

@@ -1,6 +1,6 @@
 // The response the lean front end writes on the raw socket: the bytes ServerResponse writes for the
 // same calls (its head rules are in lib/_http_outgoing.js, _storeHeader), with the head built as one
-// string and sent with the first body bytes or the end; and its 'close', emitted once per response.
+// string and sent with the first body bytes or the end; and its 'close' (as ../close-contract.ts has it).
 import { EventEmitter } from 'node:events'
 import { STATUS_CODES, validateHeaderName, validateHeaderValue } from 'node:http'
 import type { Socket } from 'node:net'
@@ -256,7 +256,9 @@ export class LeanResponse extends EventEmitter implements ClientResponse {
     return this
   }
 
-  /** The response is over (written, or its connection closed): 'close', once. */
+  /** The response is over (written, or its connection closed): its 'close', which the close contract
+   * (../close-contract.ts) takes once; called again (the connection closing after the response was
+   * written), it does nothing. */
   close(): void {
     if (this.closed) return
     this.closed = true
