@@ -40,11 +40,13 @@ export interface GatewayOptions {
   logger?: PinoLogger
   /** Export Node process metrics (CPU, memory, event loop) on /metrics too. @default true */
   processMetrics?: boolean
-  /** The lean paths: the common request (HTTP/1.1, no body, no upgrade) served on the raw socket
-   * (http/lean/front-end.ts), and bodiless requests to http:// upstreams sent on sockets of our own
-   * (http/lean/upstream-pool.ts). false: every connection is Node's http.Server's and every request undici's.
-   * @default config.lean (the `lean` field, `--lean on|off`) */
-  lean?: boolean
+  /** The lean paths, on or off together or each on its own: the front end serves the common request
+   * (HTTP/1.1, no body, no upgrade) on the raw socket (http/lean/front-end.ts), else every connection
+   * is Node's http.Server's; the upstream pool sends bodiless requests to http:// upstreams on sockets
+   * of our own (http/lean/upstream-pool.ts), else every request goes through undici. `true`/`false`:
+   * both; `{ frontEnd, upstream }`: each, a side left out as config.lean has it.
+   * @default config.lean (the `lean` field, `--lean on|off`: both sides) */
+  lean?: boolean | { frontEnd?: boolean; upstream?: boolean }
 }
 
 /** The store at start: 'up'; 'down' (limits without failOpen answer 503 until Redis answers, and
@@ -140,12 +142,13 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   const redis = opened.redis
   const store = redis ? timedStore(opened.store, metrics.redisSeconds) : opened.store
   const routes = buildRoutes(config, store, coreLogger)
+  const lean = leanSides(options.lean, config.lean)
   let settled: (() => void) | undefined
   const ctx: GatewayContext = {
     config,
     routes,
     metrics,
-    proxy: createProxy({ lean: options.lean ?? config.lean }),
+    proxy: createProxy({ lean: lean.upstream }),
     logger,
     accessLog: accessLines && ((line) => accessLines.pushAccess(line)),
     draining: false,
@@ -176,7 +179,7 @@ export function createGateway(config: GatewayConfig, options: GatewayOptions = {
   }
   const onRequest = (req: ClientRequest, res: ClientResponse) => handleRequest(ctx, req, res)
   const server = http.createServer(onRequest)
-  if (options.lean ?? config.lean) leanFrontEnd(server, onRequest)
+  if (lean.frontEnd) leanFrontEnd(server, onRequest)
   // With a listener, Node leaves `Expect: 100-continue` to us: the 100 goes out only once the request
   // is admitted (plain-request.ts), so a rejected client never uploads its body.
   server.on('checkContinue', onRequest)
@@ -436,6 +439,15 @@ function written(destination: ReturnType<typeof pino.destination>, withinMs: num
     destination.once('error', done)
     destination.flush()
   })
+}
+
+/** Which lean path runs: GatewayOptions.lean, a side it leaves out as the config's `lean` has it. */
+function leanSides(
+  option: GatewayOptions['lean'],
+  configured: boolean,
+): { frontEnd: boolean; upstream: boolean } {
+  if (typeof option !== 'object') return { frontEnd: option ?? configured, upstream: option ?? configured }
+  return { frontEnd: option.frontEnd ?? configured, upstream: option.upstream ?? configured }
 }
 
 function urlOf(server: http.Server): string {

@@ -5,6 +5,7 @@ import {
   createGateway,
   type Gateway,
   type GatewayFile,
+  type GatewayOptions,
   parseFlags,
   resolveConfig,
   validateConfigFile,
@@ -13,14 +14,14 @@ import { uniquePrefix } from './redis.js'
 
 /**
  * Start a gateway on a free port under a fresh key prefix (`admin: false` unless `file` says
- * otherwise). It joins `gateways`, which the suite closes after each test. `lean` picks the front
- * end (undefined: the gateway's default).
+ * otherwise). It joins `gateways`, which the suite closes after each test. `lean` picks the lean
+ * paths, both or each (GatewayOptions.lean; undefined: the gateway's default).
  */
 export async function startInProcess(
   gateways: Gateway[],
   file: Record<string, unknown>,
   flags: string[] = [],
-  lean?: boolean,
+  lean?: GatewayOptions['lean'],
 ): Promise<{ port: number; gateway: Gateway }> {
   const config = resolveConfig(
     validateConfigFile({ admin: false, ...file }) as GatewayFile,
