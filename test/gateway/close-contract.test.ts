@@ -1,6 +1,6 @@
 // The close contract's checks on their own (src/gateway/http/close-contract.ts): a repeat of any step
 // is a breach, counted, the first of each step logged, and raised (under test: thrown uncaught); the
-// first close, end and release stand. The gateway's paths through it are client-gone.test.ts's.
+// first close, end and release stand. The gateway's paths through it are disconnect-matrix.test.ts's.
 import { describe, expect, it } from 'vitest'
 import {
   breachReporter,

@@ -1,14 +1,22 @@
-// Every way a client leaves, on all four request paths: {lean front end, http.Server} × {lean
-// upstream pool, undici} (GatewayOptions.lean picks each side). A real Redis store counts the permits
-// and a recording upstream judges what reached it.
+// The disconnect matrix: every way a client leaves, on all four request paths ({lean front end,
+// http.Server} × {lean upstream pool, undici}, each side picked by GatewayOptions.lean), against a
+// real Redis store and a recording upstream.
+//
+// For each case on each combination: the upstream's request is given up within a bound (the
+// recording upstream sees it close, or never sees it), the permit is released exactly once (the
+// private Redis server's script calls: each request's acquisition and release, no more, still so
+// after a settle; a fresh request then gets the one permit), and the close contract
+// (src/gateway/http/close-contract.ts) counted no breach.
 import { subscribe, unsubscribe } from 'node:diagnostics_channel'
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest'
 import type { Gateway } from '../../src/gateway/index.js'
 import { liveParsers } from '../../src/gateway/http/lean/llhttp.js'
+import { eventually, sleep } from '../helpers/contract.js'
 import { redisUrl } from '../helpers/gateway.js'
 import { startInProcess } from '../helpers/in-process-gateway.js'
-import { rawConnect } from '../helpers/raw-http.js'
+import { type RawConnection, rawConnect } from '../helpers/raw-http.js'
 import { type Recorder, startRecorder } from '../helpers/recorder.js'
+import { connectTo, scriptCallCount } from '../helpers/redis.js'
 import { type RedisServerHandle, startRedisServer } from '../helpers/redis-server.js'
 
 let redis: RedisServerHandle
@@ -75,3 +83,160 @@ for (const combination of COMBINATIONS) {
     expect(undici, 'undici requests').toBe(combination.upstream ? 0 : 1)
   })
 }
+
+/** How long a cut is given to reach the upstream: at once where the connection is read, within the
+ * reset probe's second where it is not (a request parsed behind the one in flight, http.Server). */
+const GIVEN_UP_MS = 2500
+/** After the script calls reached what they should, this long for any late one (a second release). */
+const SETTLE_MS = 200
+
+interface Leaving {
+  port: number
+  upstream: Recorder
+  /** Script calls since the gateway started. */
+  scripts(): Promise<number>
+}
+
+/** A way to leave: run it, resolve with the script calls it must come to (two per request that got
+ * the permit or a place in its queue: the acquisition, the release) and the paths the upstream must
+ * never see. */
+interface Case {
+  id: string
+  title: (combination: Combination) => string
+  leave(at: Leaving): Promise<{ scripts: number; unseen?: string[] }>
+}
+
+const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: gw\r\n\r\n`
+
+/** The upstream has `path`'s request in flight. */
+const inFlight = (upstream: Recorder, path: string) => eventually(() => upstream.inFlight.get(path) === 1)
+
+/** The upstream's request of `path` closed (given up), within GIVEN_UP_MS. */
+async function givenUp(upstream: Recorder, path: string): Promise<void> {
+  await eventually(() => upstream.inFlight.get(path) === 0, GIVEN_UP_MS).catch(() => {})
+  expect(upstream.inFlight.get(path), `${path} still in flight upstream after ${GIVEN_UP_MS} ms`).toBe(0)
+}
+
+const CASES: Case[] = [
+  {
+    id: 'a',
+    title: () => '(a) the client leaves (FIN) while its request is queued for the permit',
+    async leave({ port, upstream, scripts }) {
+      const holder = await rawConnect(port)
+      holder.write(get('/hold-a'))
+      await inFlight(upstream, '/hold-a')
+      const queued = await rawConnect(port)
+      queued.write(get('/queued'))
+      // What holding and queueing cost, counted once it is quiet: the holder's acquisition, the queued
+      // one's, and the re-check of a new wait group once it has subscribed (core/client/lock-client.ts).
+      await eventually(async () => (await scripts()) >= 2)
+      let queuedCalls = -1
+      await eventually(async () => {
+        const now = await scripts()
+        if (now === queuedCalls) return true
+        queuedCalls = now
+        await sleep(100)
+        return false
+      })
+      queued.socket.end()
+      await sleep(100)
+      // The permit goes to nobody who has left: the queued request is never forwarded.
+      upstream.release()
+      await holder.waitFor(/held GET \/hold-a/)
+      // Then two releases: the queued one's place in the queue, the holder's permit.
+      return { scripts: queuedCalls + 2, unseen: ['/queued'] }
+    },
+  },
+  {
+    id: 'b',
+    title: () => "(b) the client leaves (reset) while waiting for the upstream's response head",
+    async leave({ port, upstream }) {
+      const client = await rawConnect(port)
+      client.write(get('/hold-b'))
+      await inFlight(upstream, '/hold-b')
+      client.socket.resetAndDestroy()
+      await givenUp(upstream, '/hold-b')
+      return { scripts: 2 }
+    },
+  },
+  {
+    id: 'c',
+    // A request with a body goes to http.Server and undici whatever the combination: the lean front
+    // end hands the connection over, the lean pool takes bodiless requests only.
+    title: (combination) => {
+      const notes = [
+        ...(combination.frontEnd ? ['handed to http.Server'] : []),
+        ...(combination.upstream ? ['sent by undici'] : []),
+      ]
+      return `(c) the client leaves (FIN) mid-request-body${notes.length > 0 ? ` (a body: ${notes.join(', ')})` : ''}`
+    },
+    async leave({ port, upstream }) {
+      const client = await rawConnect(port)
+      client.write(`POST /upload HTTP/1.1\r\nHost: gw\r\nContent-Length: 1000\r\n\r\n${'x'.repeat(100)}`)
+      await inFlight(upstream, '/upload')
+      client.socket.end() // 100 bytes of 1000
+      await givenUp(upstream, '/upload')
+      return { scripts: 2 }
+    },
+  },
+  {
+    id: 'd',
+    title: () => "(d) the client leaves (reset) mid-response: the upstream's head and part of its body sent",
+    async leave({ port, upstream }) {
+      const client = await rawConnect(port)
+      client.write(get('/drip?chunks=50'))
+      await client.waitFor(/drip\n/)
+      client.socket.resetAndDestroy()
+      await givenUp(upstream, '/drip')
+      return { scripts: 2 }
+    },
+  },
+  {
+    id: 'e',
+    title: () => '(e) a pipelined request behind another, whose connection is reset',
+    async leave({ port, upstream }) {
+      const client = await rawConnect(port)
+      client.write(get('/hold-e') + get('/behind'))
+      await inFlight(upstream, '/hold-e')
+      await sleep(50) // the request behind is parsed (http.Server) or read ahead (lean)
+      client.socket.resetAndDestroy()
+      await givenUp(upstream, '/hold-e')
+      return { scripts: 2, unseen: ['/behind'] }
+    },
+  },
+]
+
+/** Breaches of the close contract the gateway counted. */
+async function breaches(gateway: Gateway): Promise<number> {
+  return (await gateway.metrics.contractBreaches.get()).values.reduce((sum, value) => sum + value.value, 0)
+}
+
+for (const combination of COMBINATIONS)
+  for (const leaving of CASES)
+    it(`[${combination.name}] ${leaving.title(combination)}: given up, its permit released once`, async () => {
+      const upstream = await startRecorder()
+      const { port, gateway } = await start(combination, upstream)
+      const store = connectTo(redis)
+      const before = await scriptCallCount(store)
+      const scripts = async () => (await scriptCallCount(store)) - before
+      try {
+        const { scripts: expected, unseen = [] } = await leaving.leave({ port, upstream, scripts })
+        // Counted by the store: what each request took came back, once; late calls had time to come.
+        await eventually(async () => (await scripts()) >= expected, 3000).catch(() => {})
+        await sleep(SETTLE_MS)
+        expect(await scripts(), 'script calls: acquisitions and releases').toBe(expected)
+        expect(await breaches(gateway), 'close contract breaches').toBe(0)
+        for (const path of unseen)
+          expect(
+            upstream.requests.map((request) => request.url),
+            `${path} reached the upstream`,
+          ).not.toContain(path)
+        // The one permit is free: a new request is served at once, not queued behind a lost one.
+        const after: RawConnection = await rawConnect(port)
+        after.write(get('/after'))
+        await after.waitFor(/ok GET \/after/, 2000)
+      } finally {
+        upstream.release()
+        store.disconnect()
+      }
+    })

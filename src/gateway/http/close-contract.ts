@@ -18,8 +18,8 @@
 //     (undici catches what a handler throws, and aborts the request) can swallow it;
 //   - in production, nothing more: a throw would crash the gateway, and every request in flight
 //     with it, for a repeat that has been dropped safely.
-// A close that never comes cannot be seen as it happens, only by its absence: the disconnect tests
-// check that every request's permit comes back.
+// A close that never comes cannot be seen as it happens, only by its absence:
+// test/gateway/disconnect-matrix.test.ts checks that every request's permit comes back, on every path.
 
 /** The three promises of the contract (the label of the breaches metric). */
 export type ContractStep = 'close' | 'upstream' | 'release'
