@@ -27,6 +27,8 @@ const SUITES = [
   'test/gateway/admin-listener.test.ts',
   'test/gateway/parse-turns.test.ts',
   'test/gateway/client-gone.test.ts',
+  'test/gateway/disconnect-matrix.test.ts',
+  'test/gateway/close-contract.test.ts',
 ]
 
 const wanted = process.argv.slice(2)
