@@ -1,7 +1,9 @@
 // What /dashboard/data.json holds: one snapshot a second of every route (dashboard.ts makes it),
 // the contract between the gateway and the page (dashboard/*.js).
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
-import type { flowState } from './limit-figures.js'
+import type { ClassRow, flowState } from './limit-figures.js'
+
+export type { ClassRow } from './limit-figures.js'
 
 export interface Point {
   t: number
@@ -17,17 +19,6 @@ export interface Change {
   from: number
   to: number
   by: string
-}
-
-/** A class of a fair route: the fleet's waiters (null: not read), and this replica's waiting,
- * admitted and rejected by reason (shed among them), and the fleet's evicted since it was last idle. */
-export interface ClassRow {
-  class: string
-  fleetWaiting: number | null
-  waiting: number
-  admitted: number
-  rejected: Record<string, number>
-  evicted: number | null
 }
 
 /** A resource of a read/write-locked route (its canonical path, or what resourcePattern captured). */

@@ -5,7 +5,6 @@ import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 import type { Semaphore, SemaphoreStats } from '../../primitives/semaphore.js'
 import { PRIORITY_CLASSES, priorityName } from '../../core/fair.js'
 import type { ConcurrencyConfig } from '../config/index.js'
-import type { ClassRow } from './dashboard-data.js'
 import type { ClassCounts } from './fair-metrics.js'
 
 /** A route's configured limit: its permits, or its adaptive limit's initial. */
@@ -99,6 +98,17 @@ export function flowState(
     held: figures?.held ?? null,
     parked: figures?.parked ?? null,
   }
+}
+
+/** A class of a fair route: the fleet's waiters (null: not read), and this replica's waiting,
+ * admitted and rejected by reason (shed among them), and the fleet's evicted since it was last idle. */
+export interface ClassRow {
+  class: string
+  fleetWaiting: number | null
+  waiting: number
+  admitted: number
+  rejected: Record<string, number>
+  evicted: number | null
 }
 
 /** A fair route's rows on the dashboard: each class (this replica's `counts` beside the fleet's
