@@ -3,8 +3,17 @@
 // that installs them all, for the package manager and the way the bin was run. main.ts uses it before
 // cli.ts loads, so it imports nothing that could be missing.
 
-/** tollgate-gateway's dependencies that the bin loads, in the order an install command lists them. */
-export const GATEWAY_PACKAGES = ['ioredis', 'pino', 'prom-client', 'undici', 'yaml', 'zod'] as const
+/** tollgate-gateway's dependencies (packages/gateway/package.json; test/gateway/missing-packages.test.ts
+ * keeps the two equal), in the order an install command lists them. */
+export const GATEWAY_PACKAGES = [
+  'ioredis',
+  'pino',
+  'prom-client',
+  'proxy-addr',
+  'undici',
+  'yaml',
+  'zod',
+] as const
 
 /** The package a failed import could not find, if it is a package (not a file of ours). */
 export function missingPackageOf(error: unknown): string | undefined {

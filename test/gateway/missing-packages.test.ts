@@ -1,6 +1,7 @@
 // What the bin prints when packages the gateway needs are missing (main.ts, before cli.ts loads): all
 // of them in one install command for the package manager that ran it. The real bin
 // in an install without them: test/package/package.test.ts.
+import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
 import {
   GATEWAY_PACKAGES,
@@ -28,9 +29,16 @@ describe('the missing-package message of the bin', () => {
         'tollgate: install it: npm install ioredis\n',
     )
     expect(missingPackagesMessage([...GATEWAY_PACKAGES])).toBe(
-      'tollgate: the gateway needs ioredis, pino, prom-client, undici, yaml and zod, which are dependencies of tollgate-gateway but not installed here.\n' +
-        'tollgate: install them: npm install ioredis pino prom-client undici yaml zod\n',
+      'tollgate: the gateway needs ioredis, pino, prom-client, proxy-addr, undici, yaml and zod, which are dependencies of tollgate-gateway but not installed here.\n' +
+        'tollgate: install them: npm install ioredis pino prom-client proxy-addr undici yaml zod\n',
     )
+  })
+
+  it('knows every dependency of tollgate-gateway (a missing one is named in the one command)', () => {
+    const { dependencies } = JSON.parse(
+      readFileSync(new URL('../../packages/gateway/package.json', import.meta.url), 'utf8'),
+    ) as { dependencies: Record<string, string> }
+    expect([...GATEWAY_PACKAGES].sort()).toEqual(Object.keys(dependencies).sort())
   })
 
   it('speaks the package manager that ran the bin, and says how to run it with npx', () => {

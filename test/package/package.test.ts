@@ -698,8 +698,8 @@ export const made = [createMutex(createMemoryStore(), 'm'), semaphore(2), client
         (error: Error) => error.message,
       )
     expect(await failed(bare)).toContain(
-      'tollgate: the gateway needs ioredis, pino, prom-client, undici, yaml and zod, which are dependencies of tollgate-gateway but not installed here.\n' +
-        'tollgate: install them: npm install ioredis pino prom-client undici yaml zod\n',
+      'tollgate: the gateway needs ioredis, pino, prom-client, proxy-addr, undici, yaml and zod, which are dependencies of tollgate-gateway but not installed here.\n' +
+        'tollgate: install them: npm install ioredis pino prom-client proxy-addr undici yaml zod\n',
     )
     // One of them missing: that one.
     for (const name of GATEWAY_DEPS) link(modules, name)
