@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import { functionName, loadLibraries } from '../../src/core/redis/scripts.js'
 import { uniquePrefix } from '../helpers/redis.js'
-import { client, PermitName, serverClock, sleep } from './support.js'
+import { client, fcall, PermitName, serverClock, sleep } from './support.js'
 
 const WINDOW_MS = 100
 const LEADER_TTL = 300
@@ -35,7 +35,7 @@ function fleet() {
     ...argv: (string | number)[]
   ) => {
     await loadLibraries(redis)
-    return redis.fcall(functionName(script), 4, ...keys(window), space.channel, ...argv)
+    return fcall(redis, functionName(script), keys(window), space.channel, ...argv)
   }
   const report = (
     replica: string,

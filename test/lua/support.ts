@@ -1,11 +1,14 @@
 // Shared fixture of the Lua contract tests (test/lua/*.test.ts): a fresh name per test, typed calls of
 // the registered scripts (KEYS, channel, then ARGV exactly as each lua/*.lua header states) and probes
-// of the keys they leave behind. Real Redis only: the standalone server of the global setup.
+// of the keys they leave behind. Real Redis only: the standalone server of the global setup. The
+// calls go through ioredis, or node-redis under TOLLGATE_TEST_CLIENT=node-redis (fcall()): each
+// script's replies are the same through either client.
 import type { Redis } from 'ioredis'
 import { expect } from 'vitest'
 import { keySpace, type KeySpace } from '../../src/core/keys.js'
 import { functionName, loadLibraries, type ScriptName } from '../../src/core/redis/scripts.js'
 import { eventually, keysUnder } from '../helpers/contract.js'
+import { NODE_REDIS, type NodeRedisClient, nodeRedisClient } from '../helpers/node-redis.js'
 import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
 export type Arg = string | number
@@ -23,6 +26,22 @@ let loaded: Promise<void> | undefined
 export function client(): Redis {
   shared ??= connectStandalone()
   return shared
+}
+
+/** node-redis clients by the ioredis client they stand in for (the same server). */
+const nodeRedis = new WeakMap<Redis, NodeRedisClient>()
+
+/** FCALL `fn` with `keys` then `argv`, as the store calls it: through `redis` (ioredis), or under
+ * TOLLGATE_TEST_CLIENT=node-redis through a node-redis client of the same server (its RESP2 replies,
+ * as node-redis decodes them). */
+export function fcall(redis: Redis, fn: string, keys: readonly string[], ...argv: Arg[]): Promise<unknown> {
+  if (!NODE_REDIS) return redis.fcall(fn, keys.length, ...keys, ...argv)
+  let other = nodeRedis.get(redis)
+  if (!other) {
+    const { host = '127.0.0.1', port = 6379 } = redis.options
+    nodeRedis.set(redis, (other = nodeRedisClient({ host, port })))
+  }
+  return other.sendCommand(['FCALL', fn, String(keys.length), ...keys, ...argv.map(String)])
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
@@ -58,7 +77,7 @@ export class NameFixture<Part extends string> {
    * once): KEYS, the channel, then `argv`. */
   async run(script: ScriptName, ...argv: Arg[]): Promise<unknown> {
     await (loaded ??= loadLibraries(this.redis))
-    return this.redis.fcall(functionName(script), this.keys.length, ...this.keys, this.channel, ...argv)
+    return fcall(this.redis, functionName(script), this.keys, this.channel, ...argv)
   }
 
   /** The parts (h, q, ...) that exist as keys under this test's prefix, sorted. Fails on a key that
