@@ -1,3 +1,4 @@
+// The `tollgate` entry point: the stores, the primitives, the errors and the diagnostics channels.
 export {
   AcquireTimeoutError,
   ConfigError,

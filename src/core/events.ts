@@ -1,3 +1,5 @@
+// The `tollgate:*` diagnostics channels (lease acquired, renewed, lost, released), and how names and
+// bucket keys appear in them and in traces.
 import { channel } from 'node:diagnostics_channel'
 import { createHash } from 'node:crypto'
 import { debuglog } from 'node:util'

@@ -1,3 +1,5 @@
+// Keys and channel of a primitive: `<prefix>:{<kind>:<encoded name>}:<part>`, the name encoded to sit
+// in a hash tag (G8) and bounded in size.
 import { createHash } from 'node:crypto'
 
 /** Encoded names longer than this are replaced by a digest, so keys stay small whatever the input. */

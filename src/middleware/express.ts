@@ -1,3 +1,4 @@
+// Express 4 and 5: `app.use(semaphore(10))`, `rwlock()`, with the permit tied to Node's response.
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import {
   type Admission,

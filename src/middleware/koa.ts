@@ -1,3 +1,4 @@
+// Koa 2 and 3: `app.use(semaphore(10))`, `rwlock()`, with the permit tied to Node's response.
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { Admission, Rejection, AdaptiveControl } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'

@@ -1,3 +1,4 @@
+// createMutex() and createReentrantMutex(): a permit set of one permit, per name.
 import { debuglog } from 'node:util'
 import type { Lease } from '../core/client/lease.js'
 import { type AcquireOptions, type LockClient } from '../core/client/lock-client.js'

@@ -1,3 +1,4 @@
+// Who owns an acquisition of a reentrant lock: a fixed owner, the async call chain, or the call.
 import { AsyncLocalStorage } from 'node:async_hooks'
 import { createHash } from 'node:crypto'
 import type { KeySpace } from '../core/keys.js'

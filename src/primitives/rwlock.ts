@@ -1,3 +1,4 @@
+// createReadWriteLock(): a writer-preferring read/write lock per name, its two sides and its stats.
 import type { AcquireOptions } from '../core/client/lock-client.js'
 import type { Lease } from '../core/client/lease.js'
 import { RwClient } from '../core/client/rw-client.js'

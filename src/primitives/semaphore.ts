@@ -1,3 +1,5 @@
+// createSemaphore(): a fair FIFO counting semaphore per name, with weights, a fair queue by class
+// and flow (`overload`), run-time limits and an adaptive limit.
 import { debuglog } from 'node:util'
 import { ConfigError } from '../core/errors.js'
 import { type Lease, whenLost } from '../core/client/lease.js'

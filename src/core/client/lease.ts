@@ -1,3 +1,5 @@
+// A held permit as the user sees it (Lease), and the one class every primitive's leases are:
+// renewal, loss, and a release that runs once however often it is called.
 import { debuglog } from 'node:util'
 import { localDeadline as deadlineFrom, monoNow } from '../clock.js'
 import { LeaseLostError } from '../errors.js'

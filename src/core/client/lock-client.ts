@@ -1,3 +1,5 @@
+// The acquire loop every primitive shares: try at once, else wait in the store's queue (woken by
+// grants and re-checks) until granted, timed out or aborted; owner tokens.
 import { type AbortSignalLike, abortReason, onAbort } from '../abort.js'
 import { randomBytes } from 'node:crypto'
 import { debuglog } from 'node:util'

@@ -1,3 +1,5 @@
+// Lease renewal: each lease renews at a third of its remaining time, and leases of one primitive
+// due together go out in one batched store call (at most MAX_RENEW_BATCH).
 import { debuglog } from 'node:util'
 import { monoNow } from '../clock.js'
 import type { Acquisition, RenewReply } from '../protocol/store.js'

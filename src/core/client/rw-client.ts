@@ -1,3 +1,4 @@
+// One side (read or write) of a read/write lock: the shared acquire loop over the store's rw family.
 import { LockUpgradeError } from '../errors.js'
 import type { LockSettings } from '../options.js'
 import { LockClient, newToken } from './lock-client.js'

@@ -1,3 +1,5 @@
+// The waiters of one name in this process: one subscription for their wake-ups, one batched
+// heartbeat, and re-checks when notifications are down or a holder's lease runs out.
 import { debuglog } from 'node:util'
 import { localDeadline, monoNow } from '../clock.js'
 import type { KeySpace } from '../keys.js'

@@ -1,3 +1,5 @@
+// The Store contract: what every primitive asks of a store (Redis or memory), its operations' requests
+// and replies.
 import type { KeySpace } from '../keys.js'
 
 /**
