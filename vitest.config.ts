@@ -7,7 +7,7 @@ import { configDefaults, defineConfig } from 'vitest/config'
 const ioredis6 = process.env.TOLLGATE_TEST_IOREDIS === '6'
 
 /** The soak and edge suites: seeded random sequences, adaptive windows of a second, a browser, RSS
- * and flood bounds; about 40 % of the suite's time. `npm test` leaves them out (under 5 minutes on
+ * and flood bounds, Sentinel failover under load; about 45 % of the suite's time. `npm test` leaves them out (under 5 minutes on
  * 2 cores); `npm run test:long` (TOLLGATE_TEST_SUITE=long) runs them alone, TOLLGATE_TEST_SUITE=all
  * runs everything. CI (.ci/run) runs both. */
 const LONG = [
@@ -21,6 +21,7 @@ const LONG = [
   'test/gateway/edge-bounds.test.ts',
   'test/gateway/adaptive-hostile-clients.test.ts',
   'test/gateway/admin-listener.test.ts',
+  'test/gateway/redis-topologies.test.ts',
 ]
 for (const file of LONG)
   if (!existsSync(new URL(file, import.meta.url)))
