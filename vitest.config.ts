@@ -36,6 +36,9 @@ export default defineConfig({
     include: suite === 'long' ? LONG : ['test/**/*.test.ts'],
     exclude: suite === 'default' ? [...configDefaults.exclude, ...LONG] : configDefaults.exclude,
     globalSetup: ['test/setup/global-setup.ts'],
+    // A breach of the gateway's close contract fails the run (http/close-contract.ts), also in the
+    // gateways the tests spawn (they inherit it).
+    env: { TOLLGATE_CLOSE_CONTRACT: 'throw' },
     pool: 'forks',
     // Two files at a time: most of a file's time is spent waiting (timers, sockets, child processes),
     // and vitest's default on 2 cores is one. The full suite: 768 s with one, 394 s with two.

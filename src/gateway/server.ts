@@ -9,7 +9,8 @@ import { pino, type Logger as PinoLogger } from 'pino'
 import type { Logger } from '../admission/options.js'
 import { GLOBAL_KEY } from '../admission/keys.js'
 import { storeHealth } from '../admission/store-health.js'
-import { StoreUnavailableError } from '../core/errors.js'
+import { ConfigError, StoreUnavailableError } from '../core/errors.js'
+import { rejectUnknown } from '../core/options.js'
 import { within } from '../core/timeout.js'
 import { createAdminServer } from './ops/admin.js'
 import { ANSWER_INTERVAL_MS, sharedAnswer } from './ops/shared-answer.js'
@@ -85,6 +86,8 @@ const LOG_BUFFER_BYTES = 16_000
 const LOG_FLUSH_MS = 1000
 
 export function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Gateway {
+  // Checked before anything opens (a store connection, a log destination).
+  checkGatewayOptions(options)
   // The access log leaves in 16 KB batches, at most LOG_FLUSH_MS late (access-log.ts); every other
   // line is written at once, after the access lines before it. Still asynchronous: a stalled log
   // reader never blocks requests. close() and the process's exit (an uncaught exception too) flush; a
@@ -439,6 +442,25 @@ function written(destination: ReturnType<typeof pino.destination>, withinMs: num
     destination.once('error', done)
     destination.flush()
   })
+}
+
+/** GatewayOptions as given: unknown keys and values of the wrong type are ConfigErrors naming them. */
+function checkGatewayOptions(options: GatewayOptions): void {
+  if (typeof options !== 'object' || options === null || Array.isArray(options))
+    throw new ConfigError('options', 'an options object, e.g. { lean: false }', options)
+  rejectUnknown(options, ['logger', 'processMetrics', 'lean'])
+  if (options.processMetrics !== undefined && typeof options.processMetrics !== 'boolean')
+    throw new ConfigError('processMetrics', 'true or false', options.processMetrics)
+  const lean: unknown = options.lean
+  if (lean === undefined || typeof lean === 'boolean') return
+  if (typeof lean !== 'object' || lean === null || Array.isArray(lean))
+    throw new ConfigError('lean', 'true, false, or { frontEnd?: boolean, upstream?: boolean }', lean)
+  rejectUnknown(lean, ['frontEnd', 'upstream'])
+  for (const side of ['frontEnd', 'upstream'] as const) {
+    const value = (lean as Record<string, unknown>)[side]
+    if (value !== undefined && typeof value !== 'boolean')
+      throw new ConfigError(`lean.${side}`, 'true or false', value)
+  }
 }
 
 /** Which lean path runs: GatewayOptions.lean, a side it leaves out as the config's `lean` has it. */

@@ -82,8 +82,8 @@ describe('the close contract', () => {
     expect(raised).toHaveLength(3)
   })
 
-  it('raises under test by default (NODE_ENV=test): thrown on the next tick, uncaught', async () => {
-    expect(process.env.NODE_ENV).toBe('test')
+  it('raises under TOLLGATE_CLOSE_CONTRACT=throw (as vitest.config.ts sets it): thrown on the next tick, uncaught', async () => {
+    expect(process.env.TOLLGATE_CLOSE_CONTRACT).toBe('throw')
     const thrown: unknown[] = []
     const listeners = process.listeners('uncaughtException')
     process.removeAllListeners('uncaughtException')

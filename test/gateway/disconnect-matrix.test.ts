@@ -89,6 +89,12 @@ for (const combination of COMBINATIONS) {
 const GIVEN_UP_MS = 2500
 /** After the script calls reached what they should, this long for any late one (a second release). */
 const SETTLE_MS = 200
+/** No new script call for this long: a queued request's wait group has subscribed (its re-checks back
+ * off up to 200 ms apart before that). */
+const QUIET_MS = 300
+/** What a close of the gateway may take when every request has ended: far below the 10 s grace period
+ * it waits for one that has not. */
+const CLOSED_MS = 5000
 
 interface Leaving {
   port: number
@@ -128,19 +134,21 @@ const CASES: Case[] = [
       const queued = await rawConnect(port)
       queued.write(get('/queued'))
       // What holding and queueing cost, counted once it is quiet: the holder's acquisition, the queued
-      // one's, and the re-check of a new wait group once it has subscribed (core/client/lock-client.ts).
+      // one's, and the re-checks of a new wait group until it has subscribed (core/client/wait-group.ts:
+      // they back off up to 200 ms apart, so quiet is no new call for longer than that).
       await eventually(async () => (await scripts()) >= 2)
       let queuedCalls = -1
       await eventually(async () => {
         const now = await scripts()
         if (now === queuedCalls) return true
         queuedCalls = now
-        await sleep(100)
+        await sleep(QUIET_MS)
         return false
-      })
+      }, 10_000)
       queued.socket.end()
-      await sleep(100)
-      // The permit goes to nobody who has left: the queued request is never forwarded.
+      // Its place in the queue is given back (one call) before the holder's permit is released: the
+      // permit goes to nobody who has left, and the queued request is never forwarded.
+      await eventually(async () => (await scripts()) === queuedCalls + 1, 3000)
       upstream.release()
       await holder.waitFor(/held GET \/hold-a/)
       // Then two releases: the queued one's place in the queue, the holder's permit.
@@ -196,9 +204,10 @@ const CASES: Case[] = [
     title: () => '(e) a pipelined request behind another, whose connection is reset',
     async leave({ port, upstream }) {
       const client = await rawConnect(port)
+      // One write: the chunk that brought /hold-e (in flight now) brought /behind too, so it is parsed
+      // behind it (http.Server) or read ahead (lean) when the connection is reset.
       client.write(get('/hold-e') + get('/behind'))
       await inFlight(upstream, '/hold-e')
-      await sleep(50) // the request behind is parsed (http.Server) or read ahead (lean)
       client.socket.resetAndDestroy()
       await givenUp(upstream, '/hold-e')
       return { scripts: 2, unseen: ['/behind'] }
@@ -235,6 +244,14 @@ for (const combination of COMBINATIONS)
         const after: RawConnection = await rawConnect(port)
         after.write(get('/after'))
         await after.waitFor(/ok GET \/after/, 2000)
+        after.socket.end()
+        // Every request has ended, the one that never took a permit too (a pipelined one whose
+        // connection closed): the drain has none to wait for.
+        const closing = performance.now()
+        await gateway.close()
+        expect(performance.now() - closing, 'the close waited for a request that never ended').toBeLessThan(
+          CLOSED_MS,
+        )
       } finally {
         upstream.release()
         store.disconnect()

@@ -40,6 +40,25 @@ async function get(url: string, headers: Record<string, string> = {}, method = '
 }
 
 describe('createGateway()', () => {
+  it('refuses an unknown option or a value of the wrong type, naming it, before it opens anything', () => {
+    const config = resolveConfig(validateConfigFile({ defaults: { upstream: 'http://127.0.0.1:9' } }))
+    const attempt = (options: unknown) => () => createGateway(config, options as never)
+    expect(attempt({ lean: { frontend: false } })).toThrow(
+      'Unknown option "frontend": did you mean "frontEnd"?',
+    )
+    expect(attempt({ lean: { upstream: 0 } })).toThrow(
+      'Invalid option "lean.upstream": expected true or false',
+    )
+    expect(attempt({ lean: 'off' })).toThrow(
+      'Invalid option "lean": expected true, false, or { frontEnd?: boolean, upstream?: boolean }',
+    )
+    expect(attempt({ lean: null })).toThrow('Invalid option "lean"')
+    expect(attempt({ processMetrics: 'no' })).toThrow(
+      'Invalid option "processMetrics": expected true or false',
+    )
+    expect(attempt({ leann: true })).toThrow('Unknown option "leann": did you mean "lean"?')
+  })
+
   it('G7 G13: forwards the fencing token of the lease and X-Forwarded-*, never the client-sent ones', async () => {
     const upstream = await startUpstream()
     const { url } = await start({ defaults: { upstream: upstream.url } })

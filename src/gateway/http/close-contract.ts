@@ -13,9 +13,10 @@
 //     was about to do again), and the breach counted (tollgate_close_contract_breaches_total{step})
 //     and logged, the first of each step per gateway only (a bug that repeats per request must not
 //     flood the log). A permit found still held at the close is left to its lease's expiry;
-//   - under test (NODE_ENV=test, which vitest sets): it is also thrown, as a CloseContractBreach, on
-//     the next tick: an uncaught exception, so the test run fails naming it, and nothing on the way
-//     (undici catches what a handler throws, and aborts the request) can swallow it;
+//   - under TOLLGATE_CLOSE_CONTRACT=throw (this repository's tests set it: vitest.config.ts): it is
+//     also thrown, as a CloseContractBreach, on the next tick: an uncaught exception, so the test run
+//     fails naming it, and nothing on the way (undici catches what a handler throws, and aborts the
+//     request) can swallow it;
 //   - in production, nothing more: a throw would crash the gateway, and every request in flight
 //     with it, for a repeat that has been dropped safely.
 // A close that never comes cannot be seen as it happens, only by its absence:
@@ -39,8 +40,10 @@ export type BreachReport = (step: ContractStep, message: string) => void
 /** Thrown for a breach under test only (see the top of this file). */
 export class CloseContractBreach extends Error {}
 
-/** Under test: thrown on the next tick, where nothing catches it. */
-const UNDER_TEST = process.env.NODE_ENV === 'test'
+/** Under this repository's tests: thrown on the next tick, where nothing catches it. A variable of
+ * our own, not NODE_ENV: an application's test suite or a staging gateway with NODE_ENV=test must
+ * not crash on a breach that has been dropped safely. */
+const UNDER_TEST = process.env.TOLLGATE_CLOSE_CONTRACT === 'throw'
 function throwUncaught(error: Error): void {
   process.nextTick(() => {
     throw error

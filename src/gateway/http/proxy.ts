@@ -201,7 +201,13 @@ class WebForward implements Dispatcher.DispatchHandler {
 
   fail(error: Error): void {
     // ClientGone: the client's answer to the gateway's own abort, the request's end already.
-    if (error instanceof ClientGone || !this.opts.contract.upstream('failed')) return
+    if (error instanceof ClientGone) return
+    if (!this.opts.contract.upstream('failed')) {
+      // After 'finished', what failed is our own end of the response (undici reports a throw of
+      // onResponseEnd as an error): cut it, so it never hangs holding its permit.
+      if (this.opts.contract.upstreamEnd === 'finished' && !this.res.writableFinished) this.res.destroy()
+      return
+    }
     const { res, opts } = this
     const clientStatus = opts.clientError?.(error)
     if (clientStatus !== undefined) {
