@@ -364,36 +364,45 @@ export class Dashboard {
               stats.override !== undefined ? 'override' : adaptive ? 'adaptive limit' : 'config',
             )
           }
+          /** Each key's figures from the store, within READ_TIMEOUT_MS (undefined where the read failed:
+           * the store is not answering). */
+          const readEach = <T, R>(
+            keys: string[],
+            read: (key: string) => Promise<T>,
+            row: (key: string, s?: T) => R,
+          ) =>
+            Promise.all(
+              keys.map(async (key) => {
+                const answer = await within(read(key), READ_TIMEOUT_MS)
+                if (!answer.ok) unanswered++
+                return row(key, answer.ok ? answer.value : undefined)
+              }),
+            )
+          const semaphoreOf = cap?.semaphoreOf
           const buckets =
-            keyed && cap?.semaphoreOf && readable
-              ? await Promise.all(
-                  this.scores.busiest(name).map(async (bucket) => {
-                    const read = await within(cap.semaphoreOf!(bucket).stats(), READ_TIMEOUT_MS)
-                    if (!read.ok) unanswered++
-                    const s = read.ok ? read.value : undefined
-                    return {
-                      bucket,
-                      holders: s?.holders ?? null,
-                      queued: s?.queued ?? null,
-                      effective: s?.limit ?? null,
-                    }
+            keyed && semaphoreOf && readable
+              ? await readEach(
+                  this.scores.busiest(name),
+                  (bucket) => semaphoreOf(bucket).stats(),
+                  (bucket, s) => ({
+                    bucket,
+                    holders: s?.holders ?? null,
+                    queued: s?.queued ?? null,
+                    effective: s?.limit ?? null,
                   }),
                 )
               : []
           const lockOf = live.rwlock?.lockOf
           const locks = lockOf
             ? readable
-              ? await Promise.all(
-                  this.scores.busiest(name, 'resources').map(async (resource) => {
-                    const read = await within(lockOf(resource).stats(), READ_TIMEOUT_MS)
-                    if (!read.ok) unanswered++
-                    const s = read.ok ? read.value : undefined
-                    return {
-                      resource,
-                      readers: s?.readers ?? null,
-                      writer: s?.writer ?? null,
-                      queued: s?.queued ?? null,
-                    }
+              ? await readEach(
+                  this.scores.busiest(name, 'resources'),
+                  (resource) => lockOf(resource).stats(),
+                  (resource, s) => ({
+                    resource,
+                    readers: s?.readers ?? null,
+                    writer: s?.writer ?? null,
+                    queued: s?.queued ?? null,
                   }),
                 )
               : []
