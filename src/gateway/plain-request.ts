@@ -153,7 +153,7 @@ function serve(
   const length = req.headers['content-length']
   const declared = length === undefined ? undefined : Number(length)
   const coding = req.headers['transfer-encoding']
-  // Only chunked is routed: another coding would reach the upstream unlabelled (nginx: 501).
+  // Only chunked is understood: another coding would reach the upstream unlabelled (nginx: 501).
   if (coding !== undefined && coding.trim().toLowerCase() !== 'chunked')
     return refuse(ctx, res, exchange, 501, 'transfer_coding')
   const hasBody = coding !== undefined || (declared !== undefined && declared > 0)
