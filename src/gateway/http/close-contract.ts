@@ -22,8 +22,9 @@
 // A close that never comes cannot be seen as it happens, only by its absence:
 // test/gateway/disconnect-matrix.test.ts checks that every request's permit comes back, on every path.
 
-/** The three promises of the contract (the label of the breaches metric). */
-export type ContractStep = 'close' | 'upstream' | 'release'
+/** The three promises of the contract (the label values of the breaches metric). */
+export const CONTRACT_STEPS = ['close', 'upstream', 'release'] as const
+export type ContractStep = (typeof CONTRACT_STEPS)[number]
 
 /** How a forwarded request ended upstream: its response's last byte came, it failed (an error or a
  * timeout), or the gateway gave it up (the client left first). */

@@ -14,7 +14,7 @@ import { type Observer, WAIT_BUCKETS } from '../../admission/histogram.js'
 import { FairMetrics } from './fair-metrics.js'
 import { PlainHistogram } from './plain-histogram.js'
 import type { UpstreamErrorKind } from '../http/proxy.js'
-import type { ContractStep } from '../http/close-contract.js'
+import { CONTRACT_STEPS } from '../http/close-contract.js'
 import type { AdaptiveStatus } from '../../primitives/adaptive/limit.js'
 
 export type { Observer } from '../../admission/histogram.js'
@@ -447,8 +447,7 @@ export function createMetrics(
   metrics.reloads.inc({ result: 'failure' }, 0)
   metrics.reloadSuccessful.set(1)
   metrics.reloadTimestamp.set(Math.floor(Date.now() / 1000))
-  for (const step of ['close', 'upstream', 'release'] satisfies ContractStep[])
-    metrics.contractBreaches.inc({ step }, 0)
+  for (const step of CONTRACT_STEPS) metrics.contractBreaches.inc({ step }, 0)
   start(routes)
   return metrics
 
