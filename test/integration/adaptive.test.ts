@@ -583,6 +583,7 @@ describe('G1 while the limit changes every window', () => {
     })
     await sleep(4_000)
     running = false
+    const stoppedAt = performance.now()
     await Promise.all(loops)
     const limits = new Set(writes.map((w) => w.limit))
     expect(limits.size).toBeGreaterThan(3) // it did change, many times
@@ -601,7 +602,13 @@ describe('G1 while the limit changes every window', () => {
     }
     expect(violations).toBe(0)
     expect(admissions.length).toBeGreaterThan(1_000)
-    // And it used the room it had: the most held at once reached the highest limit set.
-    expect(Math.max(...admissions.map((a) => a.held))).toBe(Math.max(...limits))
+    // And it used the room it had: the most held at once reached the highest limit that stayed in
+    // force for half a window or more (36 workers holding 5-11 ms each fill it in that time; one set
+    // just before the workers stopped need not be reached).
+    const lasting = writes.filter((w, i) => (writes[i + 1]?.landed ?? stoppedAt) - w.landed >= WINDOW_MS / 2)
+    expect(lasting.length).toBeGreaterThan(3)
+    expect(Math.max(...admissions.map((a) => a.held))).toBeGreaterThanOrEqual(
+      Math.max(...lasting.map((w) => w.limit)),
+    )
   }, 30_000)
 })
