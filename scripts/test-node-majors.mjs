@@ -10,7 +10,7 @@
 //   node scripts/test-node-majors.mjs 24 26      these majors only
 /* global process, console */
 import { spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 
@@ -56,19 +56,61 @@ for (const major of majors) {
   }
   console.log(`--- HTTP edge suites on Node ${version}`)
   // The tests spawn gateways with process.execPath: they run on this Node too.
-  const run = spawnSync(bin, [path.join(ROOT, 'node_modules/vitest/vitest.mjs'), 'run', ...SUITES], {
-    cwd: ROOT,
-    stdio: 'inherit',
-    // Every suite named, whichever of npm test's or test:long's it is in (vitest.config.ts).
-    env: {
-      ...process.env,
-      PATH: `${path.dirname(bin)}${path.delimiter}${process.env.PATH}`,
-      TOLLGATE_TEST_SUITE: 'all',
+  const report = path.join(cache, `report-node${major}.json`)
+  rmSync(report, { force: true })
+  const reporters = ['--reporter=default', '--reporter=json', `--outputFile.json=${report}`]
+  const run = spawnSync(
+    bin,
+    [path.join(ROOT, 'node_modules/vitest/vitest.mjs'), 'run', ...reporters, ...SUITES],
+    {
+      cwd: ROOT,
+      stdio: 'inherit',
+      // Every suite named, whichever of npm test's or test:long's it is in (vitest.config.ts).
+      env: {
+        ...process.env,
+        PATH: `${path.dirname(bin)}${path.delimiter}${process.env.PATH}`,
+        TOLLGATE_TEST_SUITE: 'all',
+      },
     },
-  })
-  if (run.status !== 0) failed.push(version)
+  )
+  if (run.status !== 0) failed.push({ version, report })
 }
 if (failed.length > 0) {
-  console.error(`HTTP edge suites failed on Node ${failed.join(', ')}`)
+  // Said again at the very end: a later major's output would otherwise bury which tests failed.
+  for (const { version, report } of failed) {
+    console.error(`--- failed on Node ${version}`)
+    for (const line of failures(report)) console.error(line)
+  }
+  console.error(`HTTP edge suites failed on Node ${failed.map((f) => f.version).join(', ')}`)
   process.exit(1)
+}
+
+/** The failed tests of a vitest JSON report, with the first lines of each message. */
+function failures(report) {
+  if (!existsSync(report)) return ['  (no report: vitest did not finish)']
+  const lines = []
+  for (const file of JSON.parse(readFileSync(report, 'utf8')).testResults ?? []) {
+    const where = path.relative(ROOT, file.name)
+    if (file.status === 'failed' && (file.assertionResults ?? []).every((t) => t.status !== 'failed')) {
+      lines.push(
+        `  ${where}: ${String(file.message ?? '')
+          .split('\n')
+          .slice(0, 3)
+          .join(' | ')}`,
+      )
+    }
+    for (const test of file.assertionResults ?? []) {
+      if (test.status !== 'failed') continue
+      lines.push(`  ${where} > ${test.fullName}`)
+      for (const message of test.failureMessages ?? []) {
+        lines.push(
+          ...message
+            .split('\n')
+            .slice(0, 4)
+            .map((l) => `      ${l}`),
+        )
+      }
+    }
+  }
+  return lines.length > 0 ? lines : ['  (the report names no failed test)']
 }
