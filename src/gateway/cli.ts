@@ -63,6 +63,7 @@ export async function startFromArgs(
     logger = pino({ level: config.logLevel }, pretty)
   }
   const gateway = createGateway(config, { logger })
+  tracing?.reportTo(gateway.logger)
   let urls: Awaited<ReturnType<Gateway['listen']>>
   try {
     urls = await gateway.listen()

@@ -50,10 +50,21 @@ function attributesOf(list: { key: string; value: OtlpValue }[] | undefined): Re
   return Object.fromEntries((list ?? []).map(({ key, value }) => [key, valueOf(value)]))
 }
 
+interface Receiver {
+  url: string
+  spans: Exported[]
+  contentTypes: string[]
+  /** Exports answered 500 (a collector that refuses them), counted. */
+  refused: number
+  /** Answer 500 to every export while true. */
+  refusing: boolean
+}
+
 /** An OTLP/HTTP receiver: every span of every POST /v1/traces, decoded. */
-async function startReceiver(): Promise<{ url: string; spans: Exported[]; contentTypes: string[] }> {
+async function startReceiver(): Promise<Receiver> {
   const spans: Exported[] = []
   const contentTypes: string[] = []
+  const receiver: Receiver = { url: '', spans, contentTypes, refused: 0, refusing: false }
   const server = http.createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
@@ -61,6 +72,11 @@ async function startReceiver(): Promise<{ url: string; spans: Exported[]; conten
       contentTypes.push(String(req.headers['content-type']))
       if (req.method !== 'POST' || req.url !== '/v1/traces') {
         res.writeHead(404).end()
+        return
+      }
+      if (receiver.refusing) {
+        receiver.refused++
+        res.writeHead(500).end()
         return
       }
       const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
@@ -83,7 +99,8 @@ async function startReceiver(): Promise<{ url: string; spans: Exported[]; conten
   receivers.push(server)
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as AddressInfo
-  return { url: `http://127.0.0.1:${port}`, spans, contentTypes }
+  receiver.url = `http://127.0.0.1:${port}`
+  return receiver
 }
 
 const CLIENT_TRACE = '0af7651916cd43dd8448eb211c80319c'
@@ -206,6 +223,39 @@ describe('the gateway exports its spans with OTEL_*', () => {
     gateway.kill('SIGTERM') // the shutdown sends whatever is batched
     expect(await gateway.exited).toEqual({ code: 0, signal: null })
     expect(receiver.spans).toEqual([])
+  })
+
+  it('a collector that refuses exports: one warning line (not one per export), requests unaffected, then "recovered"', async () => {
+    const receiver = await startReceiver()
+    receiver.refusing = true
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(baseFlags(upstream.url, uniquePrefix().slice(0, -1)), {
+      env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '20' },
+    })
+    const failedLines = () =>
+      gateway.logs().filter((line) => String(line.msg).startsWith('span export failed'))
+    // Several exports refused, each after a request whose span it carried.
+    for (let i = 0; i < 5; i++) {
+      expect((await fetch(`${gateway.url}/work`)).status).toBe(200)
+      const refused = receiver.refused
+      await eventually(() => receiver.refused > refused)
+    }
+    await eventually(() => failedLines().length > 0)
+    const [first, ...more] = failedLines()
+    expect(more).toEqual([]) // one line within the minute, not one per export
+    expect(first).toMatchObject({ level: 40, failedExports: 1 })
+    expect(String(first?.error)).not.toBe('unknown')
+    receiver.refusing = false
+    expect((await fetch(`${gateway.url}/work`)).status).toBe(200)
+    await eventually(() => receiver.spans.length > 0)
+    await eventually(() => gateway.logs().some((line) => line.msg === 'span export recovered'))
+    const recovered = gateway.logs().find((line) => line.msg === 'span export recovered')
+    // The exports refused after the first line, counted when the collector came back: every refused
+    // export is in one line or the other, with its spans (a request's span and its admission's).
+    expect(recovered?.level).toBe(30)
+    expect(Number(first?.failedExports) + Number(recovered?.failedExports)).toBe(receiver.refused)
+    expect(Number(recovered?.droppedSpans)).toBeGreaterThanOrEqual(Number(recovered?.failedExports))
+    expect(Number(first?.droppedSpans) + Number(recovered?.droppedSpans)).toBeGreaterThanOrEqual(10)
   })
 
   it('a variable the gateway cannot honour: exit 2, naming it and the fix', async () => {

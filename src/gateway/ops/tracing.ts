@@ -7,6 +7,7 @@
 // "Traces".
 import type * as OtelApi from '@opentelemetry/api'
 import { registeredTracer, telemetryLoaded } from '../../admission/telemetry.js'
+import { monoNow } from '../../core/clock.js'
 import { GatewayConfigError } from '../config/types.js'
 import type { ClientRequest, ClientResponse } from '../http/client.js'
 
@@ -86,6 +87,90 @@ export function endRequestSpan(trace: RequestTrace, res: ClientResponse, outcome
 /** What the bin registered: ended (its spans flushed) at shutdown. */
 export interface Tracing {
   shutdown(): Promise<void>
+  /** Where failed exports are told, once the gateway's logger exists (before that: counted only). */
+  reportTo(log: ExportLog): void
+}
+
+/** The part of the gateway's logger the export report writes to. */
+export interface ExportLog {
+  warn(fields: object, message: string): void
+  info(fields: object, message: string): void
+}
+
+/** Least time between two "span export failed" lines. */
+export const EXPORT_REPORT_EVERY_MS = 60_000
+
+/**
+ * Tells the log what became of the spans the exporter could not send (a collector down or refusing
+ * them): the first failure at once, then at most one line a minute counting the exports failed and
+ * the spans dropped since the line before, and one line when an export succeeds again. Never a line
+ * per failure: a collector that is down must not flood the log, as nginx logs an unreachable
+ * upstream once per attempt window, not per request.
+ */
+export class ExportReport {
+  private log: ExportLog | undefined
+  private failing = false
+  private lastLine = -Infinity
+  private failedExports = 0
+  private droppedSpans = 0
+
+  constructor(private readonly now: () => number = monoNow) {}
+
+  reportTo(log: ExportLog): void {
+    this.log = log
+  }
+
+  failed(spans: number, error: Error | undefined): void {
+    this.failedExports++
+    this.droppedSpans += spans
+    const now = this.now()
+    if (!this.log || (this.failing && now - this.lastLine < EXPORT_REPORT_EVERY_MS)) return
+    this.failing = true
+    this.lastLine = now
+    this.log.warn(
+      {
+        error: error?.message ?? 'unknown',
+        failedExports: this.failedExports,
+        droppedSpans: this.droppedSpans,
+      },
+      'span export failed: spans dropped; requests are not affected',
+    )
+    this.failedExports = 0
+    this.droppedSpans = 0
+  }
+
+  succeeded(): void {
+    if (!this.failing || !this.log) return
+    this.failing = false
+    this.log.info(
+      { failedExports: this.failedExports, droppedSpans: this.droppedSpans },
+      'span export recovered',
+    )
+    this.failedExports = 0
+    this.droppedSpans = 0
+  }
+
+  /** Wrap an exporter so that each export's result reaches this report. */
+  around(exporter: SpanExporter): SpanExporter {
+    return {
+      export: (spans, done) => {
+        exporter.export(spans, (result) => {
+          if (result.code === 0) this.succeeded()
+          else this.failed(spans.length, result.error)
+          done(result)
+        })
+      },
+      shutdown: () => exporter.shutdown(),
+      forceFlush: () => exporter.forceFlush?.() ?? Promise.resolve(),
+    }
+  }
+}
+
+/** The SDK's SpanExporter, as far as the report uses it (declared here: the SDK is optional). */
+export interface SpanExporter {
+  export(spans: readonly unknown[], done: (result: { code: number; error?: Error }) => void): void
+  shutdown(): Promise<void>
+  forceFlush?(): Promise<void>
 }
 
 /** The packages the bin's traces need: not dependencies of tollgate (most installs never trace). */
@@ -151,16 +236,19 @@ export async function startTracing(env: NodeJS.ProcessEnv): Promise<Tracing | un
   attributes['service.name'] ??= 'tollgate'
   const [otel, sdk, exporter, hooks, core, resources] = await loadTracingPackages()
   const sampler = samplerOf(sdk, read('OTEL_TRACES_SAMPLER'), read('OTEL_TRACES_SAMPLER_ARG'))
+  const report = new ExportReport()
   const provider = new sdk.TracerProvider({
     resource: resources.defaultResource().merge(resources.resourceFromAttributes(attributes)),
     sampler,
     spanProcessors: [
       new sdk.BatchSpanProcessor({
-        exporter: new exporter.OTLPTraceExporter({
-          url,
-          headers: pairs(headers),
-          timeoutMillis: whole(timeout),
-        }),
+        exporter: report.around(
+          new exporter.OTLPTraceExporter({
+            url,
+            headers: pairs(headers),
+            timeoutMillis: whole(timeout),
+          }),
+        ),
         ...batch,
       }),
     ],
@@ -169,7 +257,7 @@ export async function startTracing(env: NodeJS.ProcessEnv): Promise<Tracing | un
   otel.propagation.setGlobalPropagator(new core.W3CTraceContextPropagator())
   otel.trace.setGlobalTracerProvider(provider)
   await telemetryLoaded
-  return { shutdown: () => provider.shutdown() }
+  return { shutdown: () => provider.shutdown(), reportTo: (log) => report.reportTo(log) }
 }
 
 /** A positive whole number of a variable (ms or a count); undefined when unset. */
