@@ -4,7 +4,7 @@
 // span as its parent. Without the variables, the client's trace context reaches the upstream as sent
 // (operations.test.ts).
 import http from 'node:http'
-import type { AddressInfo } from 'node:net'
+import net, { type AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { eventually } from '../helpers/contract.js'
 import { baseFlags, redisUrl, runGateway, spawnGateway } from '../helpers/gateway.js'
@@ -256,6 +256,54 @@ describe('the gateway exports its spans with OTEL_*', () => {
     expect(Number(first?.failedExports) + Number(recovered?.failedExports)).toBe(receiver.refused)
     expect(Number(recovered?.droppedSpans)).toBeGreaterThanOrEqual(Number(recovered?.failedExports))
     expect(Number(first?.droppedSpans) + Number(recovered?.droppedSpans)).toBeGreaterThanOrEqual(10)
+  })
+
+  it('a WebSocket upgrade: a span per handshake (101 when the tunnel opens, 503 busy when refused), the upstream its child', async () => {
+    const receiver = await startReceiver()
+    const upstream = await startUpstream()
+    const gateway = await spawnGateway(
+      [...baseFlags(upstream.url, uniquePrefix().slice(0, -1)), '--permits', '1', '--max-wait-ms', '0'],
+      { env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '50' } },
+    )
+    const { port } = new URL(gateway.url)
+    const upgrade = async (path: string) => {
+      const socket = net.connect(Number(port), '127.0.0.1')
+      socket.on('error', () => {})
+      let head = ''
+      socket.on('data', (chunk: Buffer) => (head += chunk.toString('latin1')))
+      socket.write(
+        `GET ${path} HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n` +
+          `traceparent: 00-${CLIENT_TRACE}-${CLIENT_SPAN}-01\r\n\r\n`,
+      )
+      await eventually(() => head.includes('\r\n\r\n'))
+      return { socket, status: Number(head.split(' ')[1]) }
+    }
+    const open = await upgrade('/ws/one')
+    expect(open.status).toBe(101)
+    const refused = await upgrade('/ws/two') // the only permit is the open tunnel's
+    expect(refused.status).toBe(503)
+    // Both handshakes' spans are exported while the tunnel is still open.
+    await eventually(() => receiver.spans.filter(({ span }) => span.kind === 2).length === 2, 10_000)
+    const server = (status: number) =>
+      receiver.spans.find(
+        ({ span, attributes }) => span.kind === 2 && attributes['http.response.status_code'] === status,
+      )
+    const tunnel = server(101)
+    expect(tunnel?.span).toMatchObject({
+      traceId: CLIENT_TRACE,
+      parentSpanId: CLIENT_SPAN,
+      name: 'GET default',
+    })
+    expect(tunnel?.attributes['tollgate.outcome']).toBeUndefined()
+    expect(server(503)?.attributes['tollgate.outcome']).toBe('busy')
+    const admissions = receiver.spans.filter(({ span }) => span.name === 'tollgate admission')
+    expect(admissions.map(({ span }) => span.parentSpanId).sort()).toEqual(
+      [tunnel?.span.spanId, server(503)?.span.spanId].sort(),
+    )
+    // The upstream's handshake carries the gateway's span as its parent.
+    expect(upstream.probe.lastHeaders.traceparent).toBe(`00-${CLIENT_TRACE}-${tunnel?.span.spanId}-01`)
+    open.socket.destroy()
+    refused.socket.destroy()
   })
 
   it('a variable the gateway cannot honour: exit 2, naming it and the fix', async () => {

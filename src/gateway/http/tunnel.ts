@@ -37,6 +37,7 @@ export function forwardUpgrade(
     if (!written && !socket.destroyed) {
       written = true
       socket.end(rawHead(failure.status, ['content-length', '0']), () => socket.destroy())
+      opts.onAnswer?.(failure.status)
     } else socket.destroy()
     opts.onError({ ...failure, answered: !written })
   }
@@ -59,9 +60,9 @@ export function forwardUpgrade(
             upgrade: request.upgrade,
           })
           socket.write(rawHead(statusCode, out))
+          opts.onAnswer?.(statusCode)
           if (head.length > 0) upstream.write(head)
           tunnel(socket, upstream, opts.idleTimeoutMs)
-          opts.onOpen?.()
         },
         // The upstream refused the upgrade with an ordinary response: relay it (with back-pressure and
         // the send bound, like any response), then close.
@@ -71,6 +72,7 @@ export function forwardUpgrade(
           socket.write(
             rawHead(statusCode, clientResponseHeaderList(headers, undefined, { connection: 'close' })),
           )
+          opts.onAnswer?.(statusCode)
         },
         onResponseData(ctl, chunk) {
           if (!socket.write(chunk)) {

@@ -73,8 +73,10 @@ export interface WsOptions {
   /** A refused upgrade's response: a client that takes none of it for this long is cut. */
   sendTimeoutMs: number
   onError(error: UpstreamError): void
-  /** The tunnel is open (101 relayed). */
-  onOpen?(): void
+  /** The handshake's answer, as the client was sent it: the upstream's status (101: the tunnel is
+   * open; another: a refusal, relayed), or the gateway's own when the upstream failed first (502,
+   * 504). Called at most once. */
+  onAnswer?(status: number): void
 }
 
 export interface Proxy {

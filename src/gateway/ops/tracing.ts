@@ -73,8 +73,12 @@ export function withTraceContext(trace: RequestTrace, headers: string[]): string
 /** End a request's span with what came of it: the status sent (499 when the client left first) and,
  * for one the gateway answered itself, why. */
 export function endRequestSpan(trace: RequestTrace, res: ClientResponse, outcome: string | undefined): void {
+  endSpanWith(trace, res.headersSent ? res.statusCode : 499, outcome)
+}
+
+/** End a request's span with the status the client was sent (499: none, the client left first). */
+export function endSpanWith(trace: RequestTrace, status: number, outcome: string | undefined): void {
   try {
-    const status = res.headersSent ? res.statusCode : 499
     trace.span.setAttribute('http.response.status_code', status)
     if (outcome !== undefined) trace.span.setAttribute('tollgate.outcome', outcome)
     if (status >= 500) trace.span.setStatus({ code: trace.otel.SpanStatusCode.ERROR })
