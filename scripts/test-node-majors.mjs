@@ -40,10 +40,12 @@ if (!existsSync(path.join(cache, 'package.json'))) {
   writeFileSync(path.join(cache, 'package.json'), '{ "name": "node-majors", "private": true }\n')
 }
 
+const unknown = majors.filter((major) => !MAJORS[major])
+if (unknown.length > 0) throw new Error(`no pinned version for Node ${unknown.join(', ')}: add it to MAJORS`)
+
 const failed = []
 for (const major of majors) {
   const version = MAJORS[major]
-  if (!version) throw new Error(`no pinned version for Node ${major}: add it to MAJORS`)
   const bin = path.join(cache, 'node_modules', `node${major}`, 'bin', 'node')
   if (!existsSync(bin)) {
     console.log(`--- installing Node ${version} (${platform} from the npm registry)`)
@@ -52,7 +54,10 @@ for (const major of majors) {
       ['install', '--no-audit', '--no-fund', '--ignore-scripts', `node${major}@npm:${platform}@${version}`],
       { cwd: cache, stdio: 'inherit' },
     )
-    if (install.status !== 0) throw new Error(`could not install ${platform}@${version}`)
+    if (install.status !== 0) {
+      failed.push({ version, why: `could not install ${platform}@${version} from the npm registry` })
+      continue
+    }
   }
   console.log(`--- HTTP edge suites on Node ${version}`)
   // The tests spawn gateways with process.execPath: they run on this Node too.
@@ -77,9 +82,9 @@ for (const major of majors) {
 }
 if (failed.length > 0) {
   // Said again at the very end: a later major's output would otherwise bury which tests failed.
-  for (const { version, report } of failed) {
+  for (const { version, report, why } of failed) {
     console.error(`--- failed on Node ${version}`)
-    for (const line of failures(report)) console.error(line)
+    for (const line of why ? [`  ${why}`] : failures(report)) console.error(line)
   }
   console.error(`HTTP edge suites failed on Node ${failed.map((f) => f.version).join(', ')}`)
   process.exit(1)
@@ -88,8 +93,14 @@ if (failed.length > 0) {
 /** The failed tests of a vitest JSON report, with the first lines of each message. */
 function failures(report) {
   if (!existsSync(report)) return ['  (no report: vitest did not finish)']
+  let parsed
+  try {
+    parsed = JSON.parse(readFileSync(report, 'utf8'))
+  } catch {
+    return ['  (the report is not JSON: vitest did not finish writing it)']
+  }
   const lines = []
-  for (const file of JSON.parse(readFileSync(report, 'utf8')).testResults ?? []) {
+  for (const file of parsed.testResults ?? []) {
     const where = path.relative(ROOT, file.name)
     if (file.status === 'failed' && (file.assertionResults ?? []).every((t) => t.status !== 'failed')) {
       lines.push(
