@@ -102,11 +102,14 @@ export async function startFromArgs(
 /** The tracer provider the bin registered from OTEL_* (one per process: kept across reloads). */
 let tracing: Tracing | undefined
 
-/** Its spans sent, within EXIT_FLUSH_MS, before the process exits. */
+/** Its spans sent, within EXIT_FLUSH_MS, before the process exits; then the exports that failed and
+ * were not told yet are told (the logger is flushed after). */
 async function endTracing(): Promise<void> {
-  const ending = tracing?.shutdown()
+  const ending = tracing
   tracing = undefined
-  if (ending) await within(ending, EXIT_FLUSH_MS)
+  if (!ending) return
+  await within(ending.shutdown(), EXIT_FLUSH_MS)
+  ending.flushReport()
 }
 
 /** The bin: start, then shut down gracefully on the first SIGTERM/SIGINT (a second one exits at once). */

@@ -93,6 +93,8 @@ export interface Tracing {
   shutdown(): Promise<void>
   /** Where failed exports are told, once the gateway's logger exists (before that: counted only). */
   reportTo(log: ExportLog): void
+  /** Tell the failed exports not told yet (after shutdown, however it ended). */
+  flushReport(): void
 }
 
 /** The part of the gateway's logger the export report writes to. */
@@ -101,67 +103,106 @@ export interface ExportLog {
   info(fields: object, message: string): void
 }
 
-/** Least time between two "span export failed" lines. */
+/** Least time between two lines of the export report. */
 export const EXPORT_REPORT_EVERY_MS = 60_000
 
 /**
- * Tells the log what became of the spans the exporter could not send (a collector down or refusing
- * them): the first failure at once, then at most one line a minute counting the exports failed and
- * the spans dropped since the line before, and one line when an export succeeds again. Never a line
- * per failure: a collector that is down must not flood the log, as nginx logs an unreachable
- * upstream once per attempt window, not per request.
+ * Tells the log what became of the spans the exporter could not send (a collector down, refusing
+ * them, or flapping), at most one line a minute, as nginx logs an unreachable upstream per attempt
+ * window, not per request:
+ *   - "span export failed" (warn): the exports that failed since the line before, the spans they
+ *     carried, the last error, and whether exports still fail;
+ *   - "span export recovered" (info): an export went through after a "failed" line, with the
+ *     failures counted since that line.
+ * What the minute holds back is told when it ends (an unref'd timer) or at shutdown (flush()), so no
+ * failure goes uncounted. Before the logger exists (reportTo()), failures are only counted.
  */
 export class ExportReport {
   private log: ExportLog | undefined
+  /** The last export failed. */
   private failing = false
+  /** The last line said "failed" (a "recovered" line is owed once an export goes through). */
+  private toldFailing = false
   private lastLine = -Infinity
   private failedExports = 0
   private droppedSpans = 0
+  private lastError = 'unknown'
+  private timer: { cancel(): void } | undefined
 
-  constructor(private readonly now: () => number = monoNow) {}
+  constructor(
+    private readonly now: () => number = monoNow,
+    /** Runs `fn` after `ms` without keeping the process alive. */
+    private readonly later: (fn: () => void, ms: number) => { cancel(): void } = (fn, ms) => {
+      const timer = setTimeout(fn, ms)
+      timer.unref()
+      return { cancel: () => clearTimeout(timer) }
+    },
+  ) {}
 
   reportTo(log: ExportLog): void {
     this.log = log
+    this.tell(false)
   }
 
   failed(spans: number, error: Error | undefined): void {
+    this.failing = true
     this.failedExports++
     this.droppedSpans += spans
-    const now = this.now()
-    if (!this.log || (this.failing && now - this.lastLine < EXPORT_REPORT_EVERY_MS)) return
-    this.failing = true
-    this.lastLine = now
-    this.log.warn(
-      {
-        error: error?.message ?? 'unknown',
-        failedExports: this.failedExports,
-        droppedSpans: this.droppedSpans,
-      },
-      'span export failed: spans dropped; requests are not affected',
-    )
-    this.failedExports = 0
-    this.droppedSpans = 0
+    this.lastError = error?.message ?? 'unknown'
+    this.tell(false)
   }
 
   succeeded(): void {
-    if (!this.failing || !this.log) return
     this.failing = false
-    this.log.info(
-      { failedExports: this.failedExports, droppedSpans: this.droppedSpans },
-      'span export recovered',
-    )
-    this.failedExports = 0
-    this.droppedSpans = 0
+    this.tell(false)
   }
 
-  /** Wrap an exporter so that each export's result reaches this report. */
+  /** Tell what is owed now, whatever the minute (the process is about to exit). */
+  flush(): void {
+    this.tell(true)
+  }
+
+  private tell(now: boolean): void {
+    if (!this.log) return
+    const recovered = this.toldFailing && !this.failing
+    if (!recovered && this.failedExports === 0) return
+    const at = this.now()
+    const wait = this.lastLine + EXPORT_REPORT_EVERY_MS - at
+    if (!now && wait > 0) {
+      this.timer ??= this.later(() => {
+        this.timer = undefined
+        this.tell(false)
+      }, wait)
+      return
+    }
+    this.timer?.cancel()
+    this.timer = undefined
+    const counts = { failedExports: this.failedExports, droppedSpans: this.droppedSpans }
+    // The state moves before the line is written: a log that throws loses its line, not the rule.
+    this.toldFailing = !recovered && this.failing
+    this.lastLine = at
+    this.failedExports = 0
+    this.droppedSpans = 0
+    if (recovered) this.log.info(counts, 'span export recovered')
+    else
+      this.log.warn(
+        { error: this.lastError, ...counts, stillFailing: this.failing },
+        'span export failed: spans dropped; requests are not affected',
+      )
+  }
+
+  /** Wrap an exporter so that each export's result reaches this report (after its caller). */
   around(exporter: SpanExporter): SpanExporter {
     return {
       export: (spans, done) => {
         exporter.export(spans, (result) => {
-          if (result.code === 0) this.succeeded()
-          else this.failed(spans.length, result.error)
           done(result)
+          try {
+            if (result.code === 0) this.succeeded()
+            else this.failed(spans.length, result.error)
+          } catch {
+            // a failing log never fails an export
+          }
         })
       },
       shutdown: () => exporter.shutdown(),
@@ -261,7 +302,11 @@ export async function startTracing(env: NodeJS.ProcessEnv): Promise<Tracing | un
   otel.propagation.setGlobalPropagator(new core.W3CTraceContextPropagator())
   otel.trace.setGlobalTracerProvider(provider)
   await telemetryLoaded
-  return { shutdown: () => provider.shutdown(), reportTo: (log) => report.reportTo(log) }
+  return {
+    shutdown: () => provider.shutdown(),
+    reportTo: (log) => report.reportTo(log),
+    flushReport: () => report.flush(),
+  }
 }
 
 /** A positive whole number of a variable (ms or a count); undefined when unset. */
