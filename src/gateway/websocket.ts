@@ -6,9 +6,11 @@
 // hours (a span is exported only once it ends).
 import { AbortFlag } from '../core/abort.js'
 import http from 'node:http'
+import { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { GatewayContext } from './context.js'
 import { admitChain, type ChainResult, newExchange, outgoing, release, routeRequest } from './exchange.js'
+import { probeWhilePaused } from './http/reset-probe.js'
 import { endSpanWith, inSpan, startRequestSpan, withTraceContext } from './ops/tracing.js'
 
 const RESPONSE_CLOSED = new Error('response closed')
@@ -24,11 +26,12 @@ export function handleUpgrade(
   const route = routed.ok ? routed.route : undefined
   const trace = startRequestSpan(req, route?.config.name)
   let answered = false
-  /** The handshake's answer to the client, once: it ends the span. */
-  const answer = (status: number, outcome?: string) => {
+  /** The handshake's answer to the client, once: it ends the span. A client already gone got none
+   * (499), whatever was on its way to it. */
+  const answer = (status: number | undefined, outcome?: string) => {
     if (answered) return
     answered = true
-    if (trace) endSpanWith(trace, status, outcome)
+    if (trace) endSpanWith(trace, socket.destroyed ? 499 : status, socket.destroyed ? undefined : outcome)
   }
   if (!routed.ok || !route || ctx.draining) {
     const status = !routed.ok ? 400 : !route ? 404 : 503
@@ -55,11 +58,13 @@ export function handleUpgrade(
     ctx.onSettled()
   })
   const name = route.config.name
+  const waiting = readWhileWaiting(socket)
   // A synchronous throw (a bug) must reach the handler below like a rejection does, not the process.
   void new Promise<ChainResult>((resolve) =>
     resolve(inSpan(trace, () => admitChain(ctx, routed.facts, exchange, gone, () => socket.destroy()))),
   ).then(
     (result) => {
+      const early = waiting.stop()
       if (result.outcome === 'gone') return
       if (result.outcome === 'rejected') {
         const { status, retryAfterS, reason } = result.rejection
@@ -82,7 +87,7 @@ export function handleUpgrade(
       ctx.proxy.ws(
         route.config.upstream,
         socket,
-        head,
+        early.length > 0 ? Buffer.concat([head, ...early]) : head,
         { ...request, upgrade: req.headers.upgrade ?? 'websocket' },
         {
           handshakeTimeoutMs: timeouts.upstreamMs,
@@ -94,11 +99,47 @@ export function handleUpgrade(
       )
     },
     (error: unknown) => {
+      waiting.stop()
       ctx.logger.error({ err: error }, 'admission failed')
-      answer(500, 'error')
+      answer(undefined, 'error') // the client is sent nothing: its socket is closed
       socket.destroy()
     },
   )
+}
+
+/** Most bytes a client may send after its handshake while it waits for its permit: then the socket
+ * is left unread (and probed for a reset) until the wait ends. */
+const EARLY_MAX = 64 * 1024
+
+/**
+ * Read the client while its handshake waits for a permit, as http.Server reads a plain request's
+ * connection: a client that leaves (FIN or reset) is seen at once and gives its place in the queue
+ * back (the socket's 'close'), where an unread socket would keep it until maxWaitMs. What it sent
+ * after the handshake (a client may, before the 101) is kept, at most EARLY_MAX bytes, to go to the
+ * upstream first. stop() leaves the socket paused and returns those bytes.
+ */
+function readWhileWaiting(socket: Duplex): { stop(): Buffer[] } {
+  const early: Buffer[] = []
+  let bytes = 0
+  const onData = (chunk: Buffer) => {
+    early.push(chunk)
+    bytes += chunk.length
+    if (bytes < EARLY_MAX) return
+    socket.pause()
+    if (socket instanceof Socket) probeWhilePaused(socket)
+  }
+  const onEnd = () => socket.destroy() // a client that ends its half waits for no answer
+  socket.on('data', onData)
+  socket.once('end', onEnd)
+  socket.resume()
+  return {
+    stop() {
+      socket.off('data', onData)
+      socket.off('end', onEnd)
+      socket.pause()
+      return early
+    },
+  }
 }
 
 function rawResponse(status: number, headers: Record<string, string> = {}): string {

@@ -296,6 +296,34 @@ describe('createGateway()', () => {
     expect((await get(`${url}/work?ms=1`)).status).toBe(200)
   })
 
+  it('G5 G14: a WebSocket client that leaves while its handshake waits gives its place back at once; bytes sent before the 101 go first', async () => {
+    const upstream = await startUpstream()
+    const { url, gateway } = await start({
+      defaults: { upstream: upstream.url, concurrency: { permits: 1, maxWaitMs: 30_000 } },
+    })
+    const port = Number(new URL(url).port)
+    const queued = () => gateway.metrics.queued.get().then((m) => m.values[0]?.value ?? 0)
+    const holder = await upgradeTo(url)
+    // One that leaves (FIN) while it waits behind the holder: its place is given back at once, not
+    // after maxWaitMs (30 s), and nothing reaches the upstream for it.
+    const leaver = await rawConnect(port)
+    leaver.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n')
+    await eventually(async () => (await queued()) === 1)
+    leaver.socket.end()
+    await eventually(async () => (await queued()) === 0)
+    expect(upstream.probe.entered).toBe(1)
+    // One that sends bytes after its handshake while it waits: they reach the upstream first, in order.
+    const early = await rawConnect(port)
+    early.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nhello ')
+    await eventually(async () => (await queued()) === 1)
+    early.write('early ')
+    await new Promise<void>((resolve) => early.socket.write('world', () => resolve()))
+    holder.destroy() // its permit goes to the one waiting
+    await eventually(() => /\r\n\r\nhello early world$/.test(early.received()))
+    expect(early.received()).toMatch(/^HTTP\/1\.1 101 /)
+    early.socket.destroy()
+  })
+
   it('a bug thrown while admitting is a 500 for a request and a closed socket for an upgrade, never a crash', async () => {
     const upstream = await startUpstream()
     const { url } = await start({ defaults: { upstream: upstream.url } })

@@ -316,6 +316,46 @@ describe('the gateway exports its spans with OTEL_*', () => {
     refused.socket.destroy()
   })
 
+  it('a WebSocket handshake the client leaves while it waits ends its span 499; one the upstream cannot take, 502', async () => {
+    const receiver = await startReceiver()
+    const upstream = await startUpstream()
+    const env = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: '50' }
+    const gateway = await spawnGateway(
+      [...baseFlags(upstream.url, uniquePrefix().slice(0, -1)), '--permits', '1', '--max-wait-ms', '10000'],
+      { env },
+    )
+    const { port } = new URL(gateway.url)
+    const open = await upgrade(port, '/ws/one')
+    expect(open.status).toBe(101)
+    const queued = await upgrade(port, '/ws/two', false)
+    const queuedNow = async () =>
+      metric(await (await fetch(`${gateway.adminUrl}/metrics`)).text(), 'tollgate_requests_queued', {
+        route: 'default',
+      })
+    await eventually(async () => (await queuedNow()) === 1)
+    queued.socket.destroy()
+    const servers = () => receiver.spans.filter(({ span }) => span.kind === 2)
+    await eventually(() => servers().length === 2, 10_000)
+    const left = servers().find(({ attributes }) => attributes['http.response.status_code'] !== 101)
+    expect(
+      left?.attributes['http.response.status_code'],
+      JSON.stringify(receiver.spans.map((x) => [x.span.name, x.attributes])),
+    ).toBe(499)
+    open.socket.destroy()
+
+    const down = await spawnGateway(
+      baseFlags(`http://127.0.0.1:${await freePort()}`, uniquePrefix().slice(0, -1)),
+      {
+        env,
+      },
+    )
+    const refused = await upgrade(new URL(down.url).port, '/ws/three')
+    expect(refused.status).toBe(502)
+    await eventually(() => servers().length === 3, 10_000)
+    expect(servers()[2]?.attributes['http.response.status_code']).toBe(502)
+    refused.socket.destroy()
+  })
+
   it('a variable the gateway cannot honour: exit 2, naming it and the fix', async () => {
     const upstream = await startUpstream()
     const run = runGateway(baseFlags(upstream.url, 'otel-bad'), {

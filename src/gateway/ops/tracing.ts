@@ -76,12 +76,17 @@ export function endRequestSpan(trace: RequestTrace, res: ClientResponse, outcome
   endSpanWith(trace, res.headersSent ? res.statusCode : 499, outcome)
 }
 
-/** End a request's span with the status the client was sent (499: none, the client left first). */
-export function endSpanWith(trace: RequestTrace, status: number, outcome: string | undefined): void {
+/** End a request's span with the status the client was sent (499: none, the client left first;
+ * undefined: none, the gateway closed the connection, an error). */
+export function endSpanWith(
+  trace: RequestTrace,
+  status: number | undefined,
+  outcome: string | undefined,
+): void {
   try {
-    trace.span.setAttribute('http.response.status_code', status)
+    if (status !== undefined) trace.span.setAttribute('http.response.status_code', status)
     if (outcome !== undefined) trace.span.setAttribute('tollgate.outcome', outcome)
-    if (status >= 500) trace.span.setStatus({ code: trace.otel.SpanStatusCode.ERROR })
+    if (status === undefined || status >= 500) trace.span.setStatus({ code: trace.otel.SpanStatusCode.ERROR })
     trace.span.end()
   } catch {
     // a failing SDK never fails a request
