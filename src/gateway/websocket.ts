@@ -27,11 +27,11 @@ export function handleUpgrade(
   const trace = startRequestSpan(req, route?.config.name)
   let answered = false
   /** The handshake's answer to the client, once: it ends the span. A client already gone got none
-   * (499), whatever was on its way to it. */
+   * (499), whatever was on its way to it; the outcome still says what the gateway decided. */
   const answer = (status: number | undefined, outcome?: string) => {
     if (answered) return
     answered = true
-    if (trace) endSpanWith(trace, socket.destroyed ? 499 : status, socket.destroyed ? undefined : outcome)
+    if (trace) endSpanWith(trace, socket.destroyed ? 499 : status, outcome)
   }
   if (!routed.ok || !route || ctx.draining) {
     const status = !routed.ok ? 400 : !route ? 404 : 503
@@ -107,9 +107,11 @@ export function handleUpgrade(
   )
 }
 
-/** Most bytes a client may send after its handshake while it waits for its permit: then the socket
- * is left unread (and probed for a reset) until the wait ends. */
+/** Most bytes, and most reads, a client may send after its handshake while it waits for its permit:
+ * then the socket is left unread (and probed for a reset) until the wait ends. Reads count too: a
+ * client sending a byte per packet costs a Buffer per byte (~350 bytes each). */
 const EARLY_MAX = 64 * 1024
+const EARLY_READS = 64
 
 /**
  * Read the client while its handshake waits for a permit, as http.Server reads a plain request's
@@ -121,12 +123,13 @@ const EARLY_MAX = 64 * 1024
 function readWhileWaiting(socket: Duplex): { stop(): Buffer[] } {
   const early: Buffer[] = []
   let bytes = 0
+  let unprobe: (() => void) | undefined
   const onData = (chunk: Buffer) => {
     early.push(chunk)
     bytes += chunk.length
-    if (bytes < EARLY_MAX) return
+    if (bytes < EARLY_MAX && early.length < EARLY_READS) return
     socket.pause()
-    if (socket instanceof Socket) probeWhilePaused(socket)
+    if (socket instanceof Socket) unprobe ??= probeWhilePaused(socket)
   }
   const onEnd = () => socket.destroy() // a client that ends its half waits for no answer
   socket.on('data', onData)
@@ -137,6 +140,7 @@ function readWhileWaiting(socket: Duplex): { stop(): Buffer[] } {
       socket.off('data', onData)
       socket.off('end', onEnd)
       socket.pause()
+      unprobe?.()
       return early
     },
   }

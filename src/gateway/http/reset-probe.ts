@@ -13,10 +13,13 @@ const EMPTY = Buffer.alloc(0)
 const unread = new Set<Socket>()
 let timer: NodeJS.Timeout | undefined
 
-/** Probe `socket` for a reset while it stays paused (from now on; resumed, it reads again). */
-export function probeWhilePaused(socket: Socket): void {
+/** Probe `socket` for a reset while it stays paused (from now on; resumed, it reads again). Returns
+ * a way to stop at once (an empty write resets a socket's idle timer: a socket handed on to a bound
+ * of its own must not be probed). */
+export function probeWhilePaused(socket: Socket): () => void {
   unread.add(socket)
   timer ??= setInterval(probe, PROBE_MS).unref()
+  return () => unread.delete(socket)
 }
 
 function probe(): void {
