@@ -312,7 +312,8 @@ describe('createGateway()', () => {
     leaver.socket.end()
     await eventually(async () => (await queued()) === 0)
     expect(upstream.probe.entered).toBe(1)
-    // One that sends bytes after its handshake while it waits: they reach the upstream first, in order.
+    // One that sends bytes after its handshake while it waits: they reach the upstream first, in order
+    // (as they did when the socket was left unread: what reading it must not change).
     const early = await rawConnect(port)
     early.write('GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nhello ')
     await eventually(async () => (await queued()) === 1)
