@@ -549,7 +549,7 @@ function renderChanges(changes) {
   },
   'app.js': {
     type: 'text/javascript; charset=utf-8',
-    etag: '"wQiboyudQS4px58M"',
+    etag: '"Oe68jC3xv1DKxSV3"',
     body: `// tollgate's dashboard, in the browser: polls /dashboard/data.json (the admin listener caches one
 // snapshot a second, whoever asks) and draws it with DOM calls only (textContent: bucket names are
 // request data, never markup). Limits are set through the admin API (/limits), with the admin token
@@ -575,7 +575,14 @@ let newest
 /** The process whose points the page holds (data.replica.boot). */
 let boot
 
+/** The next poll's timer; whether a poll is on its way, and whether another was asked for meanwhile. */
+let pollTimer = 0
+let polling = false
+let pollAgain = false
+
 async function poll() {
+  window.clearTimeout(pollTimer)
+  polling = true
   try {
     // With the token (once entered), the busiest buckets' names are shown too (as /limits shows them).
     const url = newest === undefined ? '/dashboard/data.json' : \`/dashboard/data.json?since=\${newest}\`
@@ -588,8 +595,16 @@ async function poll() {
   } catch (error) {
     say(\`Could not read this replica's data: \${/** @type {Error} */ (error).message}. Retrying.\`, true)
   } finally {
-    window.setTimeout(poll, POLL_MS)
+    polling = false
+    pollTimer = window.setTimeout(poll, pollAgain ? 0 : POLL_MS)
+    pollAgain = false
   }
+}
+
+/** Poll now (once the one on its way is done), not at the next tick: one chain of polls, never two. */
+function pollNow() {
+  if (polling) pollAgain = true
+  else void poll()
 }
 
 /** Each route's whole history into data.routes: what the page held, and the points it was sent
@@ -815,6 +830,7 @@ byId('token-form').addEventListener('submit', (event) => {
   tell(token ? 'Token kept for this page: setting limits is on.' : 'No token: setting limits is off.', false)
   for (const { cells } of rows.values())
     for (const button of cells.buttons || []) button.disabled = !canWrite()
+  pollNow() // what the token may read (the busiest buckets' names) shows at once
 })
 
 void poll()
