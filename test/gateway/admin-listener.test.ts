@@ -96,14 +96,20 @@ function probe(port: number, ms = 1000): Promise<number | undefined> {
   return probeOf(port, '/healthz', ms)
 }
 
-/** probe() of `path`. */
-async function probeOf(port: number, path: string, ms: number): Promise<number | undefined> {
+/** probe() of `path`; `sent` is called once its request is in the kernel (on loopback: in the
+ * gateway's socket). */
+async function probeOf(
+  port: number,
+  path: string,
+  ms: number,
+  sent: () => void = () => undefined,
+): Promise<number | undefined> {
   const socket = net.connect(port, '127.0.0.1')
   sockets.add(socket)
   socket.on('error', () => undefined)
   let data = ''
   socket.on('data', (chunk: Buffer) => (data += chunk.toString('latin1')))
-  socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`)
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n`, () => sent())
   const deadline = Date.now() + ms
   while (Date.now() < deadline && !/\r\n\r\n.+\n/s.test(data) && !socket.destroyed) await sleep(5)
   socket.destroy()
@@ -248,9 +254,13 @@ describe('the admin listener', () => {
     const port = Number(new URL(gateway.adminUrl!).port)
     const answered: (number | undefined)[] = []
     for (let round = 0; round < 20; round++) {
-      // The probe's connection and 200 more are made in one turn: the gateway accepts them together,
-      // before it reads any of them.
-      const asked = probe(port)
+      // The probe's connection and 200 more, made as soon as the probe's request has left this
+      // process (a loaded test process could otherwise write it later than any client would): the
+      // gateway accepts them together, before it reads any of them.
+      let onSent: () => void = () => undefined
+      const sent = new Promise<void>((resolve) => (onSent = resolve))
+      const asked = probeOf(port, '/healthz', 1000, onSent)
+      await sent
       let closed = 0
       const burst = Array.from({ length: 200 }, () => {
         const socket = net.connect(port, '127.0.0.1')

@@ -85,7 +85,8 @@ describe.each(['standalone', 'cluster'] as const)('permit keep-alive [%s]', (kin
     ]
     const gateways = await Promise.all([0, 1, 2].map(() => spawnGateway(flags)))
     // Each client sends its next request when the last is answered (fetch keeps its connection):
-    // 9 clients for 5 permits across the fleet, so some wait and finished permits are kept. 150
+    // 9 clients for 5 permits across the fleet, so some wait and finished permits are kept. Each
+    // request holds its permit 20 ms or more, so the cap is reached however slow the clients are. 150
     // requests in all, however long a loaded machine takes (the deadline only bounds a hang).
     const until = Date.now() + 30_000
     const statuses: number[] = []
@@ -95,7 +96,7 @@ describe.each(['standalone', 'cluster'] as const)('permit keep-alive [%s]', (kin
         [0, 1, 2].map(async (c) => {
           while (sent < 150 && Date.now() < until) {
             sent++
-            const response = await fetch(`${gateway.url}/work?ms=${c}`)
+            const response = await fetch(`${gateway.url}/work?ms=${20 + c}`)
             await response.text()
             statuses.push(response.status)
           }
