@@ -3,11 +3,11 @@
 // gives up when it leaves), a report of a window the server's clock is not at (a replica whose clock
 // estimate is off) counts for nothing, one step per window is saved and only over the state it was
 // computed from, and the fleet's limit in P never replaces an override nor a later step's limit.
-import { describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it } from 'vitest'
 import { keySpace } from '../../src/core/keys.js'
 import { functionName, loadLibraries } from '../../src/core/redis/scripts.js'
 import { uniquePrefix } from '../helpers/redis.js'
-import { client, fcall, PermitName, serverClock, sleep } from './support.js'
+import { client, connected, fcall, PermitName, serverClock, sleep } from './support.js'
 
 const WINDOW_MS = 100
 const LEADER_TTL = 300
@@ -84,6 +84,14 @@ function fleet() {
       ) as Promise<number>,
   }
 }
+
+// The tests read the server's clock, then report for that window (100 ms): the libraries loaded and
+// the script client connected before, not between (a first call that connects on a loaded machine
+// took longer than a window).
+beforeAll(async () => {
+  await loadLibraries(client())
+  await connected(client())
+})
 
 describe('adaptive-report.lua and adaptive-commit.lua', () => {
   it('the first replica to report leads, renews its lease with each report, and is told the window before to step', async () => {
