@@ -13,7 +13,7 @@ import type { Gateway } from '../../src/gateway/index.js'
 import { liveParsers } from '../../src/gateway/http/lean/llhttp.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { redisUrl } from '../helpers/gateway.js'
-import { startInProcess } from '../helpers/in-process-gateway.js'
+import { counterTotal, startInProcess } from '../helpers/in-process-gateway.js'
 import { type RawConnection, rawConnect } from '../helpers/raw-http.js'
 import { type Recorder, startRecorder } from '../helpers/recorder.js'
 import { connectTo, scriptCallCount } from '../helpers/redis.js'
@@ -217,7 +217,7 @@ const CASES: Case[] = [
 
 /** Breaches of the close contract the gateway counted. */
 async function breaches(gateway: Gateway): Promise<number> {
-  return (await gateway.metrics.contractBreaches.get()).values.reduce((sum, value) => sum + value.value, 0)
+  return counterTotal(gateway.metrics.contractBreaches)
 }
 
 for (const combination of COMBINATIONS)

@@ -9,7 +9,7 @@ import { readAheadHeld } from '../../src/gateway/http/lean/front-end.js'
 import type { Gateway } from '../../src/gateway/index.js'
 import { eventually, sleep } from '../helpers/contract.js'
 import { type RawConnection, rawConnect, rawExchange, statuses } from '../helpers/raw-http.js'
-import { startInProcess } from '../helpers/in-process-gateway.js'
+import { counterTotal, startInProcess } from '../helpers/in-process-gateway.js'
 import { startRecorder } from '../helpers/recorder.js'
 
 import { freePort } from '../helpers/redis-server.js'
@@ -71,9 +71,7 @@ for (const lean of [true, false]) {
       const reader = await rawConnect(port, { pauseReading: true })
       reader.write(get('/fail/x', PAD).repeat(30_000))
       // Until the gateway stops answering it: a 502 it cannot flush holds the permit.
-      await stalled(async () =>
-        (await gateway.metrics.upstreamErrors.get()).values.reduce((n, v) => n + v.value, 0),
-      )
+      await stalled(() => counterTotal(gateway.metrics.upstreamErrors))
       const started = performance.now()
       const other = await rawExchange(port, get('/fail/other', 'Connection: close\r\n'))
       expect(statuses(other)).toEqual([502]) // admitted (the permit came back), then refused upstream
@@ -91,7 +89,7 @@ for (const lean of [true, false]) {
       reader.write(get('/nope', PAD).repeat(30_000))
       // Until the gateway stops answering it (a 404 it cannot flush), however long a loaded machine
       // takes to get there; the send timeout runs from then.
-      await stalled(async () => (await gateway.metrics.refused.get()).values.reduce((n, v) => n + v.value, 0))
+      await stalled(() => counterTotal(gateway.metrics.refused))
       await sleep(SEND_MS)
       expect(await cut(reader)).toBe(true)
       // Nothing of that connection is left in flight: a drain (SIGTERM) does not wait its grace

@@ -33,3 +33,10 @@ export async function startInProcess(
   const { url } = await gateway.listen()
   return { port: Number(new URL(url).port), gateway }
 }
+
+/** A counter's value summed over its labels (gateway.metrics.refused, .upstreamErrors, ...). */
+export async function counterTotal(counter: {
+  get(): Promise<{ values: readonly { value: number }[] }>
+}): Promise<number> {
+  return (await counter.get()).values.reduce((sum, value) => sum + value.value, 0)
+}
