@@ -36,18 +36,18 @@ const nodeRedis = new WeakMap<Redis, NodeRedisClient>()
  * as node-redis decodes them). */
 export function fcall(redis: Redis, fn: string, keys: readonly string[], ...argv: Arg[]): Promise<unknown> {
   if (!NODE_REDIS) return redis.fcall(fn, keys.length, ...keys, ...argv)
-  return nodeRedisOf(redis).sendCommand(['FCALL', fn, String(keys.length), ...keys, ...argv.map(String)])
+  return scriptClientOf(redis).sendCommand(['FCALL', fn, String(keys.length), ...keys, ...argv.map(String)])
 }
 
 /** Once the client fcall() goes through is connected (node-redis's is made on the first call): a
  * test that reads the server's clock and then calls a script must not pay for a connection between. */
 export async function connected(redis: Redis): Promise<void> {
   await redis.ping()
-  if (NODE_REDIS) await nodeRedisOf(redis).sendCommand(['PING'])
+  if (NODE_REDIS) await scriptClientOf(redis).sendCommand(['PING'])
 }
 
 /** The node-redis client of the same server that stands in for `redis`, made once. */
-function nodeRedisOf(redis: Redis): NodeRedisClient {
+function scriptClientOf(redis: Redis): NodeRedisClient {
   let other = nodeRedis.get(redis)
   if (!other) {
     const { host = '127.0.0.1', port = 6379 } = redis.options
