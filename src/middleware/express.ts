@@ -17,6 +17,7 @@ import {
   mergeHeaders,
   type WatchedRequest,
   type WithHandler,
+  whenWatched,
 } from './lifecycle.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
@@ -111,7 +112,8 @@ function expressAdapter(admission: Admission<ExpressLikeRequest>, factory: strin
     if (typeof next !== 'function' || typeof res?.once !== 'function') {
       return reportMisplaced(misplacedError('express', factory, req, res, next), req, res, next)
     }
-    admitWatched(admission, req, res, res, expressRequest).then(
+    whenWatched(
+      () => admitWatched(admission, req, res, res, expressRequest),
       (watched) => {
         if (watched.outcome === 'gone') return
         if (watched.outcome === 'skipped') return next()
@@ -148,7 +150,7 @@ function expressAdapter(admission: Admission<ExpressLikeRequest>, factory: strin
         }
         next()
       },
-      (error: unknown) => next(error), // a bug (e.g. a throwing key()): Express answers 500
+      (error: unknown) => next(error), // a bug (user callbacks are guarded): Express answers 500
     )
   }
   return Object.assign(middleware, { counters: admission.counters, adaptive: admission.adaptiveControl })

@@ -25,6 +25,7 @@ import {
   mergeHeaders,
   type WatchedRequest,
   type WithHandler,
+  whenWatched,
 } from './lifecycle.js'
 
 // What every adapter's entry point offers besides its own middleware (adapter-exports.ts).
@@ -118,7 +119,8 @@ function fastifyAdapter(admission: Admission<FastifyRequest>, factory: string): 
     if (typeof done !== 'function' || typeof reply?.raw !== 'object') {
       return reportMisplaced(misplacedError('fastify', factory, request, reply, done), request, reply, done)
     }
-    admitWatched(admission, request, reply.raw, reply, fastifyRequest).then(
+    whenWatched(
+      () => admitWatched(admission, request, reply.raw, reply, fastifyRequest),
       (watched) => {
         // The client left: `done` is never called, so Fastify runs neither the body parser nor the
         // handler for it (its onResponse hooks still run when the raw response closes).
@@ -153,7 +155,7 @@ function fastifyAdapter(admission: Admission<FastifyRequest>, factory: string): 
         reply.headers(mergeHeaders(watched.headers, existing, standardHeaders))
         done()
       },
-      (error: Error) => done(error), // a bug (e.g. a throwing key()): Fastify answers 500
+      (error) => done(error as Error), // a bug (user callbacks are guarded): Fastify answers 500
     )
   }
   const plugin = (instance: FastifyInstance, options: unknown, done: (error?: Error) => void): void => {

@@ -5,6 +5,7 @@
 // response). The adapters only move headers and bodies, and do that through the helpers below.
 import { AbortFlag } from '../core/abort.js'
 import type { Admission, Rejection, SampleTiming, TollgateInfo } from '../admission/admission.js'
+import type { AdmitResult } from '../admission/bucket.js'
 import type { StandardHeaders } from '../admission/options.js'
 import type { HttpAnswer } from '../admission/response.js'
 import { whenLost } from '../core/client/lease.js'
@@ -75,6 +76,9 @@ export type Watched =
   /** Go on to the handler, with these response headers. */
   | { outcome: 'admitted'; info: TollgateInfo; headers: Record<string, string> }
 
+const SKIPPED: Watched = Object.freeze({ outcome: 'skipped' })
+const GONE: Watched = Object.freeze({ outcome: 'gone' })
+
 /**
  * Admit `req` and tie its permit to `res`. The behaviour every adapter shares:
  * - `skip(req)` true: 'skipped' (no permit, no headers).
@@ -87,8 +91,13 @@ export type Watched =
  * - A lost lease is counted and reported (onLost); with `onLost: 'abort'` the response is destroyed
  *   (the client sees the connection reset, or a truncated body), unless it has already finished.
  *   The handler is not stopped; it can watch `info.lease.signal`.
+ *
+ * The outcome comes synchronously when nothing has to wait: no `skip` option, and a store that
+ * answers at once (the memory store, a permit free, nobody queued). Otherwise as a promise. Either way
+ * a bug (key(), weight() and the other callbacks are guarded) is thrown or rejected: act on it with
+ * whenWatched().
  */
-export async function admitWatched<Req>(
+export function admitWatched<Req>(
   admission: Admission<Req>,
   req: Req,
   res: WatchedResponse,
@@ -97,10 +106,43 @@ export async function admitWatched<Req>(
   hookRes?: unknown,
   /** Who the client of `req` is and when its body came, for an adaptive limit (read only under one). */
   requestOf?: (req: Req) => WatchedRequest,
-): Promise<Watched> {
-  if (admission.config.skip && (await admission.skips(req))) return { outcome: 'skipped' }
+): Watched | Promise<Watched> {
+  if (!admission.config.skip) return watchAndAdmit(admission, req, res, hookRes, requestOf)
+  return admission
+    .skips(req)
+    .then((skip) => (skip ? SKIPPED : watchAndAdmit(admission, req, res, hookRes, requestOf)))
+}
+
+/**
+ * Call `act` with admitWatched()'s outcome: in this call when it came synchronously (no promise and no
+ * microtask per request), else once its promise settles. `failed` gets what it threw or rejected
+ * with: a bug, for the framework's error answer.
+ */
+export function whenWatched(
+  watched: () => Watched | Promise<Watched>,
+  act: (watched: Watched) => void,
+  failed: (error: unknown) => void,
+): void {
+  let outcome: Watched | Promise<Watched>
+  try {
+    outcome = watched()
+  } catch (error) {
+    failed(error)
+    return
+  }
+  if (outcome instanceof Promise) outcome.then(act, failed)
+  else act(outcome)
+}
+
+function watchAndAdmit<Req>(
+  admission: Admission<Req>,
+  req: Req,
+  res: WatchedResponse,
+  hookRes: unknown,
+  requestOf: ((req: Req) => WatchedRequest) | undefined,
+): Watched | Promise<Watched> {
   // Without this check a permit taken now would never be released: 'close' has already been emitted.
-  if (res.closed === true) return { outcome: 'gone' }
+  if (res.closed === true) return GONE
   const gone = new AbortFlag()
   let held: TollgateInfo | undefined
   let sampling: Sampling | undefined
@@ -112,43 +154,42 @@ export async function admitWatched<Req>(
     if (held) void admission.release(held)
     held = undefined
   })
+  const decided = (result: AdmitResult): Watched => {
+    if (result.outcome === 'rejected') {
+      if (gone.aborted) return GONE
+      const { rejection } = result
+      admission.notifyRejected(req, rejection, hookRes)
+      const answer = admission.config.handler ? undefined : admission.rejectionResponse(rejection, req)
+      return { outcome: 'rejected', rejection, answer }
+    }
+    const { info, left } = result
+    if (gone.aborted) {
+      void admission.release(info)
+      return GONE
+    }
+    held = info
+    // Measured to the handler's end of the response, not to the client's end of reading it: a slow
+    // reader holds its permit, but must not look like a slow handler to the limit every client shares.
+    if (info.admittedAt !== undefined) {
+      sampling = new Sampling(res, requestOf?.(req), () => {
+        if (held && sampling) admission.measured(held, { status: res.statusCode }, sampling.timing())
+      })
+    }
+    if (info.lease) {
+      whenLost(info.lease, (error) => {
+        if (admission.lost(info, error) && !res.writableFinished) res.destroy()
+      })
+    }
+    return { outcome: 'admitted', info, headers: admission.policyHeaders(info.name, info.permits, left) }
+  }
   const bucket = admission.bucketOf(req)
   // At once where the store can (the memory store, a permit free and nobody waiting); else wait.
-  let result = admission.admitNow(bucket)
-  if (!result) {
-    try {
-      result = await admission.admit(req, gone, bucket)
-    } catch (error) {
-      if (gone.aborted) return { outcome: 'gone' } // the client left while waiting
-      throw error // a bug (e.g. a throwing key()): the framework answers 500
-    }
-  }
-  if (result.outcome === 'rejected') {
-    if (gone.aborted) return { outcome: 'gone' }
-    const { rejection } = result
-    admission.notifyRejected(req, rejection, hookRes)
-    const answer = admission.config.handler ? undefined : admission.rejectionResponse(rejection, req)
-    return { outcome: 'rejected', rejection, answer }
-  }
-  const { info, left } = result
-  if (gone.aborted) {
-    void admission.release(info)
-    return { outcome: 'gone' }
-  }
-  held = info
-  // Measured to the handler's end of the response, not to the client's end of reading it: a slow
-  // reader holds its permit, but must not look like a slow handler to the limit every client shares.
-  if (info.admittedAt !== undefined) {
-    sampling = new Sampling(res, requestOf?.(req), () => {
-      if (held && sampling) admission.measured(held, { status: res.statusCode }, sampling.timing())
-    })
-  }
-  if (info.lease) {
-    whenLost(info.lease, (error) => {
-      if (admission.lost(info, error) && !res.writableFinished) res.destroy()
-    })
-  }
-  return { outcome: 'admitted', info, headers: admission.policyHeaders(info.name, info.permits, left) }
+  const now = admission.admitNow(bucket)
+  if (now) return decided(now)
+  return admission.admit(req, gone, bucket).then(decided, (error: unknown) => {
+    if (gone.aborted) return GONE // the client left while waiting
+    throw error // a bug: the framework answers 500
+  })
 }
 
 /**
