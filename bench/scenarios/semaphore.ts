@@ -13,6 +13,8 @@ import { jainIndex, minMax, Samples, type Summary, summarize } from '../lib/stat
 const PREFIX = 'bench'
 const WORKERS = 64
 const PERMITS = 8
+/** The "separate processes" variant: this many stores, each on its own connection. */
+const SEPARATE = 8
 const HOLD_MS = 2
 /** permits / hold: the completions/s of 8 permits that are never idle. */
 const THEORETICAL_PER_SEC = (PERMITS * 1000) / HOLD_MS
@@ -303,10 +305,14 @@ function percent(value: number): string {
   return `${fmtFixed(value * 100, 1)} %`
 }
 
-function tollgateVariant(stores: readonly Store[]): SemVariant {
+function tollgateVariant(
+  stores: readonly Store[],
+  key = 'tollgate',
+  label = 'tollgate createSemaphore',
+): SemVariant {
   return {
-    key: 'tollgate',
-    label: 'tollgate createSemaphore',
+    key,
+    label,
     topLevelCommands: ['subscribe', 'unsubscribe'],
     workers: (name) =>
       Array.from({ length: WORKERS }, (_, id) => {
@@ -381,22 +387,30 @@ async function runRounds(ctx: BenchContext, variants: readonly SemVariant[], cou
 export const semContended: Scenario = {
   name: 'sem-contended',
   title: `${WORKERS} workers on 2 connections contend one semaphore of ${PERMITS} permits, ${HOLD_MS} ms holds, vs redis-semaphore`,
-  seconds: 19,
+  seconds: 28,
   async run(ctx) {
     const clients = [await ctx.redis.connect(), await ctx.redis.connect()]
     const counter = new CommandCounter()
     for (const client of clients) counter.attach(client)
     const stores = clients.map((client) => createRedisStore(client, { prefix: PREFIX }))
+    // As if the workers were spread over SEPARATE processes: each store batches only its own calls.
+    const separateClients = await Promise.all(Array.from({ length: SEPARATE }, () => ctx.redis.connect()))
+    for (const client of separateClients) counter.attach(client)
+    const separateStores = separateClients.map((client) => createRedisStore(client, { prefix: PREFIX }))
     try {
       ctx.log(
         `  ${WORKERS} workers, ${PERMITS} permits, hold ${HOLD_MS} ms; ${ROUNDS} alternating rounds of ${ROUND_MS} ms per variant`,
       )
       const variants = await runRounds(
         ctx,
-        [tollgateVariant(stores), redisSemaphoreVariant(clients)],
+        [
+          tollgateVariant(stores),
+          redisSemaphoreVariant(clients),
+          tollgateVariant(separateStores, 'tollgate-separate', `tollgate, ${SEPARATE} stores`),
+        ],
         counter,
       )
-      const [ours, theirs] = variants as [Measured, Measured]
+      const [ours, theirs, separate] = variants as [Measured, Measured, Measured]
       const per = (v: Measured, value: number) => value / v.total.acquisitions
       const row = (metric: string, value: (v: Measured) => string): string[] => [
         metric,
@@ -431,7 +445,7 @@ export const semContended: Scenario = {
         ],
       }
       const notes = [
-        `${WORKERS} workers in this process, alternately on 2 ioredis connections (Tollgate: one store per connection, each with its own subscriber connection; redis-semaphore: the same two connections). Each worker loops acquire() -> hold -> release(); ${ROUNDS} rounds of ${ROUND_MS} ms per variant after a ${WARMUP_MS} ms warm-up each, order flipped every round, every variant-round on a fresh name; waiters queued at a round's end are still served and counted. Rates divide by the time until the last release.`,
+        `${WORKERS} workers in this process, alternately on 2 ioredis connections (Tollgate: one store per connection, each with its own subscriber connection; redis-semaphore: the same two connections). 'tollgate, ${SEPARATE} stores': the same workers spread over ${SEPARATE} stores on ${SEPARATE} connections of their own, as ${SEPARATE} processes would be: each store batches only its own workers' calls. Each worker loops acquire() -> hold -> release(); ${ROUNDS} rounds of ${ROUND_MS} ms per variant after a ${WARMUP_MS} ms warm-up each, order flipped every round, every variant-round on a fresh name; waiters queued at a round's end are still served and counted. Rates divide by the time until the last release.`,
         `Tollgate: createSemaphore(store, name, { permits: ${PERMITS}, ttlMs: ${TTL_MS}, autoRenew: true }).acquire({ timeoutMs: ${ACQUIRE_TIMEOUT_MS} }) then lease.release(). redis-semaphore: new Semaphore(client, key, ${PERMITS}, { lockTimeout: ${TTL_MS}, acquireTimeout: ${ACQUIRE_TIMEOUT_MS}, retryInterval: ${RETRY_INTERVAL_MS}, refreshInterval: ${REFRESH_INTERVAL_MS} }).acquire() then release(), one instance per worker. redis-semaphore has no notification: a waiter re-runs its acquire script every retryInterval (default 10 ms; ${RETRY_INTERVAL_MS} ms here, the smallest a Node timer takes, so polling is not what caps it). Its FairSemaphore was removed; Semaphore is the library's fair(-ish) variant.`,
         `Hold = await setTimeout(${HOLD_MS}) from node:timers/promises, measured around the sleep. Node timers fire on a loop turn at or after the deadline (ms resolution), so holds overshoot ${HOLD_MS} ms and cap both libraries below ${fmtInt(THEORETICAL_PER_SEC)}/s; efficiency vs measured hold = completions/s / (${PERMITS} x 1000 / mean hold ms).`,
         'Wait = from the acquire() call to the permit. Max observed holders / violations: an in-process counter incremented when a hold starts and decremented before release() is sent, so it only sees holds that overlap in this process (which, with every worker here, is every hold).',
@@ -473,6 +487,12 @@ export const semContended: Scenario = {
           target: `Jain fairness >= ${TARGETS.jain} and every worker progressed (${ours.label})`,
           pass: ours.jain >= TARGETS.jain && ours.min > 0,
           detail: `Jain ${fmtFixed(ours.jain, 4)}, per-worker ${ours.min}..${ours.max} (redis-semaphore Jain ${fmtFixed(theirs.jain, 4)}, ${theirs.min}..${theirs.max})`,
+        },
+        {
+          target: `${separate.label} (${SEPARATE} processes' worth of clients): completions/s >= redis-semaphore's, at <= its Redis CPU per acquisition`,
+          pass:
+            separate.perSec >= theirs.perSec && per(separate, separate.server.cpuSeconds * 1e6) <= theirCpu,
+          detail: `${fmtInt(separate.perSec)} against ${fmtInt(theirs.perSec)} completions/s (${fmtFixed(separate.perSec / theirs.perSec)}x); Redis CPU ${fmtFixed(per(separate, separate.server.cpuSeconds * 1e6), 1)} against ${fmtFixed(theirCpu, 1)} µs per acquisition`,
         },
         ...variants.map((v) => ({
           target: `zero violations: never more than ${PERMITS} holders (${v.label})`,
@@ -522,7 +542,7 @@ export const semContended: Scenario = {
         },
       }
     } finally {
-      await Promise.all(stores.map((store) => store.close()))
+      await Promise.all([...stores, ...separateStores].map((store) => store.close()))
     }
   },
 }
