@@ -89,7 +89,6 @@ function reconnect(n: Node): Redis {
   return connectNode({ host: n.client.options.host as string, port: n.client.options.port as number })
 }
 
-/** Another RedLock instance on the same servers, over its own connections. */
 /** Another client of the same lock, on connections of its own. Its first call connects and loads the
  * scripts, which the default 50 ms per node does not always cover on a busy machine (a timed-out node
  * turns "held by another owner" into a quorum error): 1000 ms per node unless the test says. */
