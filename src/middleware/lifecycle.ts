@@ -6,6 +6,7 @@
 import { AbortFlag } from '../core/abort.js'
 import type { Admission, Rejection, SampleTiming, TollgateInfo } from '../admission/admission.js'
 import type { AdmitResult } from '../admission/bucket.js'
+import { isThenable } from '../admission/hooks.js'
 import type { StandardHeaders } from '../admission/options.js'
 import type { HttpAnswer } from '../admission/response.js'
 import { whenLost } from '../core/client/lease.js'
@@ -130,8 +131,10 @@ export function whenWatched(
     failed(error)
     return
   }
-  if (outcome instanceof Promise) outcome.then(act, failed)
-  else act(outcome)
+  // A thenable, not `instanceof Promise`: an app that replaced the global Promise (a polyfill,
+  // Bluebird) would see our native promises fail that check.
+  if (isThenable(outcome)) (outcome as Promise<Watched>).then(act, failed)
+  else act(outcome as Watched)
 }
 
 function watchAndAdmit<Req>(

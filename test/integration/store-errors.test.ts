@@ -40,6 +40,23 @@ it('a store from a URL on a live Redis: it connects the client itself, a waiter 
   await expect.poll(openSockets, { timeout: 2000 }).toBe(before)
 })
 
+it('a store from a URL made while the app has replaced the global Promise (a polyfill) works', async () => {
+  const { host, port } = topology().standalone
+  const native = globalThis.Promise
+  // A subclass: every promise still works, but the store's own (native) promise is not an instance.
+  globalThis.Promise = class ForeignPromise<T> extends native<T> {} as PromiseConstructor
+  let store
+  try {
+    store = createRedisStore(`redis://${host}:${port}`, { prefix: uniquePrefix().slice(0, -1) })
+  } finally {
+    globalThis.Promise = native
+  }
+  const held = await createMutex(store, 'foreign').acquire({ timeoutMs: 2000 })
+  expect(held.fencingToken).toBeGreaterThan(0)
+  await held.release()
+  await store.close()
+})
+
 it('a store from a URL closed before its client is made: the client is ended once made, and calls say the store is closed', async () => {
   const { host, port } = topology().standalone
   const before = openSockets()

@@ -35,14 +35,31 @@ interface Served {
   counters: { admitted: number; inFlight: number }
 }
 
-/** Express 5: before / tollgate / after, the handler answers whether `after` ran in the same call. */
-async function expressApp(options: Record<string, unknown>): Promise<Served> {
+/** A subclass of the native Promise, as an app's polyfill: the native promises that async functions
+ * return are no instances of it. */
+const NATIVE_PROMISE = globalThis.Promise
+class ForeignPromise<T> extends NATIVE_PROMISE<T> {}
+
+/** Run `fn` with the global Promise replaced, as an app with a polyfill runs. */
+function withForeignPromise(foreign: boolean, fn: () => void): void {
+  if (!foreign) return fn()
+  globalThis.Promise = ForeignPromise as PromiseConstructor
+  try {
+    fn()
+  } finally {
+    globalThis.Promise = NATIVE_PROMISE
+  }
+}
+
+/** Express 5: before / tollgate / after, the handler answers whether `after` ran in the same call.
+ * `foreign`: the global Promise is replaced while the middleware runs. */
+async function expressApp(options: Record<string, unknown>, foreign = false): Promise<Served> {
   const tollgate = tgExpress.semaphore(options as tgExpress.ExpressSemaphoreOptions)
   const app = express()
   app.use((req, res, next) => {
     res.locals.inCall = true
     queueMicrotask(() => (res.locals.inCall = false))
-    next()
+    withForeignPromise(foreign, () => next())
   })
   app.use(tollgate)
   app.use((req, res, next) => {
@@ -63,7 +80,7 @@ async function expressApp(options: Record<string, unknown>): Promise<Served> {
 }
 
 /** Fastify 5: the same, with onRequest hooks around the plugin's. */
-async function fastifyApp(options: Record<string, unknown>): Promise<Served> {
+async function fastifyApp(options: Record<string, unknown>, foreign = false): Promise<Served> {
   const tollgate = tgFastify.semaphore(options as tgFastify.FastifySemaphoreOptions)
   const app = Fastify()
   const inCall = new WeakMap<object, boolean>()
@@ -71,7 +88,7 @@ async function fastifyApp(options: Record<string, unknown>): Promise<Served> {
   app.addHook('onRequest', (request, reply, done) => {
     inCall.set(request, true)
     queueMicrotask(() => inCall.set(request, false))
-    done()
+    withForeignPromise(foreign, () => done())
   })
   await app.register(tollgate)
   app.addHook('onRequest', (request, reply, done) => {
@@ -145,6 +162,16 @@ for (const [framework, start] of Object.entries(FRAMEWORKS)) {
       const onRedis = await start({ permits: 2, store: storeOf('redis') })
       const withSkip = await start({ permits: 2, store: storeOf('memory'), skip: () => false })
       for (const app of [onRedis, withSkip]) {
+        const answer = await get(app.url)
+        expect([answer.status, answer.body]).toEqual([200, 'false'])
+        expect(app.counters.admitted).toBe(1)
+        await eventually(() => app.counters.inFlight === 0)
+      }
+    })
+
+    it('an app that replaced the global Promise: a request that waits for a promise is admitted', async () => {
+      for (const options of [{ skip: () => false }, { store: storeOf('redis') }]) {
+        const app = await start({ permits: 2, store: storeOf('memory'), ...options }, true)
         const answer = await get(app.url)
         expect([answer.status, answer.body]).toEqual([200, 'false'])
         expect(app.counters.admitted).toBe(1)

@@ -113,8 +113,10 @@ export class RedisStore implements Store {
       commandTimeoutMs,
       (channel, message) => this.deliver(channel, message),
     )
-    if (client instanceof Promise) {
-      this.connecting = client.then((made) => {
+    // A thenable, not `instanceof Promise`: an app that replaced the global Promise (a polyfill,
+    // Bluebird) would see the native promise of connectUrl() fail that check. No client has then().
+    if (typeof (client as { then?: unknown }).then === 'function') {
+      this.connecting = (client as Promise<Client>).then((made) => {
         this.redis = made
         this.watch(made)
         return made
@@ -126,8 +128,8 @@ export class RedisStore implements Store {
         if (error instanceof ConfigError) process.emitWarning(error.message, { code: 'TOLLGATE_NO_CLIENT' })
       })
     } else {
-      this.redis = client
-      if (owned) this.watch(client)
+      this.redis = client as Client
+      if (owned) this.watch(client as Client)
     }
   }
 
