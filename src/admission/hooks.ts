@@ -1,6 +1,7 @@
 // The application's hooks of an admission (skip, onRejected, onLost, message), each called so that
 // one that throws, or returns a promise that rejects, is logged and never crashes the process: the
 // request is then limited, answered or kept as if the hook were absent.
+import { isThenable } from '../core/thenable.js'
 import type { Rejection, ResolvedConfig, TollgateInfo } from './options.js'
 import { type HttpAnswer, rejectionResponse } from './response.js'
 
@@ -69,8 +70,4 @@ export async function callSkip<Req>(config: ResolvedConfig<Req>, req: Req): Prom
     config.logger.error('tollgate: skip() threw; limiting the request as usual', { error })
     return false
   }
-}
-
-export function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function'
 }

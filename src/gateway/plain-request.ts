@@ -1,7 +1,7 @@
 // One plain HTTP request (an Upgrade is websocket.ts's): route, bound the body, admit, forward,
 // release on close. Both front ends (Node's http.Server and the lean one) hand theirs here.
 import { AbortFlag } from '../core/abort.js'
-import { isThenable } from '../admission/hooks.js'
+import { isThenable } from '../core/thenable.js'
 import http from 'node:http'
 import type { ClientRequest, ClientResponse } from './http/client.js'
 import type { GatewayContext } from './context.js'
@@ -220,8 +220,6 @@ function admitAndForward(
 ): Promise<void> | undefined {
   if (!gone) return forward(ctx, req, res, exchange, routed, sending, undefined, {})
   const chain = admitChain(ctx, routed.facts, exchange, gone, () => res.destroy())
-  // A thenable, not `instanceof Promise`: an app embedding the gateway may have replaced the global
-  // Promise (a polyfill, Bluebird), and our native promises would fail that check.
   if (isThenable(chain))
     return (chain as Promise<ChainResult>).then((result) =>
       admitted(ctx, req, res, exchange, routed, sending, result),

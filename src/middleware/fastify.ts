@@ -15,7 +15,7 @@ import {
   type AdaptiveControl,
 } from '../admission/admission.js'
 import { rwlockAdmission, semaphoreAdmission } from '../admission/buckets.js'
-import { isThenable } from '../admission/hooks.js'
+import { isThenable } from '../core/thenable.js'
 import { normalizeKey, warnUntrustedForwarded } from '../admission/keys.js'
 import type { RwlockMiddlewareOptions, SemaphoreMiddlewareOptions } from '../admission/options.js'
 import { misplacedError, reportMisplaced } from './misplaced.js'

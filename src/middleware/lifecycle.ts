@@ -6,7 +6,7 @@
 import { AbortFlag } from '../core/abort.js'
 import type { Admission, Rejection, SampleTiming, TollgateInfo } from '../admission/admission.js'
 import type { AdmitResult } from '../admission/bucket.js'
-import { isThenable } from '../admission/hooks.js'
+import { isThenable } from '../core/thenable.js'
 import type { StandardHeaders } from '../admission/options.js'
 import type { HttpAnswer } from '../admission/response.js'
 import { whenLost } from '../core/client/lease.js'
@@ -131,8 +131,6 @@ export function whenWatched(
     failed(error)
     return
   }
-  // A thenable, not `instanceof Promise`: an app that replaced the global Promise (a polyfill,
-  // Bluebird) would see our native promises fail that check.
   if (isThenable(outcome)) (outcome as Promise<Watched>).then(act, failed)
   else act(outcome as Watched)
 }

@@ -3,6 +3,7 @@
 // `instanceof Promise`: a request admitted through Redis (a promise) is proxied as usual.
 import { afterEach, expect, it } from 'vitest'
 import type { Gateway } from '../../src/gateway/index.js'
+import { whilePromiseReplacedAsync } from '../helpers/foreign-promise.js'
 import { redisUrl } from '../helpers/gateway.js'
 import { startInProcess } from '../helpers/in-process-gateway.js'
 import { rawExchange, statuses } from '../helpers/raw-http.js'
@@ -23,15 +24,9 @@ for (const lean of [true, false]) {
       ['--redis', redisUrl(topology().standalone)],
       lean,
     )
-    const native = globalThis.Promise
-    // A subclass: every promise still works, but a native one is not an instance of it.
-    globalThis.Promise = class ForeignPromise<T> extends native<T> {} as PromiseConstructor
-    let answer: string
-    try {
-      answer = await rawExchange(port, 'GET /fast?ms=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
-    } finally {
-      globalThis.Promise = native
-    }
+    const answer = await whilePromiseReplacedAsync(() =>
+      rawExchange(port, 'GET /fast?ms=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'),
+    )
     expect(statuses(answer)).toEqual([200])
     expect(upstream.probe.entered).toBe(1)
   })

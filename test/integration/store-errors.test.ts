@@ -10,6 +10,7 @@ import {
   StoreUnavailableError,
 } from '../../src/index.js'
 import { describeStores, keysUnder, REDIS_KINDS } from '../helpers/contract.js'
+import { whilePromiseReplaced } from '../helpers/foreign-promise.js'
 import { proxiedStore } from '../helpers/proxied.js'
 import { connectStandalone, topology, uniquePrefix } from '../helpers/redis.js'
 import { freePort } from '../helpers/redis-server.js'
@@ -42,15 +43,9 @@ it('a store from a URL on a live Redis: it connects the client itself, a waiter 
 
 it('a store from a URL made while the app has replaced the global Promise (a polyfill) works', async () => {
   const { host, port } = topology().standalone
-  const native = globalThis.Promise
-  // A subclass: every promise still works, but the store's own (native) promise is not an instance.
-  globalThis.Promise = class ForeignPromise<T> extends native<T> {} as PromiseConstructor
-  let store
-  try {
-    store = createRedisStore(`redis://${host}:${port}`, { prefix: uniquePrefix().slice(0, -1) })
-  } finally {
-    globalThis.Promise = native
-  }
+  const store = whilePromiseReplaced(() =>
+    createRedisStore(`redis://${host}:${port}`, { prefix: uniquePrefix().slice(0, -1) }),
+  )
   const held = await createMutex(store, 'foreign').acquire({ timeoutMs: 2000 })
   expect(held.fencingToken).toBeGreaterThan(0)
   await held.release()

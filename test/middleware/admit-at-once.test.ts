@@ -16,6 +16,7 @@ import * as tgExpress from '../../src/middleware/express.js'
 import * as tgFastify from '../../src/middleware/fastify.js'
 import { type Watched, whenWatched } from '../../src/middleware/lifecycle.js'
 import { get } from '../helpers/apps.js'
+import { whilePromiseReplaced } from '../helpers/foreign-promise.js'
 import { eventually } from '../helpers/contract.js'
 import { connectStandalone, uniquePrefix } from '../helpers/redis.js'
 
@@ -35,22 +36,6 @@ interface Served {
   counters: { admitted: number; inFlight: number }
 }
 
-/** A subclass of the native Promise, as an app's polyfill: the native promises that async functions
- * return are no instances of it. */
-const NATIVE_PROMISE = globalThis.Promise
-class ForeignPromise<T> extends NATIVE_PROMISE<T> {}
-
-/** Run `fn` with the global Promise replaced, as an app with a polyfill runs. */
-function withForeignPromise(foreign: boolean, fn: () => void): void {
-  if (!foreign) return fn()
-  globalThis.Promise = ForeignPromise as PromiseConstructor
-  try {
-    fn()
-  } finally {
-    globalThis.Promise = NATIVE_PROMISE
-  }
-}
-
 /** Express 5: before / tollgate / after, the handler answers whether `after` ran in the same call.
  * `foreign`: the global Promise is replaced while the middleware runs. */
 async function expressApp(options: Record<string, unknown>, foreign = false): Promise<Served> {
@@ -59,7 +44,8 @@ async function expressApp(options: Record<string, unknown>, foreign = false): Pr
   app.use((req, res, next) => {
     res.locals.inCall = true
     queueMicrotask(() => (res.locals.inCall = false))
-    withForeignPromise(foreign, () => next())
+    if (foreign) whilePromiseReplaced(next)
+    else next()
   })
   app.use(tollgate)
   app.use((req, res, next) => {
@@ -88,7 +74,8 @@ async function fastifyApp(options: Record<string, unknown>, foreign = false): Pr
   app.addHook('onRequest', (request, reply, done) => {
     inCall.set(request, true)
     queueMicrotask(() => inCall.set(request, false))
-    withForeignPromise(foreign, () => done())
+    if (foreign) whilePromiseReplaced(done)
+    else done()
   })
   await app.register(tollgate)
   app.addHook('onRequest', (request, reply, done) => {

@@ -16,6 +16,7 @@ import type {
 } from '../protocol/store.js'
 import { parseMessage } from '../protocol/store.js'
 import { Deadlines, TimeoutError, within } from '../timeout.js'
+import { isThenable } from '../thenable.js'
 import { type Client, type Corkable, isCluster, isReplyError } from './client.js'
 import { Coalescer } from './coalescer.js'
 import { GiveBacks } from './give-backs.js'
@@ -113,9 +114,8 @@ export class RedisStore implements Store {
       commandTimeoutMs,
       (channel, message) => this.deliver(channel, message),
     )
-    // A thenable, not `instanceof Promise`: an app that replaced the global Promise (a polyfill,
-    // Bluebird) would see the native promise of connectUrl() fail that check. No client has then().
-    if (typeof (client as { then?: unknown }).then === 'function') {
+    // A promise of a client (a URL's, being made), told by its then(): no client has one.
+    if (isThenable(client)) {
       this.connecting = (client as Promise<Client>).then((made) => {
         this.redis = made
         this.watch(made)
